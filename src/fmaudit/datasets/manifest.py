@@ -1,0 +1,121 @@
+"""The manifest: one table per data set, the only thing downstream rules read.
+
+Columns (see ``MANIFEST_COLUMNS``):
+
+- ``dataset``    data-set slug
+- ``item_id``    unique, filename-safe id of the item within the data set
+- ``source``     path of the image file, or of the slide for slide tiles
+- ``x``, ``y``   level-0 pixel coordinates of the tile's top-left corner (slide tiles; NA for image files)
+- ``level``      pyramid level the tile is read at (slide tiles; NA otherwise)
+- ``size``       tile side in pixels at ``level`` (slide tiles; NA otherwise)
+- ``label``      integer class index (NA = unlabelled)
+- ``label_name`` class name
+- ``group``      patient or slide: the unit of grouped splits and cluster bootstrap
+- ``domain``     scanner / hospital / site: the unit of transfer
+- ``split``      ``train``, ``val``, ``test`` or ``unassigned``
+
+Extra columns are kept (e.g. ``mpp``, ``sha256``). Rows are in a stable order, and embeddings store item ids in
+that order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fmaudit.io import FmauditInputError
+
+MANIFEST_COLUMNS: dict[str, str] = {
+    "dataset": "string",
+    "item_id": "string",
+    "source": "string",
+    "x": "Int64",
+    "y": "Int64",
+    "level": "Int64",
+    "size": "Int64",
+    "label": "Int64",
+    "label_name": "string",
+    "group": "string",
+    "domain": "string",
+    "split": "string",
+}
+SPLITS = ("train", "val", "test", "unassigned")
+
+
+def make_manifest(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """Build a manifest with the canonical column order and dtypes; missing optional columns become NA."""
+    df = pd.DataFrame(rows).copy()
+    for col, dtype in MANIFEST_COLUMNS.items():
+        if col not in df.columns:
+            if col in ("x", "y", "level", "size", "label", "label_name"):
+                df[col] = pd.NA
+            elif col == "split":
+                df[col] = "unassigned"
+            else:
+                raise FmauditInputError(f"manifest: required column {col!r} is missing")
+        df[col] = df[col].astype(dtype)
+    extra = [c for c in df.columns if c not in MANIFEST_COLUMNS]
+    return df[list(MANIFEST_COLUMNS) + extra].reset_index(drop=True)
+
+
+def validate_manifest(df: pd.DataFrame, name: str = "manifest") -> pd.DataFrame:
+    """Check a manifest; raise :class:`FmauditInputError` naming the column or the first bad row."""
+    missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
+    if missing:
+        raise FmauditInputError(f"{name}: missing column(s) {missing}")
+    if len(df) == 0:
+        raise FmauditInputError(f"{name}: the manifest has no rows")
+    for col in ("dataset", "item_id", "source", "group", "domain", "split"):
+        bad = df[col].isna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise FmauditInputError(f"{name}: row {i} (item {df['item_id'].iloc[i]!r}) has no {col!r}")
+    dup = df["item_id"].duplicated()
+    if dup.any():
+        i = int(np.flatnonzero(dup.to_numpy())[0])
+        raise FmauditInputError(f"{name}: item_id {df['item_id'].iloc[i]!r} occurs more than once (row {i})")
+    bad_split = ~df["split"].isin(SPLITS)
+    if bad_split.any():
+        i = int(np.flatnonzero(bad_split.to_numpy())[0])
+        raise FmauditInputError(f"{name}: row {i} has split {df['split'].iloc[i]!r}; expected one of {SPLITS}")
+    tile = df["x"].notna()
+    for col in ("y", "level", "size"):
+        bad = tile & df[col].isna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise FmauditInputError(f"{name}: row {i} is a slide tile (has x) but no {col!r}")
+    lab = df["label"].dropna()
+    if (lab < 0).any():
+        raise FmauditInputError(f"{name}: negative label in row {int(lab[lab < 0].index[0])}")
+    # one label name per label
+    named = df.dropna(subset=["label", "label_name"])
+    if len(named):
+        n_names = named.groupby("label")["label_name"].nunique()
+        if (n_names > 1).any():
+            raise FmauditInputError(f"{name}: label {int(n_names[n_names > 1].index[0])} has several label_names")
+    return df
+
+
+def check_group_disjoint(df: pd.DataFrame, name: str = "manifest") -> None:
+    """Raise if one group (patient/slide) has items on more than one of train/val/test."""
+    assigned = df[df["split"] != "unassigned"]
+    per_group = assigned.groupby(["domain", "group"])["split"].nunique()
+    leaky = per_group[per_group > 1]
+    if len(leaky):
+        dom, grp = leaky.index[0]
+        raise FmauditInputError(
+            f"{name}: group {grp!r} (domain {dom!r}) is on several splits; splits must be group-disjoint"
+        )
+
+
+def label_names(df: pd.DataFrame) -> list[str]:
+    """Class names indexed by label (``'class_k'`` where a name is missing)."""
+    lab = df.dropna(subset=["label"])
+    if len(lab) == 0:
+        return []
+    k = int(lab["label"].max()) + 1
+    names = [f"class_{i}" for i in range(k)]
+    for label, name in lab.groupby("label")["label_name"].first().items():
+        if isinstance(name, str):
+            names[int(label)] = name
+    return names

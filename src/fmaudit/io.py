@@ -1,0 +1,219 @@
+"""File formats and atomic writes: the one place that knows how artefacts are laid out on disk.
+
+Every writer goes to a temporary name in the destination folder and is renamed into place, so a killed
+job never leaves a file that looks complete. Imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import pandas as pd
+
+PathLike = str | os.PathLike
+
+
+class FmauditInputError(ValueError):
+    """Bad input: the message names the file, key or row at fault."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix if suffix is None else suffix
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: PathLike, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def read_json(path: PathLike) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_table(path: PathLike, df: pd.DataFrame, provenance: Mapping[str, Any] | None = None) -> None:
+    """Write a DataFrame by extension (.parquet, .csv, .tsv, .md); parquet carries provenance metadata."""
+    path = Path(path)
+    ext = path.suffix.lower()
+    with atomic_path(path) as tmp:
+        if ext == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            if provenance:
+                meta = dict(table.schema.metadata or {})
+                meta[b"fmaudit_provenance"] = json.dumps(provenance, sort_keys=True, default=_json_default).encode()
+                table = table.replace_schema_metadata(meta)
+            pq.write_table(table, tmp)
+        elif ext == ".csv":
+            df.to_csv(tmp, index=False)
+        elif ext == ".tsv":
+            df.to_csv(tmp, index=False, sep="\t")
+        elif ext == ".md":
+            tmp.write_text(dataframe_to_markdown(df) + "\n")
+        else:
+            raise FmauditInputError(f"{path}: unknown table extension {ext!r} (use .parquet, .csv, .tsv or .md)")
+
+
+def read_table(path: PathLike) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such table")
+    ext = path.suffix.lower()
+    if ext == ".parquet":
+        return pd.read_parquet(path)
+    if ext == ".csv":
+        return pd.read_csv(path)
+    if ext == ".tsv":
+        return pd.read_csv(path, sep="\t")
+    raise FmauditInputError(f"{path}: unknown table extension {ext!r}")
+
+
+def read_provenance(path: PathLike) -> dict[str, Any]:
+    """Provenance stored in a parquet file's schema metadata (empty dict if none)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(b"fmaudit_provenance")
+    return json.loads(raw) if raw else {}
+
+
+def dataframe_to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
+    """A GitHub-flavoured Markdown table without the optional tabulate dependency."""
+    def fmt(v: Any) -> str:
+        if isinstance(v, (float, np.floating)):
+            return "" if np.isnan(v) else format(float(v), floatfmt)
+        return str(v).replace("|", "\\|")
+
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapping[str, Any] | None = None) -> None:
+    """Write arrays (and a JSON provenance string under key ``provenance``) to an .npz, atomically."""
+    payload = dict(arrays)
+    if provenance is not None:
+        payload["provenance"] = np.array(json.dumps(provenance, sort_keys=True, default=_json_default))
+    with atomic_path(path, suffix=".npz") as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **payload)
+
+
+def read_npz(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Arrays and provenance of an .npz written by :func:`write_npz`."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "provenance"}
+            prov = json.loads(str(z["provenance"])) if "provenance" in z.files else {}
+    except (OSError, ValueError, EOFError) as e:  # zipfile.BadZipFile subclasses OSError? no: handle below
+        raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
+    except Exception as e:  # noqa: BLE001 - zipfile.BadZipFile and friends
+        raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
+    return arrays, prov
+
+
+def load_feature_array(path: PathLike, key: str | None = None) -> np.ndarray:
+    """Features brought from elsewhere: .npy, .npz (``key`` or the single array / ``features``),
+    or HDF5 (.h5/.hdf5) with a ``features`` dataset (CLAM/TRIDENT style; (1,N,D) is squeezed)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    ext = path.suffix.lower()
+    if ext == ".npy":
+        arr = np.load(path, allow_pickle=False)
+    elif ext == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            names = [k for k in z.files if k != "provenance"]
+            pick = key or ("features" if "features" in names else (names[0] if len(names) == 1 else None))
+            if pick is None or pick not in names:
+                raise FmauditInputError(f"{path}: choose an array with a key; it holds {names}")
+            arr = z[pick]
+    elif ext in (".h5", ".hdf5"):
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            pick = key or "features"
+            if pick not in f:
+                raise FmauditInputError(f"{path}: no dataset {pick!r} (has {list(f.keys())})")
+            arr = f[pick][()]
+    else:
+        raise FmauditInputError(f"{path}: unknown feature file type {ext!r} (use .npy, .npz, .h5)")
+    arr = np.asarray(arr)
+    if arr.ndim == 3 and arr.shape[0] == 1:
+        arr = arr[0]
+    return arr
+
+
+def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """Hash of a JSON-able object with sorted keys: the config hash used in provenance."""
+    blob = json.dumps(obj, sort_keys=True, default=_json_default).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def dataframe_hash(df: pd.DataFrame, length: int = 16) -> str:
+    """Content hash of a table (column names, dtypes and values), independent of file format."""
+    h = hashlib.sha256()
+    h.update(json.dumps([list(map(str, df.columns)), [str(t) for t in df.dtypes]]).encode())
+    h.update(pd.util.hash_pandas_object(df, index=False).values.tobytes())
+    return h.hexdigest()[:length]
+
+
+def provenance(**fields: Any) -> dict[str, Any]:
+    """Provenance dict with the package version added."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pkg = version("fmaudit")
+    except PackageNotFoundError:  # running from a source tree
+        pkg = "0+unknown"
+    return {"fmaudit_version": pkg, **fields}
