@@ -1,0 +1,128 @@
+# Input functions and helpers of every rule. Rules themselves hold no Python logic.
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
+
+from fmaudit.config import check_names, dataset_params, load_yaml
+from fmaudit.grid import section, task_domains
+
+RESULTS = "results"
+ENCODERS = load_yaml(config.get("encoder_registry", "resources/encoders.yaml"))
+DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
+try:
+    check_names(config, ENCODERS, DATASETS)
+except ValueError as err:
+    raise WorkflowError(str(err))
+
+
+wildcard_constraints:
+    encoder=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    task=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+
+
+# ---- data ----------------------------------------------------------------------------------------------
+
+
+def manifest_path(dataset):
+    return f"{RESULTS}/manifests/{dataset}.parquet"
+
+
+def dataset_entry(wildcards):
+    """The registry entry of one data set with the config's parameter overrides (params of prepare_manifest)."""
+    entry = dict(DATASETS[wildcards.dataset])
+    entry["params"] = dataset_params(config, DATASETS, wildcards.dataset)
+    return entry
+
+
+def dataset_input_files(wildcards):
+    """Files a preparation depends on that live in the repository (slide sheets), so edits re-run it."""
+    params = dataset_params(config, DATASETS, wildcards.dataset)
+    sheet = params.get("slides")
+    return [sheet] if sheet else []
+
+
+# ---- embeddings ----------------------------------------------------------------------------------------
+
+
+def embedding_path(encoder, dataset):
+    return f"{RESULTS}/embeddings/{encoder}/{dataset}.npz"
+
+
+def encoder_entry(wildcards):
+    """The registry entry of one encoder: a change to it re-embeds only that encoder."""
+    return ENCODERS[wildcards.encoder]
+
+
+def encoder_weights(wildcards):
+    """A local checkpoint that overrides the registry's weight source ('' for none)."""
+    return (config.get("encoder_weights") or {}).get(wildcards.encoder, "")
+
+
+def embed_gpus(wildcards):
+    return 1 if ENCODERS[wildcards.encoder].get("gpu", False) else 0
+
+
+def embed_mem_mb(wildcards, attempt):
+    return (16000 if ENCODERS[wildcards.encoder].get("gpu", False) else 2000) * attempt
+
+
+def embed_runtime(wildcards, attempt):
+    return (240 if ENCODERS[wildcards.encoder].get("gpu", False) else 30) * attempt
+
+
+# ---- probe suite ---------------------------------------------------------------------------------------
+
+
+def probe_shard_inputs(wildcards):
+    """Manifests and this encoder's embeddings of the task's data sets: nothing about other encoders."""
+    datasets = config["tasks"][wildcards.task]["datasets"]
+    return {
+        "manifests": [manifest_path(ds) for ds in datasets],
+        "embeddings": [embedding_path(wildcards.encoder, ds) for ds in datasets],
+    }
+
+
+def probe_task(wildcards):
+    """The task's config entry with its resolved domains."""
+    spec = dict(config["tasks"][wildcards.task])
+    spec["domains"] = task_domains(config, wildcards.task, DATASETS)
+    return spec
+
+
+def probe_settings(wildcards):
+    return section(config, "probe")
+
+
+def calibration_settings(wildcards):
+    return section(config, "calibration")
+
+
+def bootstrap_settings(wildcards):
+    return section(config, "bootstrap")
+
+
+def shard_mem_mb(wildcards, attempt):
+    return 4000 * attempt
+
+
+def shard_runtime(wildcards, attempt):
+    return 60 * attempt
+
+
+def shard_path(analysis, task, encoder, kind="runs"):
+    return f"{RESULTS}/shards/{analysis}/{task}/{encoder}.{kind}.parquet"
+
+
+def all_probe_shards(kind):
+    return [shard_path("probe", task, enc, kind) for task in config["tasks"] for enc in config["encoders"]]
+
+
+def all_embeddings():
+    return [embedding_path(enc, ds) for enc in config["encoders"] for ds in config["datasets"]]
+
+
+def all_targets():
+    return [f"{RESULTS}/report/index.md"]

@@ -1,0 +1,18 @@
+"""Snakemake adapter: embed one data set with one encoder."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+
+from fmaudit.workflow_steps import embed_step  # noqa: E402
+
+embed_step(
+    encoder=snakemake.wildcards.encoder,  # noqa: F821
+    spec=snakemake.params.encoder,  # noqa: F821
+    manifest=snakemake.input.manifest,  # noqa: F821
+    out=snakemake.output[0],  # noqa: F821
+    weights=snakemake.params.weights or None,  # noqa: F821
+    batch_size=snakemake.params.batch_size,  # noqa: F821
+    threads=snakemake.threads,  # noqa: F821
+    log=snakemake.log[0],  # noqa: F821
+)

@@ -1,0 +1,15 @@
+"""Snakemake adapter: prepare one data set's manifest."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+
+from fmaudit.workflow_steps import prepare_manifest_step  # noqa: E402
+
+prepare_manifest_step(
+    dataset=snakemake.wildcards.dataset,  # noqa: F821
+    entry=snakemake.params.entry,  # noqa: F821
+    data_root=snakemake.params.data_root,  # noqa: F821
+    out=snakemake.output[0],  # noqa: F821
+    log=snakemake.log[0],  # noqa: F821
+)

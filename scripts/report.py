@@ -1,0 +1,15 @@
+"""Snakemake adapter: tables, figures and the index of the report."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+
+from fmaudit.workflow_steps import report_step  # noqa: E402
+
+report_step(
+    runs=snakemake.input.runs,  # noqa: F821
+    predictions=list(snakemake.input.predictions),  # noqa: F821
+    embeddings=list(snakemake.input.embeddings),  # noqa: F821
+    out_dir=str(Path(snakemake.output.index).parent),  # noqa: F821
+    log=snakemake.log[0],  # noqa: F821
+)

@@ -1,0 +1,134 @@
+"""The labelled items of one task with their features, in one aligned set of arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fmaudit.datasets.manifest import label_names as manifest_label_names
+from fmaudit.io import FmauditInputError
+
+
+@dataclass
+class TaskData:
+    """Features and metadata of a task's labelled items (row i of every array is the same item)."""
+
+    features: np.ndarray  # (N, D) float
+    labels: np.ndarray  # (N,) int
+    item_ids: np.ndarray  # (N,) str
+    groups: np.ndarray  # (N,) str, patient/slide
+    domains: np.ndarray  # (N,) str
+    splits: np.ndarray  # (N,) str
+    class_names: list[str]
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    def domain_split(self, domain: str, split: str) -> np.ndarray:
+        return np.flatnonzero((self.domains == domain) & (self.splits == split))
+
+
+def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tuple[np.ndarray, np.ndarray]],
+                       task: str, domains: Sequence[str] | None = None,
+                       sources: Sequence[str] | None = None) -> TaskData:
+    """Join each data set's manifest with its embeddings (ids + features), keep labelled items of ``domains``.
+
+    ``features[i]`` is ``(item_ids, array)`` of the embedding of ``manifests[i]``; ``sources`` names them for
+    error messages. Items are matched by id, so an embedding made from another manifest fails loudly.
+    """
+    sources = list(sources or [f"dataset {i}" for i in range(len(manifests))])
+    parts, feats = [], []
+    dim = None
+    for man, (ids, arr), src in zip(manifests, features, sources):
+        arr = np.asarray(arr)
+        if arr.ndim != 2 or len(arr) != len(ids):
+            raise FmauditInputError(f"{src}: features of shape {arr.shape} do not match {len(ids)} item ids")
+        if dim is not None and arr.shape[1] != dim:
+            raise FmauditInputError(f"{src}: feature dimension {arr.shape[1]} differs from {dim} of the other data sets")
+        dim = arr.shape[1]
+        pos = pd.Series(np.arange(len(ids)), index=pd.Index(np.asarray(ids).astype(str)))
+        if pos.index.has_duplicates:
+            raise FmauditInputError(f"{src}: duplicated item ids in the embedding")
+        lab = man[man["label"].notna()]
+        missing = ~lab["item_id"].isin(pos.index)
+        if missing.any():
+            raise FmauditInputError(
+                f"{src}: {int(missing.sum())} labelled item(s) of the manifest have no embedding, "
+                f"e.g. {lab['item_id'][missing].iloc[0]!r}; re-embed this data set"
+            )
+        rows = pos.loc[lab["item_id"].astype(str)].to_numpy()
+        x = arr[rows]
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise FmauditInputError(f"{src}: non-finite features for item {lab['item_id'].iloc[int(np.flatnonzero(bad)[0])]!r}")
+        parts.append(lab)
+        feats.append(x)
+    if not parts:
+        raise FmauditInputError(f"task {task}: no data sets")
+    man = pd.concat(parts, ignore_index=True)
+    x = np.concatenate(feats).astype(np.float64)
+    if domains is not None and list(domains) != ["all"]:
+        present = set(man["domain"].astype(str))
+        absent = [d for d in domains if d not in present]
+        if absent:
+            raise FmauditInputError(f"task {task}: domain(s) {absent} not in the data (present: {sorted(present)})")
+        keep = man["domain"].isin(list(domains)).to_numpy()
+        man, x = man[keep].reset_index(drop=True), x[keep]
+        dom = man["domain"].astype(str).to_numpy()
+    else:
+        dom = np.full(len(man), "all", dtype=object) if domains is not None else man["domain"].astype(str).to_numpy()
+    if len(man) == 0:
+        raise FmauditInputError(f"task {task}: no labelled items")
+    names = manifest_label_names(man)
+    return TaskData(
+        features=x, labels=man["label"].astype(int).to_numpy(), item_ids=man["item_id"].astype(str).to_numpy(),
+        groups=man["group"].astype(str).to_numpy(), domains=np.asarray(dom, dtype=str),
+        splits=man["split"].astype(str).to_numpy(), class_names=names,
+    )
+
+
+def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+                train_groups: np.ndarray | None = None, test_groups: np.ndarray | None = None,
+                val_x: np.ndarray | None = None, val_y: np.ndarray | None = None,
+                class_names: Mapping[int, str] | None = None) -> TaskData:
+    """A one-domain task from arrays made elsewhere (``fmaudit probe``): train/val/test splits, domain ``all``."""
+    xs = [np.asarray(train_x, float), np.asarray(test_x, float)]
+    ys = [np.asarray(train_y), np.asarray(test_y)]
+    splits = ["train"] * len(ys[0]) + ["test"] * len(ys[1])
+    if val_x is not None:
+        xs.append(np.asarray(val_x, float))
+        ys.append(np.asarray(val_y))
+        splits += ["val"] * len(ys[2])
+    for name, a, b in (("test", xs[0], xs[1]),) + ((("val", xs[0], xs[2]),) if val_x is not None else ()):
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+            raise FmauditInputError(f"train features {a.shape} and {name} features {b.shape} differ in dimension")
+    for name, x, y in zip(("train", "test", "val"), xs, ys):
+        if len(x) != len(y):
+            raise FmauditInputError(f"{name}: {len(x)} feature rows but {len(y)} labels")
+        if not np.isfinite(x).all():
+            raise FmauditInputError(f"{name} features: non-finite value in row {int(np.flatnonzero(~np.isfinite(x).all(1))[0])}")
+    y = np.concatenate(ys)
+    if not np.issubdtype(y.dtype, np.integer):
+        if np.any(np.asarray(y, float) != np.round(np.asarray(y, float))):
+            raise FmauditInputError("labels must be integers 0..K-1")
+        y = y.astype(int)
+    if y.min() < 0:
+        raise FmauditInputError("labels must be integers 0..K-1 (found a negative label)")
+    n = len(y)
+    groups, offset = [], 0
+    for name, g, x in zip(("train", "test", "val"), (train_groups, test_groups, None), xs):
+        if g is None:  # ungrouped: every item is its own resampling unit
+            g = np.array([f"item{offset + i}" for i in range(len(x))])
+        elif len(g) != len(x):
+            raise FmauditInputError(f"{name}: {len(x)} feature rows but {len(g)} groups")
+        groups.append(np.asarray(g).astype(str))
+        offset += len(x)
+    k = int(y.max()) + 1
+    names = [str((class_names or {}).get(i, f"class_{i}")) for i in range(k)]
+    ids = np.array([f"{s}_{i}" for i, s in enumerate(splits)])
+    return TaskData(features=np.concatenate(xs), labels=y, item_ids=ids, groups=np.concatenate(groups),
+                    domains=np.full(n, "all"), splits=np.array(splits), class_names=names)
