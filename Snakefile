@@ -21,6 +21,7 @@ include: "rules/report.smk"
 
 localrules:
     all,
+    download,
     aggregate_probe,
     report,
 

@@ -7,13 +7,14 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own li
 
 from fmaudit.config import check_names, dataset_params, load_yaml
 from fmaudit.grid import section, task_domains
+from fmaudit.registry import load_registry
 
 RESULTS = "results"
-ENCODERS = load_yaml(config.get("encoder_registry", "resources/encoders.yaml"))
-DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
 try:
+    ENCODERS = load_registry(config.get("encoder_registry", "resources/encoders.yaml"))
+    DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
     check_names(config, ENCODERS, DATASETS)
-except ValueError as err:
+except (ValueError, FileNotFoundError) as err:
     raise WorkflowError(str(err))
 
 
@@ -93,7 +94,11 @@ def probe_task(wildcards):
 
 
 def probe_settings(wildcards):
-    return section(config, "probe")
+    """The probe grid, with readout `default` resolved to this encoder's own default readout."""
+    probe = section(config, "probe")
+    if probe["readout"] == "default":
+        probe["readout"] = ENCODERS[wildcards.encoder].get("default_readout", "cls")
+    return probe
 
 
 def calibration_settings(wildcards):
@@ -126,3 +131,8 @@ def all_embeddings():
 
 def all_targets():
     return [f"{RESULTS}/report/index.md"]
+
+
+def downloadable_datasets(wildcards):
+    """Download markers of the config's data sets whose registry entry lists files to fetch."""
+    return [f"{RESULTS}/downloads/{ds}.done" for ds in config["datasets"] if DATASETS[ds].get("files")]

@@ -115,6 +115,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_download(args: argparse.Namespace) -> int:
+    from fmaudit.config import load_yaml
+    from fmaudit.datasets.download import download_dataset
+
+    registry = load_yaml(args.registry)
+    if args.dataset not in registry:
+        from fmaudit.config import _unknown
+
+        raise _unknown("dataset", args.dataset, list(registry), args.registry)
+    download_dataset(args.dataset, registry[args.dataset], args.data_root)
+    print(f"{args.dataset}: ready under {args.data_root}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fmaudit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -149,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     gr.add_argument("--configfile", required=True)
     gr.add_argument("--json", action="store_true")
     gr.set_defaults(func=cmd_grid)
+
+    dl = sub.add_parser("download", help="fetch and unpack one registered data set (resumable, checksummed)")
+    dl.add_argument("dataset", help="slug of resources/datasets.yaml")
+    dl.add_argument("--data-root", required=True)
+    dl.add_argument("--registry", default="resources/datasets.yaml")
+    dl.set_defaults(func=cmd_download)
 
     cc = sub.add_parser("check-config", help="validate a config and the names it uses")
     cc.add_argument("--configfile", required=True)

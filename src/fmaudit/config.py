@@ -22,7 +22,7 @@ CONFIG_SCHEMA = REPO_ROOT / "resources" / "schemas" / "config.schema.yaml"
 def _validator_with_defaults(schema: Mapping[str, Any]):
     import jsonschema
 
-    base = jsonschema.Draft7Validator
+    base = jsonschema.Draft202012Validator
 
     def set_defaults(validator, properties, instance, schema):
         if isinstance(instance, dict):

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fmaudit.analyses import transfer  # noqa: E402
 from fmaudit.io import atomic_path, dataframe_to_markdown, read_npz, read_table, write_table, write_text  # noqa: E402
 from fmaudit.metrics import reliability_bins, softmax  # noqa: E402
 from fmaudit.stats import bootstrap_counts, bootstrap_metric  # noqa: E402
@@ -36,28 +37,72 @@ def load_predictions(paths: Sequence[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _cell_items(preds: pd.DataFrame) -> pd.DataFrame:
+    return preds.drop_duplicates("item_id").set_index("item_id")
+
+
+def seed_mean_bootstrap(preds: pd.DataFrame, metric: str, counts: np.ndarray, order: np.ndarray,
+                        labels: np.ndarray, temperature_col: str | None = None) -> tuple[float, np.ndarray]:
+    """(mean over seeds of ``metric``, its (B,) resampled values) for one cell, items in ``order``.
+
+    All seeds of a cell are evaluated on the same items, so one resample matrix serves every seed (and,
+    for paired comparisons, every encoder)."""
+    points, boots = [], []
+    full = np.ones((1, len(order)), dtype=np.int32)
+    for _, one in preds.groupby("seed"):
+        one = one.set_index("item_id").loc[order]
+        temp = float(one[temperature_col].iloc[0]) if temperature_col else 1.0
+        probs = softmax(np.stack(one["logits"].to_numpy()).astype(np.float64), temperature=temp)
+        points.append(float(bootstrap_metric(metric, probs, labels, full)[0]))
+        boots.append(bootstrap_metric(metric, probs, labels, counts))
+    return float(np.mean(points)), np.nanmean(np.stack(boots), axis=0)
+
+
 def seed_averaged_ci(preds: pd.DataFrame, metric: str, n_boot: int, seed: int, temperature_col: str | None = None,
                      alpha: float = 0.05) -> tuple[float, float, float]:
-    """Mean over seeds of ``metric`` with a group-cluster bootstrap CI of that mean.
-
-    All seeds of a cell are evaluated on the same items, so one resample of groups is applied to every seed.
-    """
-    items = preds.drop_duplicates("item_id").set_index("item_id")
+    """Mean over seeds of ``metric`` with a group-cluster bootstrap CI of that mean."""
+    items = _cell_items(preds)
     order = items.index.to_numpy()
     labels = items["label"].to_numpy().astype(int)
     counts = bootstrap_counts(len(order), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=seed)
-    points, boots = [], []
-    for _, one in preds.groupby("seed"):
-        one = one.set_index("item_id").loc[order]
-        logits = np.stack(one["logits"].to_numpy())
-        temp = float(one[temperature_col].iloc[0]) if temperature_col else 1.0
-        probs = softmax(logits, temperature=temp)
-        full = np.ones((1, len(order)), dtype=np.int32)
-        points.append(float(bootstrap_metric(metric, probs, labels, full)[0]))
-        boots.append(bootstrap_metric(metric, probs, labels, counts))
-    mean_boot = np.nanmean(np.stack(boots), axis=0)
-    lo, hi = np.nanpercentile(mean_boot, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(np.mean(points)), float(lo), float(hi)
+    point, boot = seed_mean_bootstrap(preds, metric, counts, order, labels, temperature_col)
+    lo, hi = np.nanpercentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return point, float(lo), float(hi)
+
+
+def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, metric: str = "macro_f1", n_boot: int = 2000,
+                       seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
+    """Paired cluster bootstrap of each encoder's ``metric`` minus the in-domain best encoder's, per target.
+
+    One resample of groups is shared by every encoder and seed of a (task, head, fraction, s→t) cell."""
+    rows = []
+    keys = ["task", "head", "fraction", "source_domain"]
+    for key, cell in board.groupby(keys):
+        ind = cell[cell["in_domain"]]
+        if ind["encoder"].nunique() < 2:
+            continue
+        reference = ind.sort_values(["macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+        for target in cell["target_domain"].unique():
+            sel = preds
+            for k, v in zip(keys + ["target_domain"], list(key) + [target]):
+                sel = sel[sel[k] == v]
+            items = _cell_items(sel)
+            order = items.index.to_numpy()
+            labels = items["label"].to_numpy().astype(int)
+            counts = bootstrap_counts(len(order), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=seed)
+            res = {enc: seed_mean_bootstrap(p, metric, counts, order, labels) for enc, p in sel.groupby("encoder")}
+            ref_point, ref_boot = res[reference]
+            for enc, (point, boot) in res.items():
+                if enc == reference:
+                    continue
+                diff = boot - ref_boot
+                lo, hi = np.nanpercentile(diff, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+                rows.append({**dict(zip(keys, key)), "target_domain": target, "in_domain": target == key[3],
+                             "encoder": enc, "reference": reference, "metric": metric,
+                             "difference": point - ref_point, "ci_lo": float(lo), "ci_hi": float(hi),
+                             "ci_excludes_zero": bool(lo > 0 or hi < 0), "n_boot": n_boot,
+                             "resampling": "paired, patient/slide clusters, shared across encoders and seeds"})
+    return pd.DataFrame(rows)
 
 
 def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -132,7 +177,8 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
         wide = cell.pivot_table(index=["encoder", "source_domain", "target_domain"], columns="stage_label",
                                 values=ECE_COL, sort=False).reset_index()
         order = ["encoder", "source_domain", "target_domain"] + [c for c in ["raw", "source_ts", "oracle_ts"] if c in wide]
-        order += sorted(c for c in wide.columns if str(c).startswith("kshot"))
+        order += sorted((c for c in wide.columns if str(c).startswith("kshot")),
+                        key=lambda c: int(str(c).split("K=")[1].rstrip(")")))
         parts.append(f"### {task}: {head} probe, label fraction {frac:g}\n\nTop-label ECE (15 bins, (lo,hi]) "
                      "by temperature stage; oracle_ts is fitted on the evaluated target (not deployable).\n\n"
                      f"{dataframe_to_markdown(wide[order])}\n")
@@ -190,6 +236,66 @@ def embedding_inventory(paths: Sequence[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
+    """Spearman ρ of encoder rankings, source (rows) × target (columns), per head at the largest fraction."""
+    if len(rank) == 0:
+        fig, ax = plt.subplots(figsize=(4, 2))
+        ax.text(0.5, 0.5, "rank transfer needs at least two encoders", ha="center")
+        ax.axis("off")
+    else:
+        top = rank[rank["fraction"] == rank["fraction"].max()]
+        panels = list(top.groupby(["task", "head"]))
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
+        for ax, ((task, head), cell) in zip(axes[0], panels):
+            doms = sorted(set(cell["source_domain"]) | set(cell["target_domain"]))
+            mat = np.full((len(doms), len(doms)), np.nan)
+            for r in cell.itertuples():
+                mat[doms.index(r.source_domain), doms.index(r.target_domain)] = r.spearman_rho
+            im = ax.imshow(mat, vmin=-1, vmax=1, cmap="RdBu")
+            ax.set_xticks(range(len(doms)), doms, rotation=45, ha="right")
+            ax.set_yticks(range(len(doms)), doms)
+            for i in range(len(doms)):
+                for j in range(len(doms)):
+                    if np.isfinite(mat[i, j]):
+                        ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8)
+            ax.set_xlabel("target")
+            ax.set_ylabel("source (in-domain ranking)")
+            ax.set_title(f"{task}, {head}: Spearman ρ", fontsize=9)
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
+    plt.close(fig)
+
+
+def ece_vs_fraction_figure(runs: pd.DataFrame, path: Path) -> None:
+    """Target ECE (raw) against label fraction, one line per encoder, one panel per transfer pair."""
+    from fmaudit.analyses.transfer import seed_means
+
+    means = seed_means(runs)
+    off = means[~means["in_domain"]]
+    pairs = list(off.groupby(["task", "head", "source_domain", "target_domain"]))
+    if not pairs:
+        pairs = list(means.groupby(["task", "head", "source_domain", "target_domain"]))
+    ncol = min(3, len(pairs))
+    nrow = int(np.ceil(len(pairs) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.2 * nrow), squeeze=False)
+    for ax, ((task, head, s, t), cell) in zip(axes.flat, pairs):
+        for enc, er in cell.groupby("encoder"):
+            er = er.sort_values("fraction")
+            ax.plot(er["fraction"], er[ECE_COL], marker="o", label=enc)
+        ax.set_xscale("log")
+        ax.set_xlabel("label fraction")
+        ax.set_ylabel("target ECE (15 bins)")
+        ax.set_title(f"{task}, {head}: {s} → {t}", fontsize=9)
+    for ax in list(axes.flat)[len(pairs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
 def _write_all_formats(df: pd.DataFrame, stem: Path) -> None:
     write_table(stem.with_suffix(".csv"), df)
     write_table(stem.with_suffix(".md"), df)
@@ -221,7 +327,24 @@ def write_report(runs: pd.DataFrame, prediction_files: Sequence[Path], embedding
     _write_all_formats(summary, tables / "shift_summary")
     inventory = embedding_inventory(embedding_files)
     _write_all_formats(inventory, tables / "embeddings")
+    cross = transfer.cross_dataset_leaderboard(board)
+    _write_all_formats(cross, tables / "cross_domain_leaderboard")
+    paired = paired_differences(board, preds, n_boot=max(n_boot, 2000), seed=seed)
+    _write_all_formats(paired, tables / "paired_differences")
+    cri = transfer.cri_table(runs)
+    _write_all_formats(cri, tables / "cri")
+    rank = transfer.rank_transfer_table(runs)
+    _write_all_formats(rank, tables / "rank_transfer")
+    per_unit, pooled = transfer.decoupling_table(runs)
+    _write_all_formats(per_unit, tables / "decoupling_units")
+    _write_all_formats(pooled, tables / "decoupling")
+    slopes = transfer.ece_slopes(runs)
+    _write_all_formats(slopes, tables / "ece_slopes")
+    by_bin = transfer.ece_slope_by_auroc_bin(slopes)
+    _write_all_formats(by_bin, tables / "ece_slope_by_auroc_bin")
     reliability_figure(preds, figures / "reliability.png")
+    rank_transfer_heatmap(rank, figures / "rank_transfer.png")
+    ece_vs_fraction_figure(runs, figures / "ece_vs_fraction.png")
     index = [
         "# fmaudit report", "",
         "Conventions: macro-F1 with `labels=range(K)`; top-label ECE with 15 equal-width bins closed as (lo, hi]; "
@@ -230,7 +353,18 @@ def write_report(runs: pd.DataFrame, prediction_files: Sequence[Path], embedding
         "## In-domain vs off-domain", "", dataframe_to_markdown(summary), "",
         "## Leaderboards", "", leaderboard_markdown(board), "",
         "## Calibration ladder", "", calibration_markdown(cal), "",
+        "## Paired differences to the in-domain best encoder", "",
+        "Macro-F1 difference (encoder − reference), paired cluster bootstrap over patients/slides.", "",
+        dataframe_to_markdown(paired.drop(columns=["resampling"], errors="ignore")), "",
+        "## Cross-domain leaderboard (sorted by the most shifted target)", "", dataframe_to_markdown(cross), "",
+        "## CRI per label fraction", "",
+        "CRI = AUROC_id × (1 − clip(ECE after source TS)) × OOD_Stability (PRISM, as corrected).", "",
+        dataframe_to_markdown(cri.drop(columns=["cri_convention"], errors="ignore")), "",
+        "## Rank transfer", "", dataframe_to_markdown(rank), "",
+        "## AUROC-rank vs ECE-rank decoupling (Fisher-z pooled per fraction)", "", dataframe_to_markdown(pooled), "",
+        "## Target ECE against label fraction, by transfer AUROC", "", dataframe_to_markdown(by_bin), "",
         "## Figures", "", "![reliability](figures/reliability.png)", "",
+        "![rank transfer](figures/rank_transfer.png)", "", "![ECE vs fraction](figures/ece_vs_fraction.png)", "",
         "## Embeddings", "", dataframe_to_markdown(inventory), "",
         "Tables are also in `tables/` as CSV, Markdown and LaTeX.", "",
     ]

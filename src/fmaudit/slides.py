@@ -26,6 +26,7 @@ from PIL import Image
 
 from fmaudit.io import FmauditInputError
 
+# columns of tile_coordinates, in order
 TILE_COLUMNS = ("x", "y", "level", "size", "tissue_fraction", "mpp")
 
 
@@ -325,7 +326,7 @@ def tile_coordinates(
     if max_tiles is not None and len(idx) > int(max_tiles):
         rng = np.random.default_rng(seed)
         idx = np.sort(rng.choice(idx, size=int(max_tiles), replace=False))
-    return pd.DataFrame(
+    tiles = pd.DataFrame(
         {
             "x": x[idx],
             "y": y[idx],
@@ -335,3 +336,4 @@ def tile_coordinates(
             "mpp": np.full(len(idx), mpp, dtype=np.float64),
         }
     )
+    return tiles[list(TILE_COLUMNS)]

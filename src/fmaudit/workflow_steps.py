@@ -13,7 +13,6 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from fmaudit import grid
-from fmaudit.analyses.probe_suite import run_probe_suite
 from fmaudit.analyses.task_data import assemble_task_data
 from fmaudit.datasets import prepare_dataset
 from fmaudit.io import dataframe_hash, provenance, read_npz, read_table, write_table
@@ -26,7 +25,7 @@ def prepare_manifest_step(dataset: str, entry: Mapping[str, Any], data_root: str
     logger = setup_logging(log)
     manifest = prepare_dataset(dataset, entry["preparer"], data_root, entry.get("params") or {})
     prov = provenance(dataset=dataset, preparer=entry["preparer"], params=entry.get("params") or {},
-                      manifest_hash=dataframe_hash(manifest))
+                      manifest_hash=dataframe_hash(manifest), preparation=manifest.attrs.get("provenance", {}))
     write_table(out, manifest, provenance=prov)
     logger.info("manifest of %s: %d items, %d labelled, domains %s", dataset, len(manifest),
                 int(manifest["label"].notna().sum()), sorted(manifest["domain"].unique()))
@@ -41,7 +40,10 @@ def embed_step(encoder: str, spec: Mapping[str, Any], manifest: str, out: str, w
     spec = dict(spec)
     spec.setdefault("name", encoder)
     logger.info("embedding %d items of %s with %s", len(man), manifest, encoder)
-    embed_manifest(man, spec, out, batch_size=batch_size, num_workers=max(0, int(threads) - 1),
+    # GPU jobs decode images in worker processes while the GPU computes; on CPU the workers would only
+    # compete with the model for the same cores
+    workers = max(0, int(threads) - 1) if spec.get("gpu", False) else 0
+    embed_manifest(man, spec, out, batch_size=batch_size, num_workers=workers, num_threads=int(threads),
                    weights_path=weights, log=logger)
 
 
@@ -63,6 +65,8 @@ def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[
 def probe_shard_step(encoder: str, task: str, task_spec: Mapping[str, Any], manifests: Sequence[str],
                      embeddings: Sequence[str], probe: Mapping[str, Any], calibration: Mapping[str, Any],
                      bootstrap: Mapping[str, Any], out_runs: str, out_predictions: str, log: str | None = None) -> None:
+    from fmaudit.analyses.probe_suite import run_probe_suite
+
     logger = setup_logging(log)
     data = load_task_data(task, task_spec, manifests, embeddings, probe.get("readout", "cls"))
     shard_config = {"encoders": [encoder], "tasks": {task: dict(task_spec)}, "probe": dict(probe)}
@@ -94,3 +98,13 @@ def report_step(runs: str, predictions: Sequence[str], embeddings: Sequence[str]
     logger = setup_logging(log)
     write_report(read_table(runs), [Path(p) for p in predictions], [Path(p) for p in embeddings], Path(out_dir))
     logger.info("report written to %s", out_dir)
+
+
+def download_step(dataset: str, entry: Mapping[str, Any], data_root: str, done: str, log: str | None = None) -> None:
+    from fmaudit.datasets.download import download_dataset
+    from fmaudit.io import write_json
+
+    logger = setup_logging(log)
+    download_dataset(dataset, entry, data_root)
+    write_json(done, provenance(dataset=dataset, files=entry.get("files") or []))
+    logger.info("%s downloaded under %s", dataset, data_root)

@@ -54,6 +54,7 @@ def prepare_dataset(dataset: str, preparer: str, data_root: str | Path, params: 
     from fmaudit.datasets.manifest import make_manifest, validate_manifest
 
     fn = get_preparer(preparer)
-    df = fn(dataset, Path(data_root), dict(params or {}))
-    df = make_manifest(df)
+    raw = fn(dataset, Path(data_root), dict(params or {}))
+    df = make_manifest(raw)
+    df.attrs = dict(raw.attrs)  # preparer provenance (duplicates removed, split mode) travels to the parquet
     return validate_manifest(df, name=f"manifest of {dataset}")

@@ -1,0 +1,293 @@
+"""Temperature scaling and the calibration ladder (METHODS 2).
+
+``p = softmax(z / T)``; T minimises the mean NLL on a fitting split, found by a bounded scalar search on
+``log T`` within ``bounds`` (default [0.05, 20]). Accuracy, F1 and AUROC do not change for T > 0, so the
+ladder's rows differ only in the probability-quality metrics (and, for K-shot rows, in which items are
+evaluated).
+
+The ladder (seed 000):
+
+- ``raw``: T = 1 on the whole target set.
+- ``source_ts``: T fitted on a held-out source validation split, applied to the target (deployable).
+- ``oracle_ts``: T fitted on the whole labelled target set and evaluated on the same set (an upper bound,
+  not deployable).
+- ``kshot_ts``: T fitted on K labelled target items and evaluated on the remaining ones; repeated over
+  ``draws`` random draws and averaged. The items of draw d for K = k are drawn by
+  ``np.random.default_rng([random_state, k, d])``, so a draw does not depend on which other K are run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize_scalar
+
+from fmaudit.io import FmauditInputError
+from fmaudit.metrics import (
+    log_softmax,
+    softmax,
+    summary_metric_keys,
+    summary_metrics,
+    validate_labels,
+    validate_logits,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPERATURE_BOUNDS = (0.05, 20.0)
+# A fitted log T this close to a bound is reported as "at the bound" (0.1 % in T).
+AT_BOUND_LOG_TOLERANCE = 1e-3
+CALIBRATED_TOLERANCE = 1e-3
+LADDER_STAGES = ("raw", "source_ts", "oracle_ts", "kshot_ts")
+DEFAULT_KS = (4, 8, 16, 32, 64)
+
+__all__ = [
+    "TemperatureScaler",
+    "calibration_ladder",
+    "fit_temperature",
+    "kshot_temperature_draws",
+]
+
+
+def _check_bounds(bounds: Sequence[float]) -> tuple[float, float]:
+    try:
+        lo, hi = (float(b) for b in bounds)
+    except (TypeError, ValueError) as err:
+        raise FmauditInputError(f"bounds: expected (low, high), got {bounds!r}") from err
+    if not (0.0 < lo < hi and np.isfinite(hi)):
+        raise FmauditInputError(f"bounds: need 0 < low < high < inf, got {bounds!r}")
+    return lo, hi
+
+
+def _mean_nll(z: np.ndarray, y: np.ndarray, temperature: float) -> float:
+    logp = log_softmax(z, temperature)
+    return float(-logp[np.arange(len(y)), y].mean())
+
+
+class TemperatureScaler:
+    """Fit one temperature T for ``softmax(logits / T)`` by bounded NLL minimisation on ``log T``.
+
+    Parameters
+    ----------
+    bounds : (low, high)
+        Search interval for T; the optimum is reported with ``at_bound_`` when it sits on an end
+        (e.g. K-shot draws that are all confidently correct push T to the lower bound).
+
+    Fitted attributes
+    -----------------
+    temperature_ : float
+    at_bound_ : bool
+        True if ``log T`` is within 1e-3 of ``log low`` or ``log high``.
+    confidence_ : str
+        "overconfident" (T > 1), "underconfident" (T < 1) or "calibrated" (|T - 1| <= 1e-3).
+    n_fit_ : int
+        Number of items the temperature was fitted on.
+    nll_before_, nll_after_ : float
+        Mean NLL on the fitting items at T = 1 and at the fitted T.
+    """
+
+    def __init__(self, bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS):
+        self.bounds = bounds
+
+    def fit(self, logits: Any, labels: Any) -> "TemperatureScaler":
+        lo, hi = _check_bounds(self.bounds)
+        z = validate_logits(logits)
+        y = validate_labels(labels, z.shape[0], z.shape[1])
+        log_lo, log_hi = np.log(lo), np.log(hi)
+
+        def objective(log_t: float) -> float:
+            return _mean_nll(z, y, float(np.exp(log_t)))
+
+        result = minimize_scalar(objective, bounds=(log_lo, log_hi), method="bounded", options={"xatol": 1e-7})
+        log_t, best = float(result.x), float(result.fun)
+        # Bounded Brent never evaluates the end points; snap to an end when it is at least as good.
+        for end in (log_lo, log_hi):
+            value = objective(end)
+            if value <= best:
+                log_t, best = end, value
+        temperature = float(np.exp(log_t))
+        self.temperature_ = temperature
+        self.at_bound_ = bool(min(abs(log_t - log_lo), abs(log_t - log_hi)) < AT_BOUND_LOG_TOLERANCE)
+        if abs(temperature - 1.0) <= CALIBRATED_TOLERANCE:
+            self.confidence_ = "calibrated"
+        elif temperature > 1.0:
+            self.confidence_ = "overconfident"
+        else:
+            self.confidence_ = "underconfident"
+        self.n_fit_ = int(len(y))
+        self.nll_before_ = _mean_nll(z, y, 1.0)
+        self.nll_after_ = best
+        return self
+
+    def transform(self, logits: Any) -> np.ndarray:
+        """Calibrated probabilities ``softmax(logits / temperature_)``."""
+        if not hasattr(self, "temperature_"):
+            raise FmauditInputError("TemperatureScaler: call fit before transform")
+        return softmax(logits, self.temperature_)
+
+    def fit_transform(self, logits: Any, labels: Any) -> np.ndarray:
+        return self.fit(logits, labels).transform(logits)
+
+
+def fit_temperature(
+    logits: Any, labels: Any, bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS
+) -> float:
+    """The NLL-optimal temperature of ``softmax(logits / T)`` within ``bounds``."""
+    return TemperatureScaler(bounds=bounds).fit(logits, labels).temperature_
+
+
+# --------------------------------------------------------------------------------------------------
+# ladder
+# --------------------------------------------------------------------------------------------------
+def _draw_fit_indices(labels: np.ndarray, k: int, rng: np.random.Generator, stratified: bool) -> np.ndarray:
+    """K item indices without replacement: uniform, or stratified proportionally to the class counts
+    (largest-remainder rounding, ties to the lower class index)."""
+    n = len(labels)
+    if not stratified:
+        return np.sort(rng.choice(n, size=k, replace=False))
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = k * counts / n
+    alloc = np.floor(quota).astype(np.int64)
+    remainder = k - int(alloc.sum())
+    if remainder:
+        order = np.argsort(-(quota - alloc), kind="stable")
+        alloc[order[:remainder]] += 1
+    chosen = [
+        rng.choice(np.flatnonzero(labels == c), size=int(a), replace=False)
+        for c, a in zip(classes, alloc)
+        if a > 0
+    ]
+    return np.sort(np.concatenate(chosen))
+
+
+def kshot_temperature_draws(
+    target_logits: Any,
+    target_labels: Any,
+    k: int,
+    draws: int = 25,
+    random_state: int = 0,
+    n_bins: int = 15,
+    stratified: bool = False,
+    bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> pd.DataFrame:
+    """Per-draw K-shot target temperature scaling: one row per draw.
+
+    Draw d fits T on K target items drawn by ``default_rng([random_state, k, d])`` (uniform without
+    replacement, or stratified by class when ``stratified``) and evaluates ``summary_metrics`` on the
+    remaining items. Columns: k, draw, draw_seed, sampling, n_fit, n_eval, temperature, temperature_at_bound,
+    then the summary-metric columns. Raises if ``k`` is not below the number of target items.
+    """
+    z = validate_logits(target_logits, "target_logits")
+    y = validate_labels(target_labels, z.shape[0], z.shape[1], "target_labels")
+    n = len(y)
+    if int(k) != k or k < 1:
+        raise FmauditInputError(f"k: expected a positive integer, got {k!r}")
+    if k >= n:
+        raise FmauditInputError(f"k = {k}: needs more than {k} target items, got {n}")
+    if int(draws) != draws or draws < 1:
+        raise FmauditInputError(f"draws: expected a positive integer, got {draws!r}")
+    rows = []
+    for d in range(int(draws)):
+        rng = np.random.default_rng([int(random_state), int(k), d])
+        fit_idx = _draw_fit_indices(y, int(k), rng, stratified)
+        eval_mask = np.ones(n, dtype=bool)
+        eval_mask[fit_idx] = False
+        scaler = TemperatureScaler(bounds=bounds).fit(z[fit_idx], y[fit_idx])
+        metrics = summary_metrics(scaler.transform(z[eval_mask]), y[eval_mask], n_bins=n_bins)
+        rows.append(
+            {
+                "k": int(k),
+                "draw": d,
+                "draw_seed": f"[{int(random_state)}, {int(k)}, {d}]",
+                "sampling": "stratified" if stratified else "uniform",
+                "n_fit": int(len(fit_idx)),
+                "n_eval": int(eval_mask.sum()),
+                "temperature": scaler.temperature_,
+                "temperature_at_bound": scaler.at_bound_,
+                **metrics,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def calibration_ladder(
+    source_val_logits: Any | None,
+    source_val_labels: Any | None,
+    target_logits: Any,
+    target_labels: Any,
+    ks: Sequence[int] = DEFAULT_KS,
+    draws: int = 25,
+    random_state: int = 0,
+    n_bins: int = 15,
+    stratified: bool = False,
+    bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+) -> pd.DataFrame:
+    """Raw, source-TS, oracle-TS and K-shot-TS calibration of one model on one target set.
+
+    Returns one row per stage (and per K for ``kshot_ts``) with columns: stage, k (NaN except kshot),
+    n_draws, n_eval (items evaluated; for kshot the target size minus K), temperature (kshot: mean over
+    draws; raw: 1), temperature_at_bound_share (NaN for raw), deployable (False for oracle_ts), sampling,
+    random_state, then the :func:`fmaudit.metrics.summary_metrics` columns (kshot: mean over draws).
+    ``source_val_logits=None`` omits the source_ts row. K values not below the number of target items are
+    skipped with a logged warning.
+    """
+    z_t = validate_logits(target_logits, "target_logits")
+    y_t = validate_labels(target_labels, z_t.shape[0], z_t.shape[1], "target_labels")
+    keys = summary_metric_keys(n_bins)
+    sampling = "stratified" if stratified else "uniform"
+    rows: list[dict[str, Any]] = []
+
+    def stage_row(stage: str, probs: np.ndarray, temperature: float, at_bound: float, deployable: bool) -> dict:
+        return {
+            "stage": stage,
+            "k": np.nan,
+            "n_draws": 1,
+            "n_eval": int(len(y_t)),
+            "temperature": temperature,
+            "temperature_at_bound_share": at_bound,
+            "deployable": deployable,
+            "sampling": None,
+            "random_state": int(random_state),
+            **summary_metrics(probs, y_t, n_bins=n_bins),
+        }
+
+    rows.append(stage_row("raw", softmax(z_t), 1.0, np.nan, True))
+
+    if source_val_logits is not None:
+        if source_val_labels is None:
+            raise FmauditInputError("source_val_labels: required when source_val_logits is given")
+        z_s = validate_logits(source_val_logits, "source_val_logits")
+        if z_s.shape[1] != z_t.shape[1]:
+            raise FmauditInputError(
+                f"source_val_logits: {z_s.shape[1]} classes but target_logits has {z_t.shape[1]}"
+            )
+        y_s = validate_labels(source_val_labels, z_s.shape[0], z_s.shape[1], "source_val_labels")
+        source = TemperatureScaler(bounds=bounds).fit(z_s, y_s)
+        rows.append(stage_row("source_ts", source.transform(z_t), source.temperature_, float(source.at_bound_), True))
+
+    oracle = TemperatureScaler(bounds=bounds).fit(z_t, y_t)
+    rows.append(stage_row("oracle_ts", oracle.transform(z_t), oracle.temperature_, float(oracle.at_bound_), False))
+
+    for k in ks:
+        if k >= len(y_t):
+            logger.warning("calibration_ladder: skipping K = %d, the target has only %d items", k, len(y_t))
+            continue
+        per_draw = kshot_temperature_draws(z_t, y_t, k, draws, random_state, n_bins, stratified, bounds)
+        rows.append(
+            {
+                "stage": "kshot_ts",
+                "k": float(k),
+                "n_draws": int(draws),
+                "n_eval": int(len(y_t) - k),
+                "temperature": float(per_draw["temperature"].mean()),
+                "temperature_at_bound_share": float(per_draw["temperature_at_bound"].mean()),
+                "deployable": True,
+                "sampling": sampling,
+                "random_state": int(random_state),
+                **{key: float(per_draw[key].mean()) for key in keys},
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,429 @@
+"""The embedding engine: manifest items -> encoder readouts, resumable in chunks, written once atomically.
+
+Output of :func:`embed_manifest`, an ``.npz`` written by :func:`fmaudit.io.write_npz`:
+
+- ``item_id``: str array, the manifest's item ids in manifest order;
+- ``feat__<readout>``: float32, ``(n_items, D)`` per readout (``patch_grid``: ``(n_items, D, H/p, W/p)``);
+- provenance: encoder, encoder_config_hash, manifest_hash, fmaudit_version, n_items, readouts, embed_dim
+  (per readout), images_per_s (of the items computed in this run; null if all were reused), device,
+  precision, weights (the ``weights_path`` override, if any).
+
+Resuming: items are processed in chunks of ``chunk_size`` manifest rows. Each finished chunk is written
+atomically to ``<out_path>.chunks/chunk_NNNNN.npz`` with its item ids and a chunk key (a hash of the encoder
+config, the weights override, the readouts, the autocast precision and the chunk's pixel-defining manifest
+columns). A rerun reuses every chunk whose key and ids match and recomputes the rest; the final file is
+assembled, written atomically, and only then is the chunk folder removed. A job killed at any point leaves no
+final file. Batches never straddle chunks, so a resumed run computes every item in the same batch as an
+uninterrupted one.
+
+An existing final file whose provenance matches (encoder config, manifest, readouts, weights) is kept and
+returned as is; one that does not match raises unless ``overwrite=True``: embeddings are never silently
+replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from fmaudit.encoders import READOUTS, build_encoder
+from fmaudit.io import (
+    FmauditInputError,
+    PathLike,
+    dataframe_hash,
+    provenance,
+    read_npz,
+    read_table,
+    stable_hash,
+    write_npz,
+)
+from fmaudit.registry import encoder_config_hash, get_encoder_spec, readout_dims
+
+# the manifest columns that decide an item's pixels: a chunk is reused only if these are unchanged
+PIXEL_COLUMNS = ["item_id", "source", "x", "y", "level", "size"]
+FEATURE_PREFIX = "feat__"
+_AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# --------------------------------------------------------------------------------------------------------
+# reading items
+# --------------------------------------------------------------------------------------------------------
+
+def _optional_int(value: Any) -> int | None:
+    return None if pd.isna(value) else int(value)
+
+
+class ItemDataset(Dataset):
+    """Manifest rows -> ``(row_index, transform(image))``.
+
+    A row with ``x`` set is a slide tile read with :func:`fmaudit.slides.read_tile` (one open slide handle per
+    source, kept per DataLoader worker); otherwise ``source`` is an image file read with PIL. Unreadable items
+    raise :class:`FmauditInputError` naming the item id and the file.
+    """
+
+    def __init__(self, manifest: pd.DataFrame, transform):
+        self.item_ids = manifest["item_id"].astype(str).tolist()
+        self.sources = manifest["source"].astype(str).tolist()
+        self.xs = [_optional_int(v) for v in manifest["x"]]
+        self.ys = [_optional_int(v) for v in manifest["y"]]
+        self.levels = [_optional_int(v) for v in manifest["level"]]
+        self.sizes = [_optional_int(v) for v in manifest["size"]]
+        self.transform = transform
+        self._slides: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.item_ids)
+
+    def load_image(self, i: int):
+        """The item's RGB PIL image (before the encoder's transform)."""
+        item, source = self.item_ids[i], self.sources[i]
+        if self.xs[i] is not None:
+            return self._read_tile(i)
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(source) as im:
+                im.load()
+                return im.convert("RGB")
+        except FileNotFoundError as e:
+            raise FmauditInputError(f"item {item!r}: image file {source} does not exist") from e
+        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+            raise FmauditInputError(f"item {item!r}: cannot read image {source} ({e})") from e
+
+    def _read_tile(self, i: int):
+        from fmaudit.slides import open_slide, read_tile
+
+        item, source = self.item_ids[i], self.sources[i]
+        try:
+            slide = self._slides.get(source)
+            if slide is None:
+                slide = self._slides[source] = open_slide(source)
+            return read_tile(source, self.xs[i], self.ys[i], self.levels[i], self.sizes[i], slide=slide)
+        except (FmauditInputError, FileNotFoundError) as e:
+            raise FmauditInputError(f"item {item!r}: {e}") from e
+
+    def __getitem__(self, i: int):
+        return i, self.transform(self.load_image(i))
+
+    def close(self) -> None:
+        for slide in self._slides.values():
+            slide.close()
+        self._slides.clear()
+
+
+def _worker_init(_worker_id: int) -> None:
+    # workers only decode and transform; one thread each avoids oversubscribing the cores
+    torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------------
+
+def _logger(log: logging.Logger | PathLike | None) -> tuple[logging.Logger, logging.Handler | None]:
+    if isinstance(log, logging.Logger):
+        return log, None
+    logger = logging.getLogger("fmaudit.embed")
+    if log is None:
+        return logger, None
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return logger, handler
+
+
+def resolve_device(device: str | torch.device, logger: logging.Logger | None = None) -> torch.device:
+    """``auto`` -> CUDA if available else CPU; an unavailable CUDA request falls back to CPU with a warning."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        if logger:
+            logger.warning("CUDA requested but not available: embedding on the CPU")
+        return torch.device("cpu")
+    return dev
+
+
+def _weights_identity(weights_path: PathLike | None) -> dict[str, Any] | None:
+    if not weights_path:
+        return None
+    path = Path(weights_path)
+    st = path.stat()
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _chunk_path(chunk_dir: Path, index: int) -> Path:
+    return chunk_dir / f"chunk_{index:05d}.npz"
+
+
+def _reusable_chunk(path: Path, key: str, ids: Sequence[str], readouts: Sequence[str]) -> bool:
+    if not path.exists():
+        return False
+    try:
+        arrays, prov = read_npz(path)
+    except (FmauditInputError, FileNotFoundError):
+        return False
+    return (prov.get("chunk_key") == key
+            and "item_id" in arrays and arrays["item_id"].astype(str).tolist() == list(ids)
+            and all(FEATURE_PREFIX + r in arrays for r in readouts))
+
+
+def _write_chunk(path: Path, ids: Sequence[str], feats: Mapping[str, np.ndarray], key: str, index: int) -> None:
+    arrays = {"item_id": np.asarray(ids, dtype=str)}
+    arrays.update({FEATURE_PREFIX + r: v for r, v in feats.items()})
+    write_npz(path, arrays, {"chunk_key": key, "chunk_index": index})
+
+
+def _check_finite(feats: Mapping[str, np.ndarray], ids: Sequence[str], encoder: str, precision: str) -> None:
+    for r, v in feats.items():
+        ok = np.isfinite(v.reshape(len(v), -1)).all(axis=1)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            hint = f" (precision {precision}: try float32)" if precision != "float32" else ""
+            raise FmauditInputError(
+                f"encoder {encoder!r} produced non-finite {r!r} features for {int((~ok).sum())} item(s), "
+                f"first {str(ids[i])!r}{hint}")
+
+
+def _existing_output(out: Path, expected: Mapping[str, Any], overwrite: bool) -> dict[str, Any] | None:
+    if not out.exists():
+        return None
+    try:
+        _, prov = read_npz(out)
+    except FmauditInputError:
+        prov = {}
+    if all(prov.get(k) == v for k, v in expected.items()):
+        return prov
+    if overwrite:
+        return None
+    differs = sorted(k for k, v in expected.items() if prov.get(k) != v)
+    raise FmauditInputError(
+        f"{out}: exists with other provenance ({', '.join(differs)} differ); delete it or pass overwrite=True")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the engine
+# --------------------------------------------------------------------------------------------------------
+
+def embed_manifest(
+    manifest_df: pd.DataFrame | PathLike,
+    spec: Mapping[str, Any] | str,
+    out_path: PathLike,
+    batch_size: int = 64,
+    num_workers: int = 0,
+    device: str | torch.device = "auto",
+    chunk_size: int = 256,
+    weights_path: PathLike | None = None,
+    log: logging.Logger | PathLike | None = None,
+    readouts: Sequence[str] | None = None,
+    num_threads: int | None = None,
+    overwrite: bool = False,
+    log_every: int = 20,
+) -> dict[str, Any]:
+    """Embed every manifest item with one encoder and write ``out_path`` (see the module doc); returns its
+    provenance.
+
+    ``spec``: a registry entry (with ``name``) or an encoder slug. ``readouts``: defaults to the entry's.
+    ``num_threads``: torch intra-op threads for this call (restored afterwards). ``log``: a Logger, a log
+    file path, or None for the ``fmaudit.embed`` logger.
+    """
+    from fmaudit.datasets.manifest import validate_manifest
+
+    logger, handler = _logger(log)
+    previous_threads = torch.get_num_threads()
+    try:
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        if isinstance(spec, str):
+            spec = get_encoder_spec(spec)
+        spec = dict(spec)
+        name = spec.get("name", "?")
+        if isinstance(manifest_df, (str, os.PathLike)):
+            manifest_name = str(manifest_df)
+            manifest_df = read_table(manifest_df)
+        else:
+            manifest_name = "manifest"
+        manifest = validate_manifest(manifest_df.reset_index(drop=True), name=manifest_name)
+        readouts = list(readouts or spec["readouts"])
+        unknown = [r for r in readouts if r not in READOUTS]
+        if unknown:
+            raise FmauditInputError(f"encoder {name!r}: unknown readout(s) {unknown}; known {list(READOUTS)}")
+        if batch_size < 1 or chunk_size < 1:
+            raise FmauditInputError(f"batch_size and chunk_size must be >= 1 (got {batch_size}, {chunk_size})")
+
+        dev = resolve_device(device, logger)
+        precision = spec.get("precision", "float32") if dev.type == "cuda" else "float32"
+        out = Path(out_path)
+        config_hash = encoder_config_hash(spec)
+        weights_id = _weights_identity(weights_path)
+        expected = {"encoder": name, "encoder_config_hash": config_hash, "manifest_hash": dataframe_hash(manifest),
+                    "readouts": readouts, "weights": weights_id}
+        existing = _existing_output(out, expected, overwrite)
+        if existing is not None:
+            logger.info("%s is up to date (same encoder config, manifest and readouts): kept", out)
+            return existing
+
+        ids = manifest["item_id"].astype(str).tolist()
+        bounds = [(s, min(s + chunk_size, len(ids))) for s in range(0, len(ids), chunk_size)]
+        pixels = manifest[PIXEL_COLUMNS]
+        keys = [stable_hash({"encoder_config_hash": config_hash, "weights": weights_id, "readouts": readouts,
+                             "precision": precision, "items": dataframe_hash(pixels.iloc[s:e])})
+                for s, e in bounds]
+        chunk_dir = Path(f"{out}.chunks")
+        pending = [c for c, (s, e) in enumerate(bounds)
+                   if not _reusable_chunk(_chunk_path(chunk_dir, c), keys[c], ids[s:e], readouts)]
+        logger.info("%s on %s: %d items in %d chunk(s) of %d; %d to compute, %d reused from %s",
+                    name, dev, len(ids), len(bounds), chunk_size, len(pending), len(bounds) - len(pending), chunk_dir)
+        for c in range(len(bounds)):
+            if c not in pending:
+                logger.info("chunk %05d: reused", c)
+
+        images_per_s = None
+        if pending:
+            images_per_s = _compute_chunks(manifest, spec, readouts, bounds, keys, pending, chunk_dir, ids,
+                                           batch_size=batch_size, num_workers=num_workers, device=dev,
+                                           precision=precision, weights_path=weights_path, logger=logger,
+                                           log_every=log_every)
+
+        arrays: dict[str, Any] = {"item_id": np.asarray(ids, dtype=str)}
+        parts: dict[str, list[np.ndarray]] = {r: [] for r in readouts}
+        for c, (s, e) in enumerate(bounds):
+            chunk, _ = read_npz(_chunk_path(chunk_dir, c))
+            if chunk["item_id"].astype(str).tolist() != ids[s:e]:
+                raise FmauditInputError(f"{_chunk_path(chunk_dir, c)}: item ids do not match the manifest rows {s}-{e}")
+            for r in readouts:
+                parts[r].append(chunk[FEATURE_PREFIX + r])
+        for r in readouts:
+            arrays[FEATURE_PREFIX + r] = np.concatenate(parts[r]).astype(np.float32, copy=False)
+        dims = {r: int(arrays[FEATURE_PREFIX + r].shape[1]) for r in readouts}
+        declared = readout_dims(spec, readouts)
+        if dims != declared:
+            raise FmauditInputError(f"encoder {name!r}: feature widths {dims} differ from the registry's {declared}")
+        prov = provenance(**expected, n_items=len(ids), embed_dim=dims, images_per_s=images_per_s,
+                          device=str(dev), precision=precision, chunk_size=chunk_size)
+        write_npz(out, arrays, prov)
+        shutil.rmtree(chunk_dir, ignore_errors=True)
+        logger.info("wrote %s (%d items; readouts %s)", out, len(ids), dims)
+        return prov
+    finally:
+        torch.set_num_threads(previous_threads)
+        if handler is not None:
+            logger.removeHandler(handler)
+            handler.close()
+
+
+def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: list[str],
+                    bounds: list[tuple[int, int]], keys: list[str], pending: list[int], chunk_dir: Path,
+                    ids: list[str], *, batch_size: int, num_workers: int, device: torch.device, precision: str,
+                    weights_path: PathLike | None, logger: logging.Logger, log_every: int) -> float:
+    """Embed the pending chunks, writing each as it completes; returns images/s of the full path."""
+    name = spec.get("name", "?")
+    t_build = time.perf_counter()
+    encoder = build_encoder(spec, weights_path=weights_path, device=device)
+    logger.info("built %s in %.1f s", name, time.perf_counter() - t_build)
+    # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
+    dataset = ItemDataset(manifest, encoder.pixel_transform)
+    # batches never straddle chunks: the same items share a batch whether or not the run was resumed
+    batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
+               for b in range(s, e, batch_size)]
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
+                        worker_init_fn=_worker_init if num_workers > 0 else None)
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    autocast = (torch.autocast(device_type="cuda", dtype=dtype) if device.type == "cuda" and dtype
+                else contextlib.nullcontext())
+    todo = {c: bounds[c] for c in pending}
+    collected: dict[int, dict[str, list[np.ndarray]]] = {c: {r: [] for r in readouts} for c in pending}
+    filled = {c: 0 for c in pending}
+    chunk_of = {}
+    for c in pending:
+        s, e = bounds[c]
+        chunk_of.update(dict.fromkeys(range(s, e), c))
+    n_total = sum(e - s for s, e in todo.values())
+    n_done = 0
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode(), autocast:
+            for b, (index, images) in enumerate(loader, start=1):
+                feats = encoder(encoder.normalize(images.to(device, non_blocking=True)), readouts)
+                c = chunk_of[int(index[0])]
+                for r in readouts:
+                    collected[c][r].append(feats[r].float().cpu().numpy())
+                filled[c] += len(index)
+                n_done += len(index)
+                s, e = bounds[c]
+                if filled[c] == e - s:
+                    chunk_feats = {r: np.concatenate(v) for r, v in collected.pop(c).items()}
+                    _check_finite(chunk_feats, ids[s:e], name, precision)
+                    _write_chunk(_chunk_path(chunk_dir, c), ids[s:e], chunk_feats, keys[c], c)
+                    logger.info("chunk %05d: computed (%d items)", c, e - s)
+                if b % log_every == 0 or n_done == n_total:
+                    elapsed = time.perf_counter() - t0
+                    logger.info("%d/%d items, %.1f images/s", n_done, n_total, n_done / max(elapsed, 1e-9))
+    finally:
+        dataset.close()
+    elapsed = time.perf_counter() - t0
+    rate = n_done / max(elapsed, 1e-9)
+    logger.info("embedded %d items in %.1f s (%.1f images/s, dataset + loader + model)", n_done, elapsed, rate)
+    return round(rate, 2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# reading embeddings back
+# --------------------------------------------------------------------------------------------------------
+
+def read_embeddings(path: PathLike, readout: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(item_ids, features)`` of one readout of an embeddings file; non-finite features are an error."""
+    arrays, _ = read_npz(path)
+    if "item_id" not in arrays:
+        raise FmauditInputError(f"{path}: no 'item_id' array; not an fmaudit embeddings file")
+    key = FEATURE_PREFIX + readout
+    if key not in arrays:
+        have = sorted(k[len(FEATURE_PREFIX):] for k in arrays if k.startswith(FEATURE_PREFIX))
+        raise FmauditInputError(f"{path}: no readout {readout!r} (it has {have})")
+    ids = arrays["item_id"].astype(str)
+    feats = arrays[key]
+    if len(feats) != len(ids):
+        raise FmauditInputError(f"{path}: {len(feats)} rows of {readout!r} for {len(ids)} item ids")
+    ok = np.isfinite(feats.reshape(len(feats), -1)).all(axis=1)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise FmauditInputError(
+            f"{path}: readout {readout!r} has NaN/inf features for {int((~ok).sum())} item(s), first {str(ids[i])!r} "
+            f"(row {i})")
+    return ids, feats
+
+
+def align_to_manifest(features: np.ndarray, ids: Sequence[str], manifest: pd.DataFrame | Sequence[str],
+                      source: str = "embeddings") -> np.ndarray:
+    """Rows of ``features`` (labelled by ``ids``) reordered to the manifest's item order.
+
+    Extra embedded items are ignored; a manifest item without an embedding, duplicate ids or a length
+    mismatch raise :class:`FmauditInputError` naming the items.
+    """
+    ids = [str(i) for i in ids]
+    if len(ids) != len(features):
+        raise FmauditInputError(f"{source}: {len(features)} feature rows for {len(ids)} item ids")
+    position: dict[str, int] = {}
+    for i, item in enumerate(ids):
+        if item in position:
+            raise FmauditInputError(f"{source}: item id {item!r} occurs more than once (rows {position[item]}, {i})")
+        position[item] = i
+    wanted = (manifest["item_id"] if isinstance(manifest, pd.DataFrame) else pd.Series(manifest)).astype(str)
+    missing = [item for item in wanted if item not in position]
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        raise FmauditInputError(
+            f"{source}: {len(missing)} manifest item(s) have no embedding, e.g. {shown}; re-embed with this manifest")
+    return np.asarray(features)[[position[item] for item in wanted]]

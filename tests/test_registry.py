@@ -1,0 +1,201 @@
+"""Encoder registry: schema validation, lookup with suggestions, config hash, path override."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fmaudit.io import FmauditInputError
+from fmaudit.registry import (
+    ENCODER_REGISTRY_ENV,
+    check_encoder_entry,
+    encoder_config_hash,
+    get_encoder_spec,
+    load_registry,
+    load_yaml,
+    load_yaml_registry,
+    readout_dims,
+)
+
+DEMO_ENTRY = {
+    "description": "tiny test encoder",
+    "loader": "timm",
+    "architecture": {"model_name": "vit_tiny_patch16_224", "kwargs": {"img_size": 64}},
+    "weights": {"source": "random", "seed": 0},
+    "preprocessing": {"input_size": 64, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+    "readouts": ["cls", "mean"],
+    "embed_dim": 192,
+    "licence": "MIT",
+}
+
+
+def write_registry(tmp_path: Path, entries: dict, name: str = "encoders.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(entries, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+def test_shipped_registry_is_valid_and_has_demo_encoders_for_each_loader(registry):
+    demos = {name: e for name, e in registry.items() if e.get("family") == "demo"}
+    assert {e["loader"] for e in demos.values()} == {"timm", "transformers", "open_clip"}
+    assert all(e["weights"]["source"] == "random" and e["gpu"] is False for e in demos.values())
+    for name, entry in registry.items():
+        assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name)
+        if entry.get("default_readout"):
+            assert entry["default_readout"] in entry["readouts"]
+        if entry.get("family") != "demo":
+            assert entry["gpu"] is True, name
+
+
+def test_shipped_registry_names_the_seed_encoders_with_their_hub_ids(registry):
+    hub = {name: e["weights"].get("hf_hub_id") for name, e in registry.items()}
+    assert hub["uni"] == "MahmoodLab/UNI"
+    assert hub["virchow2"] == "paige-ai/Virchow2"
+    assert hub["h-optimus-0"] == "bioptimus/H-optimus-0"
+    assert hub["lunit-dino-vits8"] == "1aurent/vit_small_patch8_224.lunit_dino"
+    assert hub["dinov2-vitl14"] == "facebook/dinov2-large"
+    # preprocessing travels with the weights: H-optimus-0's own statistics, Virchow2's cls+mean embedding
+    assert registry["h-optimus-0"]["preprocessing"]["mean"] == [0.707223, 0.578729, 0.703617]
+    assert registry["virchow2"]["default_readout"] == "cls_mean"
+    assert registry["hibou-b"]["trust_remote_code"] is True
+    assert not any(e.get("trust_remote_code") for n, e in registry.items() if not n.startswith("hibou"))
+
+
+def test_unknown_key_is_named(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["colour"] = "blue"
+    path = write_registry(tmp_path, {"tiny": entry})
+    with pytest.raises(FmauditInputError, match=r"tiny.*'colour' was unexpected"):
+        load_registry(path)
+
+
+def test_unknown_nested_key_is_named(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["preprocessing"]["resize"] = 72
+    path = write_registry(tmp_path, {"tiny": entry})
+    with pytest.raises(FmauditInputError, match=r"tiny/preprocessing.*'resize' was unexpected"):
+        load_registry(path)
+
+
+def test_wrong_type_is_named(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["embed_dim"] = "big"
+    path = write_registry(tmp_path, {"tiny": entry})
+    with pytest.raises(FmauditInputError, match=r"tiny/embed_dim: 'big' is not of type 'integer'"):
+        load_registry(path)
+
+
+def test_hub_source_requires_repo_id(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["weights"] = {"source": "hf_hub", "format": "safetensors"}
+    path = write_registry(tmp_path, {"tiny": entry})
+    with pytest.raises(FmauditInputError, match=r"tiny/weights.*'hf_hub_id' is a required property"):
+        load_registry(path)
+
+
+def test_loader_specific_architecture_is_required(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["loader"] = "transformers"
+    path = write_registry(tmp_path, {"tiny": entry})
+    with pytest.raises(FmauditInputError, match=r"'model_class' is a required property"):
+        load_registry(path)
+
+
+def test_non_slug_key_is_rejected(tmp_path):
+    path = write_registry(tmp_path, {"Tiny ViT": copy.deepcopy(DEMO_ENTRY)})
+    with pytest.raises(FmauditInputError, match=r"'Tiny ViT' does not match"):
+        load_registry(path)
+
+
+def test_duplicate_yaml_key_is_rejected(tmp_path):
+    text = yaml.safe_dump({"tiny": DEMO_ENTRY}, sort_keys=False)
+    path = tmp_path / "dup.yaml"
+    path.write_text(text + "  embed_dim: 7\n")
+    with pytest.raises(FmauditInputError, match=r"duplicate key 'embed_dim'"):
+        load_yaml(path)
+
+
+def test_yaml_merge_keys_expand(tmp_path):
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {a: 1, b: 2}\nderived:\n  <<: *b\n  b: 3\n")
+    assert load_yaml(path)["derived"] == {"a": 1, "b": 3}
+
+
+def test_unknown_encoder_suggests_close_matches(registry):
+    expected = r"unknown encoder 'demo-vit-tiyn'; did you mean 'demo-vit-tiny'.*known: "
+    with pytest.raises(FmauditInputError, match=expected):
+        get_encoder_spec("demo-vit-tiyn", registry)
+
+
+def test_get_encoder_spec_returns_a_named_copy(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    assert spec["name"] == "demo-vit-tiny"
+    spec["preprocessing"]["mean"][0] = 0.0
+    assert registry["demo-vit-tiny"]["preprocessing"]["mean"][0] == 0.485
+    assert "name" not in registry["demo-vit-tiny"]
+
+
+def test_config_hash_is_stable_ignores_name_and_tracks_changes(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    assert encoder_config_hash(spec) == encoder_config_hash(registry["demo-vit-tiny"])
+    changed = copy.deepcopy(spec)
+    changed["preprocessing"]["std"] = [0.5, 0.5, 0.5]
+    assert encoder_config_hash(changed) != encoder_config_hash(spec)
+    assert encoder_config_hash(get_encoder_spec("demo-convnet", registry)) != encoder_config_hash(spec)
+
+
+def test_registry_path_from_env_and_argument(tmp_path, monkeypatch):
+    env_path = write_registry(tmp_path, {"from-env": DEMO_ENTRY}, "env.yaml")
+    arg_path = write_registry(tmp_path, {"from-arg": DEMO_ENTRY}, "arg.yaml")
+    monkeypatch.setenv(ENCODER_REGISTRY_ENV, str(env_path))
+    assert list(load_registry()) == ["from-env"]
+    assert list(load_registry(arg_path)) == ["from-arg"]
+    assert get_encoder_spec("from-env")["embed_dim"] == 192
+
+
+def test_missing_registry_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_registry(tmp_path / "nope.yaml")
+
+
+def test_consistency_rules_beyond_the_schema():
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["default_readout"] = "pooled"
+    with pytest.raises(FmauditInputError, match=r"'tiny'.*default_readout 'pooled' is not among readouts"):
+        check_encoder_entry("tiny", entry)
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["num_prefix_tokens"] = 0
+    with pytest.raises(FmauditInputError, match="need a class token"):
+        check_encoder_entry("tiny", entry)
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["trust_remote_code"] = True
+    with pytest.raises(FmauditInputError, match="trust_remote_code only applies"):
+        check_encoder_entry("tiny", entry)
+
+
+def test_generic_registry_loader_takes_any_schema(tmp_path):
+    schema = tmp_path / "s.yaml"
+    schema.write_text(yaml.safe_dump({"type": "object", "additionalProperties": {
+        "type": "object", "required": ["preparer"], "properties": {"preparer": {"type": "string"}}}}))
+    good = tmp_path / "good.yaml"
+    good.write_text("demo: {preparer: demo_tiles}\n")
+    assert load_yaml_registry(good, schema) == {"demo": {"preparer": "demo_tiles"}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("demo: {preparer: 3}\n")
+    with pytest.raises(FmauditInputError, match=r"(?s)bad.yaml.*demo/preparer: 3 is not of type 'string'"):
+        load_yaml_registry(bad, schema)
+
+
+def test_readout_dims(registry):
+    assert readout_dims(registry["virchow2"]) == {"cls": 1280, "mean": 1280, "cls_mean": 2560}
+    assert readout_dims(registry["clip-vit-b16"]) == {"cls": 768, "mean": 768, "pooled": 512}
+    assert readout_dims(registry["demo-vit-tiny"], ["patch_grid"]) == {"patch_grid": 64}

@@ -1,0 +1,149 @@
+"""The demo config end to end through real Snakemake, in a fresh copy of the repository."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+from workflow_utils import copy_repo, planned_jobs, snakemake
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    work = copy_repo(tmp_path_factory.mktemp("demo"))
+    proc = snakemake(work, "--cores", "2")
+    return work, proc
+
+
+def test_demo_produces_report_showing_acquisition_shift(demo_run):
+    work, _ = demo_run
+    report = work / "results" / "report"
+    for rel in ("index.md", "tables/leaderboard.csv", "tables/leaderboard.md", "tables/leaderboard.tex",
+                "tables/calibration.csv", "tables/embeddings.csv", "figures/reliability.png"):
+        assert (report / rel).stat().st_size > 0, rel
+    summary = pd.read_csv(report / "tables" / "shift_summary.csv")
+    assert len(summary) == 2
+    assert (summary["macro_f1_in_domain"] > summary["macro_f1_off_domain"]).all(), summary
+    assert (summary["ece_in_domain"] < summary["ece_off_domain"]).all(), summary
+    board = pd.read_csv(report / "tables" / "leaderboard.csv")
+    assert (board["macro_f1_ci_lo"] <= board["macro_f1"] + 1e-12).all()
+    assert (board["macro_f1"] <= board["macro_f1_ci_hi"] + 1e-12).all()
+    inventory = pd.read_csv(report / "tables" / "embeddings.csv")
+    assert set(inventory["dataset"]) == {"demo-tiles", "cmu-small-region"}
+    assert inventory["encoder_config_hash"].notna().all()
+
+
+def test_second_run_has_nothing_to_do(demo_run):
+    work, _ = demo_run
+    proc = snakemake(work, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_html_report(demo_run):
+    work, _ = demo_run
+    snakemake(work, "--report", "results/report/report.html")
+    html = (work / "results" / "report" / "report.html").read_text(errors="replace")
+    assert "in-domain" in html and len(html) > 10_000
+
+
+def test_adding_an_encoder_plans_only_its_jobs(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["encoders"].append("demo-clip-tiny")
+    (work / "more.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "-n", "--configfile", "more.yaml")
+    jobs = planned_jobs(proc.stdout)
+    assert jobs.get("embed") == len(cfg["datasets"]), jobs
+    assert jobs.get("probe_shard") == len(cfg["tasks"]), jobs
+    assert "prepare_manifest" not in jobs
+    assert jobs.get("aggregate_probe") == 1 and jobs.get("report") == 1
+
+
+def test_removing_an_encoder_reaggregates_only(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["encoders"] = cfg["encoders"][:1]
+    (work / "fewer.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "fewer.yaml").stdout)
+    assert set(jobs) == {"aggregate_probe", "report", "all"}, jobs
+
+
+def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["probe"]["C"] = 0.5
+    (work / "probe.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "probe.yaml").stdout)
+    assert "embed" not in jobs and "prepare_manifest" not in jobs
+    assert jobs.get("probe_shard") == len(cfg["encoders"]) * len(cfg["tasks"]), jobs
+
+
+def test_cli_probe_reproduces_workflow_numbers(demo_run, tmp_path):
+    import numpy as np
+
+    from fmaudit.cli import main
+    from fmaudit.io import read_npz, read_table
+
+    work, _ = demo_run
+    man = read_table(work / "results/manifests/demo-tiles.parquet")
+    arrays, _ = read_npz(work / "results/embeddings/demo-vit-tiny/demo-tiles.npz")
+    pos = {i: n for n, i in enumerate(arrays["item_id"])}
+    source = "scanner-a"
+    files = {}
+    for split in ("train", "val", "test"):
+        part = man[(man["domain"] == source) & (man["split"] == split)]
+        x = arrays["feat__cls"][[pos[i] for i in part["item_id"]]]
+        np.save(tmp_path / f"x_{split}.npy", x)
+        np.save(tmp_path / f"y_{split}.npy", part["label"].to_numpy().astype(int))
+        np.save(tmp_path / f"g_{split}.npy", part["group"].to_numpy().astype(str))
+        files[split] = part
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    out = tmp_path / "runs.csv"
+    args = ["probe", "--out", str(out), "--long",
+            "--train-features", str(tmp_path / "x_train.npy"), "--train-labels", str(tmp_path / "y_train.npy"),
+            "--val-features", str(tmp_path / "x_val.npy"), "--val-labels", str(tmp_path / "y_val.npy"),
+            "--test-features", str(tmp_path / "x_test.npy"), "--test-labels", str(tmp_path / "y_test.npy"),
+            "--train-groups", str(tmp_path / "g_train.npy"), "--test-groups", str(tmp_path / "g_test.npy"),
+            "--fractions", ",".join(map(str, cfg["probe"]["fractions"])),
+            "--seeds", ",".join(map(str, cfg["probe"]["seeds"])), "--C", str(cfg["probe"]["C"]),
+            "--kshot-k", ",".join(map(str, cfg["calibration"]["kshot_k"])),
+            "--kshot-draws", str(cfg["calibration"]["kshot_draws"]), "--n-boot", str(cfg["bootstrap"]["n_boot"])]
+    assert main(args) == 0
+    cli = pd.read_csv(out)
+    wf = read_table(work / "results/shards/probe/demo-tissue/demo-vit-tiny.runs.parquet")
+    wf = wf[(wf["source_domain"] == source) & wf["in_domain"]]
+    keys = ["fraction", "seed", "stage", "k"]
+    merged = cli.merge(wf, on=keys, suffixes=("_cli", "_wf"))
+    assert len(merged) == len(wf) > 0
+    for metric in ("macro_f1", "ece_top_15_lohi", "nll", "brier_sum", "temperature"):
+        np.testing.assert_allclose(merged[f"{metric}_cli"], merged[f"{metric}_wf"], rtol=1e-6, atol=1e-9)
+
+
+def test_unknown_encoder_stops_before_any_job(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["encoders"] = ["demo-vit-tinny"]
+    (work / "typo.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "-n", "--configfile", "typo.yaml", check=False)
+    assert proc.returncode != 0
+    assert "unknown encoder 'demo-vit-tinny'" in proc.stdout + proc.stderr
+
+
+def test_schema_error_names_the_key(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["probe"]["seeds"] = "zero"
+    (work / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "-n", "--configfile", "bad.yaml", check=False)
+    assert proc.returncode != 0
+    assert "seeds" in proc.stdout + proc.stderr
+
+
+def test_lint_is_clean(demo_run):
+    work, _ = demo_run
+    proc = snakemake(work, "--lint", check=False)
+    out = proc.stdout + proc.stderr
+    assert "Congratulations" in out or proc.returncode == 0 and "Lints for" not in out, out[-3000:]
