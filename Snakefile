@@ -6,7 +6,11 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The built-in demo is the default config. A config given with --configfile (a preset, your own) replaces it
+# instead of being merged into it, so no demo data set or task leaks into a real run.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "resources/schemas/config.schema.yaml")

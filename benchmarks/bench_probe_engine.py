@@ -60,11 +60,12 @@ def time_it(fn, repeats: int) -> tuple[list[float], object]:
     return times, result
 
 
-def sklearn_fits(X, y, subsets, C, tol, max_iter, dtype=None):
+def sklearn_fits(X, y, subsets, C, tol, max_iter, standardize=True, dtype=None):
     models = []
     for idx in subsets:
         Xs = X[idx] if dtype is None else X[idx].astype(dtype)
-        model = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter, tol=tol))
+        steps = [StandardScaler()] if standardize else []
+        model = make_pipeline(*steps, LogisticRegression(C=C, max_iter=max_iter, tol=tol))
         models.append(model.fit(Xs, y[idx]))
     return models
 
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--engine-dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--data-dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--raw", action="store_true", help="no standardisation on either side (PRISM's own probe)")
     parser.add_argument("--reference", action="store_true", help="also compare both with converged fits")
     parser.add_argument("--matmul-check", action="store_true", help="time torch vs numpy skinny products")
     parser.add_argument("--quick", action="store_true", help="small run: 2,000 x 256, 1 repeat")
@@ -125,7 +127,7 @@ def main() -> None:
     )
     print(
         f"engine: dtype {args.engine_dtype}, tol {args.tol:g}; baseline: sklearn lbfgs tol {args.sk_tol:g}, "
-        f"max_iter 1000; features {args.data_dtype}; torch threads {torch.get_num_threads()}"
+        f"max_iter 1000; features {args.data_dtype}{' unscaled' if args.raw else ', standardised per subset'}"
     )
     if args.matmul_check:
         matmul_check(args.dim, args.classes)
@@ -135,10 +137,13 @@ def main() -> None:
     engine = models = None
     for _ in range(args.repeats):  # interleaved so that both sides see the same machine load
         t, engine = time_it(
-            lambda: fit_logistic_batch(X, y, subsets, args.C, args.classes, dtype=engine_dtype, tol=args.tol), 1
+            lambda: fit_logistic_batch(
+                X, y, subsets, args.C, args.classes, standardize=not args.raw, dtype=engine_dtype, tol=args.tol
+            ),
+            1,
         )
         engine_times += t
-        t, models = time_it(lambda: sklearn_fits(X, y, subsets, args.C, args.sk_tol, 1000), 1)
+        t, models = time_it(lambda: sklearn_fits(X, y, subsets, args.C, args.sk_tol, 1000, not args.raw), 1)
         sk_times += t
 
     P_engine = engine.predict_proba(X_test)
@@ -155,7 +160,7 @@ def main() -> None:
           f"argmax agreement {np.mean(P_engine.argmax(-1) == P_sklearn.argmax(-1)):.4f}")
 
     if args.reference:
-        reference = sklearn_fits(X, y, subsets, args.C, 1e-10, 100_000, dtype=np.float64)
+        reference = sklearn_fits(X, y, subsets, args.C, 1e-10, 100_000, not args.raw, dtype=np.float64)
         P_ref = sklearn_proba(reference, X_test, args.classes)
         for name, P in [("engine", P_engine), ("sklearn", P_sklearn)]:
             err = np.abs(P - P_ref).max(axis=(1, 2))

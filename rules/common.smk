@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
 from fmaudit.config import check_names, dataset_params, load_yaml
-from fmaudit.grid import section, task_domains
+from fmaudit.grid import check_grid, embed_pairs, section, shards, task_domains
 from fmaudit.registry import load_registry
 
 RESULTS = "results"
@@ -14,6 +14,7 @@ try:
     ENCODERS = load_registry(config.get("encoder_registry", "resources/encoders.yaml"))
     DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
     check_names(config, ENCODERS, DATASETS)
+    check_grid(config, DATASETS)
 except (ValueError, FileNotFoundError) as err:
     raise WorkflowError(str(err))
 
@@ -22,6 +23,16 @@ wildcard_constraints:
     encoder=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     task=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+
+
+def canonical(obj):
+    """Dicts with sorted keys, recursively: Snakemake compares params by their printed form, so a rule must
+    not rerun because a YAML file listed the same keys in another order."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [canonical(v) for v in obj]
+    return obj
 
 
 # ---- data ----------------------------------------------------------------------------------------------
@@ -35,7 +46,7 @@ def dataset_entry(wildcards):
     """The registry entry of one data set with the config's parameter overrides (params of prepare_manifest)."""
     entry = dict(DATASETS[wildcards.dataset])
     entry["params"] = dataset_params(config, DATASETS, wildcards.dataset)
-    return entry
+    return canonical(entry)
 
 
 def dataset_input_files(wildcards):
@@ -54,7 +65,7 @@ def embedding_path(encoder, dataset):
 
 def encoder_entry(wildcards):
     """The registry entry of one encoder: a change to it re-embeds only that encoder."""
-    return ENCODERS[wildcards.encoder]
+    return canonical(ENCODERS[wildcards.encoder])
 
 
 def encoder_weights(wildcards):
@@ -90,23 +101,23 @@ def probe_task(wildcards):
     """The task's config entry with its resolved domains."""
     spec = dict(config["tasks"][wildcards.task])
     spec["domains"] = task_domains(config, wildcards.task, DATASETS)
-    return spec
+    return canonical(spec)
 
 
 def probe_settings(wildcards):
     """The probe grid, with readout `default` resolved to this encoder's own default readout."""
-    probe = section(config, "probe")
+    probe = section(config, "probe", task=wildcards.task)
     if probe["readout"] == "default":
         probe["readout"] = ENCODERS[wildcards.encoder].get("default_readout", "cls")
-    return probe
+    return canonical(probe)
 
 
 def calibration_settings(wildcards):
-    return section(config, "calibration")
+    return canonical(section(config, "calibration", task=wildcards.task))
 
 
 def bootstrap_settings(wildcards):
-    return section(config, "bootstrap")
+    return canonical(section(config, "bootstrap", task=wildcards.task))
 
 
 def shard_mem_mb(wildcards, attempt):
@@ -122,11 +133,11 @@ def shard_path(analysis, task, encoder, kind="runs"):
 
 
 def all_probe_shards(kind):
-    return [shard_path("probe", task, enc, kind) for task in config["tasks"] for enc in config["encoders"]]
+    return [shard_path("probe", s.task, s.encoder, kind) for s in shards(config)]
 
 
 def all_embeddings():
-    return [embedding_path(enc, ds) for enc in config["encoders"] for ds in config["datasets"]]
+    return [embedding_path(enc, ds) for enc, ds in embed_pairs(config)]
 
 
 def all_targets():

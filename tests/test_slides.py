@@ -102,7 +102,7 @@ def test_pyramid_levels_and_mpps(blob_slide):
 
 
 def test_read_tile_matches_level_pixels(tmp_path):
-    from conftest import write_pyramid_tiff
+    from slide_utils import write_pyramid_tiff
 
     rng = np.random.default_rng(0)
     img = rng.integers(0, 256, size=(256, 384, 3), dtype=np.uint8)
@@ -218,7 +218,7 @@ def test_missing_slide(tmp_path):
 
 
 def test_slide_without_resolution_needs_override(make_pyramid):
-    from conftest import TISSUE_RGB
+    from slide_utils import TISSUE_RGB
 
     img = np.empty((256, 256, 3), dtype=np.uint8)
     img[:] = TISSUE_RGB
@@ -273,7 +273,7 @@ def _write_sheet(path, rows, header=SHEET_HEADER):
 def test_registry_entry_tiles_the_real_slide(monkeypatch):
     import yaml
 
-    from conftest import REPO_ROOT
+    from slide_utils import REPO_ROOT
     from fmaudit.datasets import prepare_dataset
     from fmaudit.datasets.manifest import validate_manifest
 
@@ -297,7 +297,7 @@ def test_registry_entry_tiles_the_real_slide(monkeypatch):
 
 
 def test_sheet_with_labels_and_mpp_override(tmp_path, monkeypatch, make_pyramid, blob_slide):
-    from conftest import TISSUE_RGB
+    from slide_utils import TISSUE_RGB
     from fmaudit.datasets import prepare_dataset
 
     img = np.empty((256, 256, 3), dtype=np.uint8)
@@ -361,7 +361,7 @@ def test_sheet_schema_works_with_snakemake_validate(tmp_path):
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
-    from conftest import REPO_ROOT
+    from slide_utils import REPO_ROOT
     from fmaudit.datasets.slide_tiles import SLIDE_SHEET_SCHEMA, read_slide_sheet
 
     assert SLIDE_SHEET_SCHEMA == REPO_ROOT / "resources" / "schemas" / "slides.schema.yaml"

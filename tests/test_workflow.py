@@ -25,7 +25,7 @@ def test_demo_produces_report_showing_acquisition_shift(demo_run):
                 "tables/calibration.csv", "tables/embeddings.csv", "figures/reliability.png"):
         assert (report / rel).stat().st_size > 0, rel
     summary = pd.read_csv(report / "tables" / "shift_summary.csv")
-    assert len(summary) == 2
+    assert len(summary) == len(yaml.safe_load((work / "config.yaml").read_text())["encoders"])
     assert (summary["macro_f1_in_domain"] > summary["macro_f1_off_domain"]).all(), summary
     assert (summary["ece_in_domain"] < summary["ece_off_domain"]).all(), summary
     board = pd.read_csv(report / "tables" / "leaderboard.csv")
@@ -51,8 +51,12 @@ def test_html_report(demo_run):
 
 def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     work, _ = demo_run
+    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    registry["demo-vit-tiny-seed1"] = {**registry["demo-vit-tiny"], "weights": {"source": "random", "seed": 1}}
+    (work / "encoders-plus.yaml").write_text(yaml.safe_dump(registry))
     cfg = yaml.safe_load((work / "config.yaml").read_text())
-    cfg["encoders"].append("demo-clip-tiny")
+    cfg["encoders"].append("demo-vit-tiny-seed1")
+    cfg["encoder_registry"] = "encoders-plus.yaml"
     (work / "more.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(work, "-n", "--configfile", "more.yaml")
     jobs = planned_jobs(proc.stdout)

@@ -240,7 +240,7 @@ class _SharedRowsObjective:
     and so avoids cancellation in float32.
     """
 
-    def __init__(self, store, blocks, mu, sigma, present, l2, n_features, n_classes):
+    def __init__(self, store, blocks, mu, sigma, present, l2, n_features, n_classes, penalty_weight=None):
         self.store = store
         self.blocks = blocks
         self.mu = mu  # (U, D)
@@ -249,6 +249,7 @@ class _SharedRowsObjective:
         self.l2 = l2  # (U,)
         self.D = n_features
         self.K = n_classes
+        self.penalty_weight = penalty_weight  # (D,) or None: weights of the squared coefficients
 
     def __call__(self, theta: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """theta (A, D+1, K) for problems ``ids`` (A,) -> objective (A,) float64 and gradient like theta."""
@@ -291,10 +292,12 @@ class _SharedRowsObjective:
             grad_W_fold.index_add_(0, cols, grad_cat)
             grad_b.index_add_(0, cols, G.sum(dim=0))
         l2 = self.l2[ids]
+        W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:, None]
         grad = torch.empty_like(theta)
-        grad[:, :D] = (grad_W_fold - mu[:, :, None] * grad_b[:, None, :]) / sigma[:, :, None] + l2[:, None, None] * W
+        grad[:, :D] = (grad_W_fold - mu[:, :, None] * grad_b[:, None, :]) / sigma[:, :, None]
+        grad[:, :D] += l2[:, None, None] * W_penalised
         grad[:, D] = grad_b
-        value = loss + 0.5 * l2.double() * (W * W).sum(dim=(1, 2)).double()
+        value = loss + 0.5 * l2.double() * (W * W_penalised).sum(dim=(1, 2)).double()
         return value, grad
 
 
@@ -353,17 +356,15 @@ def _build_blocks(index_sets, y, n_rows, device, dtype):
 def _standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
     """Rows of the store, globally standardised, and every problem's scaler, in one streaming pass.
 
-    Returns (store (T, D) numpy in ``dtype``, mean (U, D), scale (U, D), mu' (U, D), sigma' (U, D)); see
-    _SharedRowsObjective for mu' and sigma'. Without ``standardize``, mean is the global centre and scale 1.
+    Returns (store (T, D) numpy in ``dtype``, centre (D,), spread (D,), mean (U, D), scale (U, D),
+    mu' (U, D), sigma' (U, D)); the store is (x - centre) / spread, see _SharedRowsObjective for mu' and
+    sigma'. Without ``standardize`` the problems keep raw features (mean 0, scale 1, mu' 0, sigma' 1).
     """
     D = X.shape[1]
     n_problems = sizes.size
     # Any centre and scale near the data's own make mu' and sigma' close to 0 and 1; a sample is enough.
     sample = store_rows[:: max(1, store_rows.size // 4096)]
     centre, spread = subset_scaler(X[sample])
-    if not standardize:
-        # Only centre: a shift is absorbed by the unpenalised intercept, a rescale would change the penalty.
-        spread = np.ones(D)
     store = np.empty((store_rows.size, D), dtype=torch.empty(0, dtype=dtype).numpy().dtype)
     first = np.zeros((n_problems, D))
     second = np.zeros((n_problems, D))
@@ -394,8 +395,8 @@ def _standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
             np.minimum(low[u], row_low, out=low[u])
             np.maximum(high[u], row_high, out=high[u])
     if not standardize:
-        mean = np.broadcast_to(centre, (n_problems, D)).copy()
-        return store, mean, np.ones((n_problems, D)), np.zeros((n_problems, D)), np.ones((n_problems, D))
+        zeros, ones = np.zeros((n_problems, D)), np.ones((n_problems, D))
+        return store, centre, spread, zeros, ones, zeros, ones
     # E[x'^2] - E[x']^2 is accurate because x' is centred and scaled near 0 and 1. Features constant within
     # a subset are detected exactly (max == min) and get scale 1, as StandardScaler gives them.
     var_prime = np.maximum(second - first * first, 0.0)
@@ -407,7 +408,7 @@ def _standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
     var_prime[constant] = 0.0
     scale = spread * np.sqrt(var_prime)
     scale[constant] = 1.0
-    return store, mean, scale, first, scale / spread
+    return store, centre, spread, mean, scale, first, scale / spread
 
 
 def fit_logistic_batch(
@@ -473,15 +474,24 @@ def fit_logistic_batch(
                 f"subsets[{r}]: only class {int(np.flatnonzero(present[u])[0])} is present "
                 f"({idx.size} rows); a logistic probe needs at least 2 classes"
             )
-        l2[u] = (1.0 if present[u].sum() == 2 else 1.0) / (Cs[r] * idx.size)
+        l2[u] = (2.0 if present[u].sum() == 2 else 1.0) / (Cs[r] * idx.size)
         log_p = np.log(np.maximum(counts, 1) / idx.size)
         log_prior[u] = np.where(present[u], log_p - log_p[present[u]].mean(), 0.0)
 
     store_rows, blocks = _build_blocks(unique_sets, y, X.shape[0], device, dtype)
-    store, mean, scale, mu_prime, sigma_prime = _standardised_store(
+    store, centre, spread, mean, scale, mu_prime, sigma_prime = _standardised_store(
         X, store_rows, blocks, np.array([idx.size for idx in unique_sets]), standardize, dtype
     )
     store = torch.from_numpy(store).to(device)
+    if standardize:
+        penalty_weight = grad_scale = None
+    else:
+        # Unstandardised problems are solved in V = spread * W on the globally standardised store: the same
+        # optimum with far better conditioning. The penalty ||W||^2 becomes sum_d V_d^2 / spread_d^2, and the
+        # stopping test uses the gradient in W (= spread * gradient in V), as scikit-learn would see it.
+        penalty_weight = torch.as_tensor(1.0 / spread**2, dtype=dtype, device=device)
+        grad_scale = torch.ones((D + 1, K), dtype=dtype, device=device)
+        grad_scale[:D] = torch.as_tensor(spread, dtype=dtype, device=device)[:, None]
 
     def as_tensor(a):
         return torch.as_tensor(a, dtype=dtype, device=device)
@@ -495,6 +505,7 @@ def fit_logistic_batch(
         l2=as_tensor(l2),
         n_features=D,
         n_classes=K,
+        penalty_weight=penalty_weight,
     )
 
     theta = torch.zeros((U, D + 1, K), dtype=dtype, device=device)
@@ -505,24 +516,28 @@ def fit_logistic_batch(
                 f"init: expected W of shape {(n_problems, D, K)} and b of shape {(n_problems, K)}, "
                 f"got {W0.shape} and {b0.shape}"
             )
-        theta[:, :D] = as_tensor(W0[representatives])
-        theta[:, D] = as_tensor(b0[representatives])
+        W0, b0 = W0[representatives], b0[representatives]
         if not standardize:
-            theta[:, D] += as_tensor(np.einsum("ud,udk->uk", mean, W0[representatives]))
+            b0 = b0 + np.einsum("d,udk->uk", centre, W0)
+            W0 = W0 * spread[None, :, None]
+        theta[:, :D] = as_tensor(W0)
+        theta[:, D] = as_tensor(b0)
     else:
         # The class priors are the optimum of the intercept-only model: a free head start over zeros.
         theta[:, D] = as_tensor(log_prior)
     theta.masked_fill_(~torch.as_tensor(present, device=device)[:, None, :], 0.0)
 
     with _single_torch_thread_on_cpu(device):
-        theta, n_iter, converged = _lbfgs(objective, theta, tol=tol, max_iter=max_iter, history_size=history_size)
+        theta, n_iter, converged = _lbfgs(
+            objective, theta, tol=tol, max_iter=max_iter, history_size=history_size, grad_scale=grad_scale
+        )
 
     theta_np = theta.cpu().numpy().astype(np.float64)
     W, b = theta_np[:, :D], theta_np[:, D]
     if not standardize:
-        # Fitted on globally centred rows: move the centring into the intercept.
-        b = b - np.einsum("ud,udk->uk", mean, W)
-        mean, scale = np.zeros((U, D)), np.ones((U, D))
+        # Back from V on globally standardised rows to W on raw rows.
+        W = W / spread[None, :, None]
+        b = b - np.einsum("d,udk->uk", centre, W)
     pi = problem_index
     return BatchLogistic(
         W=W[pi],
@@ -537,14 +552,22 @@ def fit_logistic_batch(
     )
 
 
-def _lbfgs(objective, theta: torch.Tensor, tol: float, max_iter: int, history_size: int):
-    """Lock-step L-BFGS over problems; returns (theta, n_iter (R,), converged (R,))."""
+def _lbfgs(objective, theta: torch.Tensor, tol: float, max_iter: int, history_size: int, grad_scale=None):
+    """Lock-step L-BFGS over problems; returns (theta, n_iter (R,), converged (R,)).
+
+    ``grad_scale`` (D+1, K), if given, multiplies the gradient before the max-abs ``tol`` test.
+    """
     R = theta.shape[0]
     shape = theta.shape[1:]
     flat = theta.reshape(R, -1).clone()
     dtype, device = flat.dtype, flat.device
     ftol = 64 * np.finfo(np.float64).eps  # scikit-learn passes this to L-BFGS-B whatever the data dtype
     all_ids = torch.arange(R, device=device)
+    scale = None if grad_scale is None else grad_scale.reshape(1, -1)
+
+    def small_gradient(grads: torch.Tensor) -> np.ndarray:
+        grads = grads if scale is None else grads * scale
+        return (grads.abs().amax(dim=1) <= tol).cpu().numpy()
 
     f, g = objective(flat.view(R, *shape), all_ids)
     f = f.cpu()
@@ -554,7 +577,7 @@ def _lbfgs(objective, theta: torch.Tensor, tol: float, max_iter: int, history_si
     rho = torch.zeros((R, history_size), dtype=dtype, device=device)
     has_history = np.zeros(R, dtype=bool)
     n_iter = np.zeros(R, dtype=np.int64)
-    converged = (g.abs().amax(dim=1) <= tol).cpu().numpy()
+    converged = small_gradient(g)
     done = converged.copy()
 
     for _ in range(max_iter):
@@ -608,7 +631,7 @@ def _lbfgs(objective, theta: torch.Tensor, tol: float, max_iter: int, history_si
             if not accepted[j]:
                 # No decrease found along a descent direction: this precision allows no further progress.
                 done[r] = True
-                converged[r] = bool(g[r].abs().max() <= tol)
+                converged[r] = bool(small_gradient(g[r : r + 1])[0])
                 continue
             s = step[j] * d[j]
             y_diff = new_g[j] - g[r]
@@ -625,7 +648,7 @@ def _lbfgs(objective, theta: torch.Tensor, tol: float, max_iter: int, history_si
                 Y[r, -1] = y_diff
                 rho[r, -1] = 1.0 / sy
                 has_history[r] = True
-            if g[r].abs().max() <= tol or f_old - f_new <= ftol * max(abs(f_old), abs(f_new), 1.0):
+            if small_gradient(g[r : r + 1])[0] or f_old - f_new <= ftol * max(abs(f_old), abs(f_new), 1.0):
                 done[r] = converged[r] = True
     return flat.view(R, *shape), n_iter, converged
 

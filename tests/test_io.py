@@ -1,0 +1,106 @@
+"""Atomic writes, table and array formats, feature files brought from elsewhere."""
+
+import json
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from fmaudit import io
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.parquet"
+    with pytest.raises(RuntimeError):
+        with io.atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("killed")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_path_replaces_existing_file_only_on_success(tmp_path):
+    target = tmp_path / "x.txt"
+    target.write_text("old")
+    with pytest.raises(ValueError):
+        with io.atomic_path(target) as tmp:
+            tmp.write_text("new")
+            raise ValueError
+    assert target.read_text() == "old"
+    io.write_text(target, "new")
+    assert target.read_text() == "new"
+
+
+@pytest.mark.parametrize("ext", [".parquet", ".csv", ".tsv"])
+def test_table_roundtrip(tmp_path, ext):
+    df = pd.DataFrame({"a": [1, 2], "b": ["x", "y"], "c": [0.5, np.nan]})
+    io.write_table(tmp_path / f"t{ext}", df)
+    back = io.read_table(tmp_path / f"t{ext}")
+    pd.testing.assert_frame_equal(back, df, check_dtype=False)
+
+
+def test_parquet_provenance_roundtrip(tmp_path):
+    io.write_table(tmp_path / "t.parquet", pd.DataFrame({"a": [1]}), provenance={"encoder_config_hash": "abc", "n": 3})
+    assert io.read_provenance(tmp_path / "t.parquet") == {"encoder_config_hash": "abc", "n": 3}
+
+
+def test_markdown_table_escapes_pipes_and_formats_floats():
+    md = io.dataframe_to_markdown(pd.DataFrame({"name": ["a|b"], "v": [0.12345]}))
+    assert "a\\|b" in md and "0.123" in md
+    assert md.splitlines()[1] == "| --- | --- |"
+
+
+def test_unknown_extension_is_named(tmp_path):
+    with pytest.raises(io.FmauditInputError, match=r"t\.xls"):
+        io.write_table(tmp_path / "t.xls", pd.DataFrame({"a": [1]}))
+
+
+def test_npz_roundtrip_with_provenance(tmp_path):
+    io.write_npz(tmp_path / "e.npz", {"item_id": np.array(["a", "b"]), "feat__cls": np.ones((2, 3), np.float32)},
+                 provenance={"encoder": "x"})
+    arrays, prov = io.read_npz(tmp_path / "e.npz")
+    assert prov == {"encoder": "x"}
+    assert arrays["feat__cls"].shape == (2, 3) and list(arrays["item_id"]) == ["a", "b"]
+
+
+def test_truncated_npz_is_a_clear_error(tmp_path):
+    io.write_npz(tmp_path / "e.npz", {"x": np.arange(1000)})
+    blob = (tmp_path / "e.npz").read_bytes()
+    (tmp_path / "bad.npz").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(io.FmauditInputError, match="bad.npz"):
+        io.read_npz(tmp_path / "bad.npz")
+
+
+def test_load_feature_array_formats(tmp_path):
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    np.save(tmp_path / "f.npy", x)
+    np.savez(tmp_path / "f.npz", features=x, other=np.zeros(2))
+    np.savez(tmp_path / "g.npz", emb=x, other=np.zeros(2))
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f["features"] = x[None]  # CLAM/TRIDENT style (1, N, D)
+        f["coords"] = np.zeros((5, 2))
+    for name in ("f.npy", "f.npz", "f.h5"):
+        np.testing.assert_array_equal(io.load_feature_array(tmp_path / name), x)
+    np.testing.assert_array_equal(io.load_feature_array(tmp_path / "g.npz", key="emb"), x)
+    with pytest.raises(io.FmauditInputError, match="choose an array"):
+        io.load_feature_array(tmp_path / "g.npz")
+    with pytest.raises(io.FmauditInputError, match="no dataset 'feats'"):
+        io.load_feature_array(tmp_path / "f.h5", key="feats")
+    with pytest.raises(FileNotFoundError, match="missing.npy"):
+        io.load_feature_array(tmp_path / "missing.npy")
+
+
+def test_hashes_are_stable_and_content_sensitive(tmp_path):
+    assert io.stable_hash({"b": 1, "a": [1, 2]}) == io.stable_hash({"a": [1, 2], "b": 1})
+    a = pd.DataFrame({"x": [1, 2]})
+    assert io.dataframe_hash(a) == io.dataframe_hash(a.copy())
+    assert io.dataframe_hash(a) != io.dataframe_hash(pd.DataFrame({"x": [2, 1]}))
+    (tmp_path / "f").write_bytes(b"abc")
+    assert io.sha256_file(tmp_path / "f") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_provenance_has_version():
+    prov = io.provenance(encoder="e")
+    assert prov["encoder"] == "e" and prov["fmaudit_version"]
+    json.dumps(prov)
