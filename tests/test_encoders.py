@@ -395,7 +395,7 @@ def test_real_timm_and_open_clip_entries_build_with_their_declared_sizes(registr
     checked = []
     for name in registry:
         spec = get_encoder_spec(name, registry)
-        if spec["loader"] == "transformers" or name in ("conch", "biomedclip") or spec["family"] == "demo":
+        if spec["loader"] == "transformers" or name in ("conch", "biomedclip", "musk") or spec["family"] == "demo":
             continue
         with torch.device("meta"):
             check_network(spec, build_network(spec))

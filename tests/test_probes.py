@@ -136,6 +136,30 @@ def test_engine_without_standardisation_matches_sklearn_on_raw_features():
     np.testing.assert_array_equal(fit.scale_, 1.0)
 
 
+def test_engine_unscaled_features_of_very_different_scales_and_warm_start(monkeypatch):
+    X, y = mixture(150, 6, 3, seed=24)
+    X = X * np.array([1e-3, 1.0, 50.0, 1.0, 1e2, 0.2]) + 40.0
+    fit = fit_logistic_batch(X, y, [np.arange(150)], 2.0, 3, standardize=False, **TIGHT)
+    model = LogisticRegression(C=2.0, **TIGHT).fit(X, y)
+    assert np.abs(fit.predict_proba(X, 0) - model.predict_proba(X)).max() < 1e-3
+    warm = fit_logistic_batch(
+        X, y, [np.arange(150)], 2.0, 3, standardize=False, init=(fit.W_, fit.b_), tol=1e-8
+    )
+    assert warm.n_iter_[0] <= 3
+    np.testing.assert_allclose(warm.predict_proba(X, 0), fit.predict_proba(X, 0), atol=1e-6)
+
+
+def test_engine_torch_matmul_path_used_on_gpu_gives_the_same_fit(monkeypatch):
+    import fmaudit.probes.logistic_batch as engine
+
+    X, y = mixture(200, 10, 3, seed=25)
+    subsets = [stratified_subsample(y, f, 1) for f in (0.2, 0.6)]
+    numpy_path = fit_logistic_batch(X, y, subsets, 1.0, 3, tol=1e-8)
+    monkeypatch.setattr(engine, "_matmul", lambda a, b: a @ b)
+    torch_path = fit_logistic_batch(X, y, subsets, 1.0, 3, tol=1e-8)
+    np.testing.assert_allclose(torch_path.predict_proba(X), numpy_path.predict_proba(X), atol=1e-6)
+
+
 def test_engine_constant_feature_in_a_subset_gets_scale_one_like_standard_scaler():
     X, y = mixture(200, 5, 2, seed=7)
     X[:100, 2] = 0.25  # constant within the first half only

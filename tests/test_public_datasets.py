@@ -601,6 +601,8 @@ def test_mll23_class_folders_and_wbc5(tmp_path):
 # --------------------------------------------------------------------------- missing data and the registry
 
 MISSING = [
+    ("lunghist700", {}, "LungHist700/images", "https://figshare.com/articles/dataset/LungHist700/25459174"),
+    ("spider_breast", {}, "SPIDER-breast/metadata.json", "https://huggingface.co/datasets/histai/SPIDER-breast"),
     ("nct_crc_he", {}, "NCT-CRC-HE-100K-NONORM", "https://zenodo.org/records/1214456"),
     ("lc25000", {"subset": "colon"}, "lung_colon_image_set/colon_image_sets", "https://github.com/tampapath/lung_colon_image_set"),
     ("breakhis", {}, "BreaKHis_v1/histology_slides/breast", "https://web.inf.ufpr.br/vri/databases/"),
@@ -651,6 +653,8 @@ def test_registry_demo_entries_first_and_real_entries_complete(tmp_path):
             assert f["url"].startswith("https://")
             assert f.get("sha256") is None or re.fullmatch(r"[0-9a-f]{64}", f["sha256"]), slug
             assert f.get("md5") is None or re.fullmatch(r"[0-9a-f]{32}", f["md5"]), slug
+        if entry.get("status") == "pending":  # preparer arrives with a later issue
+            continue
         # the registry's params are exactly what the preparer accepts: an empty data_root then fails on
         # the missing data, never on a parameter
         with pytest.raises(FmauditInputError, match="under data_root"):

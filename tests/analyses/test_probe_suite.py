@@ -82,3 +82,11 @@ def test_single_class_source_is_a_clear_error():
     probe = probe_config(fractions=[1.0], seeds=[0])
     with pytest.raises(FmauditInputError, match="source domain 'a'.*single class"):
         run_probe_suite(data, runs_for("e", probe), probe, CALIB, BOOT)
+
+
+def test_confidence_flag_follows_temperature(suite_results):
+    rows, _ = suite_results
+    fitted = rows[rows["stage"] != "raw"]
+    assert (fitted.loc[fitted["temperature"] > 1.001, "confidence"] == "overconfident").all()
+    assert (fitted.loc[fitted["temperature"] < 0.999, "confidence"] == "underconfident").all()
+    assert (rows.loc[rows["stage"] == "raw", "confidence"] == "n/a").all()

@@ -79,14 +79,16 @@ def slurm_cluster() -> str:
         except BlockingIOError:
             return  # another session is still using the cluster
         if STARTED_BY_TESTS.exists():
+            STARTED_BY_TESTS.unlink()
+            # --purge also removes the generated slurm.conf: with a config but no controller, every later
+            # Snakemake start stalls ~10 s while the Slurm plugin's scontrol waits for an answer
             subprocess.run(
-                ["bash", str(CLUSTER_DIR / "slurm_down.sh")],
+                ["bash", str(CLUSTER_DIR / "slurm_down.sh"), "--purge"],
                 capture_output=True,
                 text=True,
                 timeout=120,
                 check=False,
             )
-            STARTED_BY_TESTS.unlink()
 
 
 @dataclass

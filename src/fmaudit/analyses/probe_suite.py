@@ -87,6 +87,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                     draws=int(calibration_cfg.get("kshot_draws", 25)), random_state=int(run.seed), n_bins=n_bins,
                 )
                 t_source = float(ladder.loc[ladder["stage"] == "source_ts", "temperature"].iloc[0])
+                ladder["confidence"] = confidence_flags(ladder)
                 ladder = _add_cis(ladder, logits, data.labels[idx], data.groups[idx], t_source, bootstrap_cfg,
                                   seed=int(run.seed))
                 ladder.insert(0, "run_id", run.run_id)
@@ -111,6 +112,14 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
     rows["ece_convention"] = f"top-label, {n_bins} equal-width bins, (lo,hi]"
     rows["brier_convention"] = "sum over classes, range [0,2]"
     return rows, pd.concat(pred_parts, ignore_index=True)
+
+
+def confidence_flags(ladder: pd.DataFrame, tolerance: float = 1e-3) -> np.ndarray:
+    """What a fitted temperature says about the raw probe: T > 1 softens an overconfident probe, T < 1
+    sharpens an underconfident one; the raw stage has no fitted temperature."""
+    t = ladder["temperature"].to_numpy(dtype=float)
+    flag = np.where(t > 1 + tolerance, "overconfident", np.where(t < 1 - tolerance, "underconfident", "calibrated"))
+    return np.where(ladder["stage"].to_numpy() == "raw", "n/a", flag)
 
 
 def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, probe_cfg: Mapping[str, Any],
