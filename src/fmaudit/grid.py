@@ -56,6 +56,7 @@ PROBE_DEFAULTS: dict[str, Any] = {
     "fractions": [1.0],
     "seeds": [0],
     "val_fraction": 0.2,
+    "standardize": True,
     "readout": "default",
 }
 CALIBRATION_DEFAULTS: dict[str, Any] = {"ece_bins": 15, "kshot_k": [4, 8, 16, 32, 64], "kshot_draws": 25}

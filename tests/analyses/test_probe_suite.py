@@ -68,9 +68,10 @@ def test_same_seed_same_numbers():
 
 def test_other_heads_run_through_the_same_suite():
     data = make_task_data(1.0, 2.0)
-    probe = probe_config(heads=["1nn", "nearest_centroid", "cosine_centroid", "linear_svm"], fractions=[1.0], seeds=[0])
+    heads = ["1nn", "knn", "nearest_centroid", "cosine_centroid", "linear_svm", "logistic_cv"]
+    probe = probe_config(heads=heads, fractions=[1.0], seeds=[0])
     rows, _ = run_probe_suite(data, runs_for("e", probe), probe, CALIB, BOOT)
-    assert set(rows["head"]) == {"1nn", "nearest_centroid", "cosine_centroid", "linear_svm"}
+    assert set(rows["head"]) == set(heads)
     assert rows["macro_f1"].notna().all()
 
 
@@ -90,3 +91,12 @@ def test_confidence_flag_follows_temperature(suite_results):
     assert (fitted.loc[fitted["temperature"] > 1.001, "confidence"] == "overconfident").all()
     assert (fitted.loc[fitted["temperature"] < 0.999, "confidence"] == "underconfident").all()
     assert (rows.loc[rows["stage"] == "raw", "confidence"] == "n/a").all()
+
+
+def test_unscaled_features_give_a_different_probe():
+    data = make_task_data(1.0, 2.0)
+    data.features = data.features * np.linspace(0.01, 100, data.features.shape[1])
+    a_cfg, b_cfg = probe_config(fractions=[1.0], seeds=[0]), probe_config(fractions=[1.0], seeds=[0], standardize=False)
+    a, _ = run_probe_suite(data, runs_for("e", a_cfg), a_cfg, CALIB, BOOT)
+    b, _ = run_probe_suite(data, runs_for("e", b_cfg), b_cfg, CALIB, BOOT)
+    assert not np.allclose(a["nll"], b["nll"])

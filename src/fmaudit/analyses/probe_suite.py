@@ -137,13 +137,13 @@ def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, p
         subsets.append(sub)
     if head == "logistic":
         batch = fit_logistic_batch(data.features, data.labels, subsets, np.asarray(head_runs["C"], dtype=float),
-                                   n_classes=k, standardize=True)
+                                   n_classes=k, standardize=bool(probe_cfg.get("standardize", True)))
         logits_fn = lambda x, r: batch.decision_logits(x, r)  # noqa: E731
         return [(sub, val, logits_fn, r) for r, (sub, val) in enumerate(splits)]
     out = []
     for run, (sub, val) in zip(head_runs.itertuples(index=False), splits):
-        params = {"C": run.C} if head in ("logistic_cv", "linear_svm") and not pd.isna(run.C) else {}
-        model = make_head(head, **params)
+        params = {"C": run.C} if head == "linear_svm" and not pd.isna(run.C) else {}
+        model = make_head(head, standardize=bool(probe_cfg.get("standardize", True)), **params)
         if head == "logistic_cv":
             model.fit(data.features[sub], data.labels[sub], groups=data.groups[sub], n_classes=k)
         else:

@@ -31,6 +31,7 @@ from fmaudit.io import FmauditInputError
 from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     check_features,
+    check_labels,
     fit_logistic_batch,
     subset_scaler,
 )
@@ -77,6 +78,7 @@ class ProbeHead:
         return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
 
     def fit(self, X, y, n_classes: int | None = None, **kwargs) -> "ProbeHead":
+        """Fit on features X (N, D) and labels y (N,); ``n_classes`` fixes the label space (module doc)."""
         X = check_features(X)
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != X.shape[0]:
@@ -86,13 +88,7 @@ class ProbeHead:
         n_classes = n_classes if n_classes is not None else self.n_classes
         if n_classes is not None:
             n_classes = int(n_classes)
-            if y.dtype.kind not in "iu" and not (y.dtype.kind == "f" and np.isfinite(y).all() and (y == np.round(y)).all()):
-                raise FmauditInputError(f"y: with n_classes={n_classes} labels must be class indices, got dtype {y.dtype}")
-            codes = y.astype(np.int64)
-            if codes.min() < 0 or codes.max() >= n_classes:
-                raise FmauditInputError(
-                    f"y: labels span {codes.min()}..{codes.max()}, outside 0..{n_classes - 1} (n_classes={n_classes})"
-                )
+            codes = check_labels(y, X.shape[0], n_classes)
             self.classes_ = np.arange(n_classes)
         else:
             if y.dtype.kind == "f" and not np.isfinite(y).all():
