@@ -104,3 +104,15 @@ def test_provenance_has_version():
     prov = io.provenance(encoder="e")
     assert prov["encoder"] == "e" and prov["fmaudit_version"]
     json.dumps(prov)
+
+
+def test_atomic_write_has_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        io.write_text(tmp_path / "p.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "p.txt").stat().st_mode) == 0o644

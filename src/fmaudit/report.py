@@ -256,8 +256,9 @@ def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
             ax.set_yticks(range(len(doms)), doms)
             for i in range(len(doms)):
                 for j in range(len(doms)):
-                    if np.isfinite(mat[i, j]):
-                        ax.text(j, i, f"{mat[i, j]:.2f}", ha="center", va="center", fontsize=8)
+                    # NaN off the diagonal: every encoder ties in-domain, so the ranking is undefined
+                    label = "—" if i == j else (f"{mat[i, j]:.2f}" if np.isfinite(mat[i, j]) else "ties")
+                    ax.text(j, i, label, ha="center", va="center", fontsize=8)
             ax.set_xlabel("target")
             ax.set_ylabel("source (in-domain ranking)")
             ax.set_title(f"{task}, {head}: Spearman ρ", fontsize=9)
