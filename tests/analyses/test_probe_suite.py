@@ -100,3 +100,24 @@ def test_unscaled_features_give_a_different_probe():
     a, _ = run_probe_suite(data, runs_for("e", a_cfg), a_cfg, CALIB, BOOT)
     b, _ = run_probe_suite(data, runs_for("e", b_cfg), b_cfg, CALIB, BOOT)
     assert not np.allclose(a["nll"], b["nll"])
+
+
+def test_binary_task_uses_top_label_ece_and_half_logits():
+    data = make_task_data(1.5, 1.0, k=2)
+    probe = probe_config(fractions=[1.0], seeds=[0])
+    rows, preds = run_probe_suite(data, runs_for("e", probe), probe, CALIB, BOOT)
+    cell = preds[preds["target_domain"] == "b"]
+    cell = cell[cell["run_id"] == cell["run_id"].iloc[0]]
+    logits = np.stack(cell["logits"].to_numpy()).astype(float)
+    np.testing.assert_allclose(logits[:, 0], -logits[:, 1], atol=1e-5)  # (-d/2, d/2)
+    probs = softmax(logits)
+    conf = probs.max(1)
+    correct = probs.argmax(1) == cell["label"].to_numpy()
+    edges = np.linspace(0, 1, 16)
+    ece = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        m = (conf > lo) & (conf <= hi)
+        if m.any():
+            ece += m.mean() * abs(correct[m].mean() - conf[m].mean())
+    raw = rows[(rows["run_id"] == cell["run_id"].iloc[0]) & (rows["target_domain"] == "b") & (rows["stage"] == "raw")]
+    assert raw["ece_top_15_lohi"].iloc[0] == pytest.approx(ece, abs=1e-6)
