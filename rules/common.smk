@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import check_names, dataset_params, load_yaml
+from fmaudit.config import check_names, check_slide_sheets, dataset_params, load_yaml
 from fmaudit.grid import check_grid, embed_pairs, section, shards, task_domains
 from fmaudit.registry import load_registry
 
@@ -15,6 +15,7 @@ try:
     DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
     check_names(config, ENCODERS, DATASETS)
     check_grid(config, DATASETS)
+    check_slide_sheets(config, DATASETS)
 except (ValueError, FileNotFoundError) as err:
     raise WorkflowError(str(err))
 

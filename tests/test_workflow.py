@@ -151,3 +151,15 @@ def test_lint_is_clean(demo_run):
     proc = snakemake(work, "--lint", check=False)
     out = proc.stdout + proc.stderr
     assert "Congratulations" in out or proc.returncode == 0 and "Lints for" not in out, out[-3000:]
+
+
+def test_bad_slide_sheet_stops_before_any_job(demo_run):
+    work, _ = demo_run
+    sheet = work / "bad_slides.tsv"
+    sheet.write_text("slide_id\tpath\tdomain\nx\tresources/data/CMU-1-Small-Region.svs\taperio\n")  # no group
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["dataset_params"]["cmu-small-region"] = {"slides": "bad_slides.tsv"}
+    (work / "sheet.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "-n", "--configfile", "sheet.yaml", check=False)
+    assert proc.returncode != 0
+    assert "bad_slides.tsv" in proc.stdout + proc.stderr and "group" in proc.stdout + proc.stderr

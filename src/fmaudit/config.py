@@ -104,3 +104,13 @@ def dataset_params(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
         raise _unknown("parameter", unknown[0], list(params), f"config 'dataset_params.{dataset}'")
     params.update(overrides)
     return params
+
+
+def check_slide_sheets(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> None:
+    """Validate every slide sheet the config's data sets use, so a bad sheet stops the run before any job."""
+    from fmaudit.datasets.slide_tiles import read_slide_sheet
+
+    for ds in config["datasets"]:
+        sheet = dataset_params(config, dataset_registry, ds).get("slides")
+        if sheet:
+            read_slide_sheet(sheet)
