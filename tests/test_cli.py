@@ -92,3 +92,11 @@ def test_unknown_config_key_exit_code(tmp_path, capsys):
                                      "tasks: {t: {datasets: [demo-tiles]}}\nprobes: {}\n")
     assert main(["check-config", "--configfile", str(tmp_path / "c.yaml")]) == 2
     assert "probes" in capsys.readouterr().err
+
+
+def test_probe_c_grid(arrays):
+    out = arrays / "grid.csv"
+    assert main(probe_args(arrays, "--C", "0.001,10", "--out", str(out))) == 0
+    df = pd.read_csv(out)
+    assert sorted(df["head"]) == ["logistic_C0.001", "logistic_C10"]
+    assert df.set_index("head").loc["logistic_C0.001", "nll"] != df.set_index("head").loc["logistic_C10", "nll"]

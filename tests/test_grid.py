@@ -51,3 +51,14 @@ def test_summary_counts_jobs_not_runs():
     fits = s[(s["analysis"] == "probe") & (s["protocol"] == "fits (in-domain)")].iloc[0]
     assert fits["runs"] == len(grid.probe_runs(_config()))
     assert fits["jobs"] == 4
+
+
+def test_c_grid_gives_one_labelled_probe_per_value():
+    cfg = _config(C=[0.01, 1.0, 100.0], heads=["logistic", "1nn"])
+    runs = grid.probe_runs(cfg)
+    t = runs[(runs["task"] == "t") & (runs["encoder"] == "a")]
+    assert sorted(t["probe"].unique()) == ["1nn", "logistic_C0.01", "logistic_C1", "logistic_C100"]
+    assert set(t.loc[t["head"] == "logistic", "C"]) == {0.01, 1.0, 100.0}
+    assert not runs.duplicated(["encoder", "task", "run_id"]).any()
+    single = grid.probe_runs(_config())
+    assert set(single["probe"]) == {"logistic", "1nn"}

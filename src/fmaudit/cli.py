@@ -74,7 +74,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         test_groups=_labels(args.test_groups, len(xte), "groups"),
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
     )
-    probe = {**grid.PROBE_DEFAULTS, "heads": args.heads, "C": args.C, "fractions": args.fractions,
+    probe = {**grid.PROBE_DEFAULTS, "heads": args.heads, "C": args.C[0] if len(args.C) == 1 else args.C,
+             "fractions": args.fractions,
              "seeds": args.seeds, "val_fraction": args.val_fraction}
     calibration = {**grid.CALIBRATION_DEFAULTS, "kshot_k": args.kshot_k, "kshot_draws": args.kshot_draws,
                    "ece_bins": args.ece_bins}
@@ -146,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--features-key", help="array name inside .npz/.h5 files (default 'features')")
     pr.add_argument("--fractions", type=_floats, default=[1.0], help="label fractions, e.g. '0.01,0.1,1'")
     pr.add_argument("--seeds", type=_ints, default=[0], help="seeds, e.g. '0,1,2'")
-    pr.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic head")
+    pr.add_argument("--C", type=_floats, default=[1.0],
+                    help="inverse L2 strength of the logistic head; several values fit one probe each, e.g. '0.01,1,100'")
     pr.add_argument("--heads", type=lambda s: s.split(","), default=["logistic"], help="comma-separated heads")
     pr.add_argument("--val-fraction", type=float, default=0.2)
     pr.add_argument("--kshot-k", type=_ints, default=[4, 8, 16, 32, 64])

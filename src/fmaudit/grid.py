@@ -89,7 +89,22 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {
     "cells": ("encoder", "magnification", "protocol"),
 }
 CELL_PROTOCOLS = ("IS", "IOCD", "MOCV", "LOOO")
-PROBE_COLUMNS = ["analysis", "encoder", "task", "source_domain", "head", "C", "fraction", "seed", "n_targets"]
+PROBE_COLUMNS = ["analysis", "encoder", "task", "source_domain", "head", "C", "probe", "fraction", "seed",
+                 "n_targets"]
+C_HEADS = ("logistic", "linear_svm")  # heads whose fit takes the config's C (a number or a grid)
+
+
+def probe_variants(probe: Mapping[str, Any]) -> list[tuple[str, float, str]]:
+    """(head, C, label) per probe variant: one per head, and one per C value for the heads that take C when
+    ``probe.C`` is a list (labels such as ``logistic_C0.01``, so reports keep the variants apart)."""
+    cs = probe["C"] if isinstance(probe["C"], (list, tuple)) else [probe["C"]]
+    out = []
+    for head in probe["heads"]:
+        if head not in C_HEADS:
+            out.append((head, float("nan"), head))
+        else:
+            out += [(head, float(c), head if len(cs) == 1 else f"{head}_C{float(c):g}") for c in cs]
+    return out
 
 _DEFAULTS = {"probe": PROBE_DEFAULTS, "calibration": CALIBRATION_DEFAULTS, "bootstrap": BOOTSTRAP_DEFAULTS,
              "head_sweep": HEAD_SWEEP_DEFAULTS, "ood": OOD_DEFAULTS, "prior_shift": PRIOR_SHIFT_DEFAULTS,
@@ -260,13 +275,12 @@ def _probe_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] |
         domains = task_domains(config, task, dataset_registry)
         transfer = (config["tasks"][task].get("transfer", True)) and len(domains) > 1
         n_targets = len(domains) if transfer else 1
-        for enc, src, head, frac, seed in itertools.product(
-            encoders, domains, probe["heads"], probe["fractions"], probe["seeds"]
+        for enc, src, (head, c, label), frac, seed in itertools.product(
+            encoders, domains, probe_variants(probe), probe["fractions"], probe["seeds"]
         ):
             rows.append({
                 "analysis": "probe", "encoder": enc, "task": task, "source_domain": src, "head": head,
-                "C": float(probe["C"]) if head == "logistic" else float("nan"),
-                "fraction": float(frac), "seed": int(seed), "n_targets": n_targets,
+                "C": c, "probe": label, "fraction": float(frac), "seed": int(seed), "n_targets": n_targets,
             })
     return pd.DataFrame(rows, columns=PROBE_COLUMNS)
 
@@ -339,7 +353,8 @@ def head_sweep_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, An
                 part["encoders"], sources, heads, sweep["fractions"], sweep["seeds"]
             ):
                 rows.append({"analysis": "head_sweep", "encoder": enc, "task": task, "source_domain": src,
-                             "head": head, "C": c, "fraction": float(frac), "seed": int(seed),
+                             "head": head, "C": c, "probe": head if np.isnan(c) else f"{head}_C{c:g}",
+                             "fraction": float(frac), "seed": int(seed),
                              "n_targets": len(domains) if transfer else 1})
     df = pd.DataFrame(rows, columns=PROBE_COLUMNS)
     df["run_id"] = [run_id(r) for r in df.itertuples(index=False)]

@@ -93,7 +93,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                 ladder.insert(0, "run_id", run.run_id)
                 meta = {
                     "encoder": encoder, "task": task, "source_domain": source, "target_domain": target,
-                    "in_domain": target == source, "head": head, "C": run.C, "fraction": run.fraction,
+                    "in_domain": target == source, "head": run.probe, "C": run.C, "fraction": run.fraction,
                     "seed": run.seed, "n_train": len(train), "n_val": len(val),
                     "label_budget": len(train) + len(val), "n_test": len(idx),
                     "n_test_groups": len(np.unique(data.groups[idx])),
@@ -103,7 +103,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                 metric_rows.append(ladder)
                 pred_parts.append(pd.DataFrame({
                     "encoder": encoder, "task": task, "run_id": run.run_id, "source_domain": source,
-                    "target_domain": target, "head": head, "fraction": run.fraction, "seed": run.seed,
+                    "target_domain": target, "head": run.probe, "fraction": run.fraction, "seed": run.seed,
                     "item_id": data.item_ids[idx], "group": data.groups[idx], "label": data.labels[idx],
                     "temperature_source": t_source,
                     "logits": list(np.asarray(logits, dtype=np.float32)),
