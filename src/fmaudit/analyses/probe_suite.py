@@ -137,9 +137,9 @@ def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, p
         subsets.append(sub)
     if head == "logistic":
         batch = fit_logistic_batch(data.features, data.labels, subsets, np.asarray(head_runs["C"], dtype=float),
-                                   n_classes=k, standardize=bool(probe_cfg.get("standardize", True)))
-        logits_fn = lambda x, r: batch.decision_logits(x, r)  # noqa: E731
-        return [(sub, val, logits_fn, r) for r, (sub, val) in enumerate(splits)]
+                                   n_classes=k, standardize=bool(probe_cfg.get("standardize", True)),
+                                   device="auto")
+        return [(sub, val, batch.decision_logits, r) for r, (sub, val) in enumerate(splits)]
     out = []
     for run, (sub, val) in zip(head_runs.itertuples(index=False), splits):
         params = {"C": run.C} if head == "linear_svm" and not pd.isna(run.C) else {}
@@ -148,8 +148,13 @@ def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, p
             model.fit(data.features[sub], data.labels[sub], groups=data.groups[sub], n_classes=k)
         else:
             model.fit(data.features[sub], data.labels[sub], n_classes=k)
-        out.append((sub, val, (lambda m: lambda x, r: m.decision_logits(x))(model), 0))
+        out.append((sub, val, _ignore_batch_index(model.decision_logits), 0))
     return out
+
+
+def _ignore_batch_index(decision_logits):
+    """A single head's ``decision_logits(X)`` with the batched engine's ``(X, r)`` signature."""
+    return lambda x, r: decision_logits(x)
 
 
 def _add_cis(ladder: pd.DataFrame, logits: np.ndarray, labels: np.ndarray, groups: np.ndarray, t_source: float,
