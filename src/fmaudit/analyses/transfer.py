@@ -8,10 +8,13 @@ probe shards) and average over seeds first, so every statistic is computed on se
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+
+from scipy.stats import ConstantInputWarning
 
 from fmaudit.stats import fisher_z_meta, rank_transfer
 
@@ -125,9 +128,12 @@ def rank_transfer_table(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.Data
             common = sorted(set(ind.index) & set(tgt_scores.index))
             if len(common) < 2:
                 continue
-            res = rank_transfer({e: float(ind[e]) for e in common}, {e: float(tgt_scores[e]) for e in common})
+            with warnings.catch_warnings():  # all encoders tied: ρ is NaN, and said so in ranking_defined
+                warnings.simplefilter("ignore", ConstantInputWarning)
+                res = rank_transfer({e: float(ind[e]) for e in common}, {e: float(tgt_scores[e]) for e in common})
             rows.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "target_domain": tgt,
-                         "metric": metric, **res})
+                         "metric": metric, **res,
+                         "ranking_defined": bool(ind[common].nunique() > 1 and tgt_scores[common].nunique() > 1)})
     return pd.DataFrame(rows)
 
 
@@ -152,7 +158,8 @@ def decoupling_table(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         auroc_rank = cell["auroc_ovr_macro"].rank(ascending=False)
         ece_rank = cell["ece_after_source_ts"].rank(ascending=True)
-        rho = spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic if n > 2 else np.nan
+        constant = cell["auroc_ovr_macro"].nunique() < 2 or cell["ece_after_source_ts"].nunique() < 2
+        rho = np.nan if n <= 2 or constant else spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic
         units.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "n_encoders": n,
                       "spearman_auroc_vs_neg_ece": rho, "mean_abs_rank_gap": float(np.mean(np.abs(auroc_rank - ece_rank)))})
     per_unit = pd.DataFrame(units)
