@@ -116,3 +116,13 @@ def test_atomic_write_has_normal_permissions(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "p.txt").stat().st_mode) == 0o644
+
+
+def test_npz_provenance_alone(tmp_path):
+    io.write_npz(tmp_path / "e.npz", {"x": np.zeros((3, 2))}, provenance={"encoder": "x", "n_items": 3})
+    assert io.read_npz_provenance(tmp_path / "e.npz") == {"encoder": "x", "n_items": 3}
+    io.write_npz(tmp_path / "bare.npz", {"x": np.zeros(2)})
+    assert io.read_npz_provenance(tmp_path / "bare.npz") == {}
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(io.FmauditInputError, match="bad.npz"):
+        io.read_npz_provenance(tmp_path / "bad.npz")

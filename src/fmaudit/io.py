@@ -162,6 +162,18 @@ def read_npz(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, prov
 
 
+def read_npz_provenance(path: PathLike) -> dict[str, Any]:
+    """Only the provenance of an .npz written by :func:`write_npz`; the arrays are not read."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:  # members load lazily, on access
+            return json.loads(str(z["provenance"])) if "provenance" in z.files else {}
+    except Exception as e:  # noqa: BLE001 - zipfile.BadZipFile and friends
+        raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
+
+
 def load_feature_array(path: PathLike, key: str | None = None) -> np.ndarray:
     """Features brought from elsewhere: .npy, .npz (``key`` or the single array / ``features``),
     or HDF5 (.h5/.hdf5) with a ``features`` dataset (CLAM/TRIDENT style; (1,N,D) is squeezed)."""

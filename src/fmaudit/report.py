@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fmaudit.analyses import transfer  # noqa: E402
-from fmaudit.io import atomic_path, dataframe_to_markdown, read_npz, read_table, write_table, write_text  # noqa: E402
+from fmaudit.io import atomic_path, dataframe_to_markdown, read_npz_provenance, read_table, write_table, write_text  # noqa: E402
 from fmaudit.metrics import reliability_bins, softmax  # noqa: E402
 from fmaudit.stats import bootstrap_counts, bootstrap_metric  # noqa: E402
 
@@ -37,8 +37,16 @@ def load_predictions(paths: Sequence[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _cell_items(preds: pd.DataFrame) -> pd.DataFrame:
-    return preds.drop_duplicates("item_id").set_index("item_id")
+def _cell_resampling(preds: pd.DataFrame, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(item order, labels, (B, N) group-cluster resample counts) of one cell's test items."""
+    items = preds.drop_duplicates("item_id").set_index("item_id")
+    counts = bootstrap_counts(len(items), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=seed)
+    return items.index.to_numpy(), items["label"].to_numpy().astype(int), counts
+
+
+def _percentiles(boot: np.ndarray, alpha: float) -> tuple[float, float]:
+    lo, hi = np.nanpercentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
 
 
 def seed_mean_bootstrap(preds: pd.DataFrame, metric: str, counts: np.ndarray, order: np.ndarray,
@@ -58,18 +66,6 @@ def seed_mean_bootstrap(preds: pd.DataFrame, metric: str, counts: np.ndarray, or
     return float(np.mean(points)), np.nanmean(np.stack(boots), axis=0)
 
 
-def seed_averaged_ci(preds: pd.DataFrame, metric: str, n_boot: int, seed: int, temperature_col: str | None = None,
-                     alpha: float = 0.05) -> tuple[float, float, float]:
-    """Mean over seeds of ``metric`` with a group-cluster bootstrap CI of that mean."""
-    items = _cell_items(preds)
-    order = items.index.to_numpy()
-    labels = items["label"].to_numpy().astype(int)
-    counts = bootstrap_counts(len(order), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=seed)
-    point, boot = seed_mean_bootstrap(preds, metric, counts, order, labels, temperature_col)
-    lo, hi = np.nanpercentile(boot, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return point, float(lo), float(hi)
-
-
 def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, metric: str = "macro_f1", n_boot: int = 2000,
                        seed: int = 0, alpha: float = 0.05) -> pd.DataFrame:
     """Paired cluster bootstrap of each encoder's ``metric`` minus the in-domain best encoder's, per target.
@@ -77,46 +73,44 @@ def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, metric: str = "
     One resample of groups is shared by every encoder and seed of a (task, head, fraction, s→t) cell."""
     rows = []
     keys = ["task", "head", "fraction", "source_domain"]
+    cells = dict(tuple(preds.groupby(keys + ["target_domain"])))
     for key, cell in board.groupby(keys):
         ind = cell[cell["in_domain"]]
         if ind["encoder"].nunique() < 2:
             continue
         reference = ind.sort_values(["macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
         for target in cell["target_domain"].unique():
-            sel = preds
-            for k, v in zip(keys + ["target_domain"], list(key) + [target]):
-                sel = sel[sel[k] == v]
-            items = _cell_items(sel)
-            order = items.index.to_numpy()
-            labels = items["label"].to_numpy().astype(int)
-            counts = bootstrap_counts(len(order), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=seed)
+            sel = cells[(*key, target)]
+            order, labels, counts = _cell_resampling(sel, n_boot, seed)
             res = {enc: seed_mean_bootstrap(p, metric, counts, order, labels) for enc, p in sel.groupby("encoder")}
             ref_point, ref_boot = res[reference]
             for enc, (point, boot) in res.items():
                 if enc == reference:
                     continue
-                diff = boot - ref_boot
-                lo, hi = np.nanpercentile(diff, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+                lo, hi = _percentiles(boot - ref_boot, alpha)
                 rows.append({**dict(zip(keys, key)), "target_domain": target, "in_domain": target == key[3],
                              "encoder": enc, "reference": reference, "metric": metric,
-                             "difference": point - ref_point, "ci_lo": float(lo), "ci_hi": float(hi),
+                             "difference": point - ref_point, "ci_lo": lo, "ci_hi": hi,
                              "ci_excludes_zero": bool(lo > 0 or hi < 0), "n_boot": n_boot,
                              "resampling": "paired, patient/slide clusters, shared across encoders and seeds"})
     return pd.DataFrame(rows)
 
 
-def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, n_boot: int = 1000, seed: int = 0,
+                alpha: float = 0.05) -> pd.DataFrame:
     """In-domain and per-target macro-F1 (and ECE) at the largest label fraction, mean over seeds, with CIs."""
     raw = runs[runs["stage"] == "raw"]
     top = raw.groupby("task")["fraction"].transform("max")
     raw = raw[raw["fraction"] == top]
+    cells = dict(tuple(preds.groupby(RUN_KEYS)))
     rows = []
     for key, cell in raw.groupby(RUN_KEYS, sort=True):
-        sel = preds
-        for k, v in zip(RUN_KEYS, key):
-            sel = sel[sel[k] == v]
-        f1, f1_lo, f1_hi = seed_averaged_ci(sel, "macro_f1", n_boot, seed)
-        ece, ece_lo, ece_hi = seed_averaged_ci(sel, "ece", n_boot, seed)
+        sel = cells[key]
+        order, labels, counts = _cell_resampling(sel, n_boot, seed)  # one resample for both metrics
+        f1, f1_boot = seed_mean_bootstrap(sel, "macro_f1", counts, order, labels)
+        ece, ece_boot = seed_mean_bootstrap(sel, "ece", counts, order, labels)
+        f1_lo, f1_hi = _percentiles(f1_boot, alpha)
+        ece_lo, ece_hi = _percentiles(ece_boot, alpha)
         rows.append({
             **dict(zip(RUN_KEYS, key)), "in_domain": bool(cell["in_domain"].iloc[0]), "n_seeds": cell["seed"].nunique(),
             "n_test": int(cell["n_test"].iloc[0]), "n_test_groups": int(cell["n_test_groups"].iloc[0]),
@@ -222,13 +216,14 @@ def reliability_figure(preds: pd.DataFrame, path: Path, n_bins: int = 15) -> Non
 
 
 def embedding_inventory(paths: Sequence[Path]) -> pd.DataFrame:
+    """One row per embedding file, from its provenance alone (the feature arrays are not read)."""
     rows = []
     for p in paths:
-        arrays, prov = read_npz(p)
-        dims = {k.removeprefix("feat__"): v.shape[1] for k, v in arrays.items() if k.startswith("feat__")}
+        prov = read_npz_provenance(p)
+        dims = prov.get("embed_dim") or {}
         rows.append({
-            "encoder": p.parent.name, "dataset": p.stem, "n_items": len(arrays.get("item_id", [])),
-            "readouts": ", ".join(f"{k} ({d})" for k, d in dims.items()),
+            "encoder": p.parent.name, "dataset": p.stem, "n_items": prov.get("n_items"),
+            "readouts": ", ".join(f"{r} ({dims[r]})" for r in prov.get("readouts") or dims),
             "images_per_s": prov.get("images_per_s"), "device": prov.get("device"),
             "encoder_config_hash": prov.get("encoder_config_hash"), "manifest_hash": prov.get("manifest_hash"),
             "fmaudit_version": prov.get("fmaudit_version"),

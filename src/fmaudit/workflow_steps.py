@@ -15,7 +15,7 @@ import pandas as pd
 from fmaudit import grid
 from fmaudit.analyses.task_data import assemble_task_data
 from fmaudit.datasets import prepare_dataset
-from fmaudit.io import dataframe_hash, provenance, read_npz, read_table, write_table
+from fmaudit.io import dataframe_hash, provenance, read_npz_provenance, read_table, write_table
 from fmaudit.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -47,19 +47,13 @@ def embed_step(encoder: str, spec: Mapping[str, Any], manifest: str, out: str, w
                    weights_path=weights, log=logger)
 
 
-def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[str], embeddings: Sequence[str],
-                   readout: str):
-    """Read a task's manifests and one encoder's embeddings of them into a TaskData."""
-    mans = [read_table(p) for p in manifests]
-    feats = []
-    for p in embeddings:
-        arrays, _ = read_npz(p)
-        key = f"feat__{readout}"
-        if key not in arrays:
-            have = sorted(k.removeprefix("feat__") for k in arrays if k.startswith("feat__"))
-            raise ValueError(f"{p}: no readout {readout!r} (has {have}); set probe.readout")
-        feats.append((arrays["item_id"], arrays[key]))
-    return assemble_task_data(mans, feats, task=task, domains=task_spec.get("domains"), sources=list(embeddings))
+def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[pd.DataFrame],
+                   embeddings: Sequence[str], readout: str):
+    """A task's manifests and one encoder's embeddings of them (checked by ``read_embeddings``) as a TaskData."""
+    from fmaudit.embed import read_embeddings
+
+    feats = [read_embeddings(p, readout) for p in embeddings]
+    return assemble_task_data(manifests, feats, task=task, domains=task_spec.get("domains"), sources=list(embeddings))
 
 
 def probe_shard_step(encoder: str, task: str, task_spec: Mapping[str, Any], manifests: Sequence[str],
@@ -68,7 +62,8 @@ def probe_shard_step(encoder: str, task: str, task_spec: Mapping[str, Any], mani
     from fmaudit.analyses.probe_suite import run_probe_suite
 
     logger = setup_logging(log)
-    data = load_task_data(task, task_spec, manifests, embeddings, probe.get("readout", "cls"))
+    mans = [read_table(p) for p in manifests]
+    data = load_task_data(task, task_spec, mans, embeddings, probe.get("readout", "cls"))
     shard_config = {"encoders": [encoder], "tasks": {task: dict(task_spec)}, "probe": dict(probe)}
     runs = grid.probe_runs(shard_config)
     logger.info("%s × %s: %d runs on %d items (%d features, %d classes)", encoder, task, len(runs),
@@ -76,8 +71,8 @@ def probe_shard_step(encoder: str, task: str, task_spec: Mapping[str, Any], mani
     rows, preds = run_probe_suite(data, runs, probe, calibration, bootstrap,
                                   transfer=bool(task_spec.get("transfer", True)))
     prov = provenance(encoder=encoder, task=task,
-                      embeddings={p: read_npz(p)[1].get("encoder_config_hash") for p in embeddings},
-                      manifests={p: dataframe_hash(read_table(p)) for p in manifests})
+                      embeddings={p: read_npz_provenance(p).get("encoder_config_hash") for p in embeddings},
+                      manifests={p: dataframe_hash(m) for p, m in zip(manifests, mans)})
     write_table(out_predictions, preds, provenance=prov)
     write_table(out_runs, rows, provenance=prov)
     logger.info("wrote %d metric rows and %d predictions", len(rows), len(preds))
