@@ -1,7 +1,7 @@
 # fmaudit: reliability audit of frozen pathology and hematology foundation-model encoders.
 # This file is a table of contents; the rules live in rules/, their helpers in rules/common.smk.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -13,9 +13,8 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "resources/schemas/config.schema.yaml")
-
-
+# rules/common.smk validates the config against resources/schemas/config.schema.yaml and fills in its defaults
+# (the schema is their one home), then runs every check of `fmaudit check-config`, before any rule is planned.
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/embed.smk"

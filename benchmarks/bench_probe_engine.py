@@ -2,7 +2,7 @@
 
 Workload (PRISM-sized grid): a synthetic Gaussian mixture with overlapping classes (seeded), ~10,000 train
 items, 1,024 features, 9 classes; 6 label fractions (0.01, 0.05, 0.1, 0.25, 0.5, 1.0) x 3 seeds = 18 runs
-with C = 1.0, each subset drawn by ``stratified_subsample`` and standardised on itself.
+with C = 1.0, each subset drawn by ``label_fraction_subsample`` and standardised on itself.
 
 - engine: ``fit_logistic_batch`` fitting all 18 problems at once (standardisation included).
 - baseline: ``make_pipeline(StandardScaler(), LogisticRegression(C, max_iter=1000, tol=--sk-tol))`` fitted
@@ -46,7 +46,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fmaudit.probes import fit_logistic_batch, stratified_subsample
+from fmaudit.probes import fit_logistic_batch, label_fraction_subsample
 
 FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -133,7 +133,7 @@ def main() -> None:
     X_all, y_all = make_mixture(args.n_train + args.n_test, args.dim, args.classes, args.separation, 0, data_dtype)
     X, y = X_all[: args.n_train], y_all[: args.n_train]
     X_test = X_all[args.n_train :]
-    subsets = [stratified_subsample(y, f, seed) for f in FRACTIONS for seed in range(args.seeds)]
+    subsets = [label_fraction_subsample(y, f, seed) for f in FRACTIONS for seed in range(args.seeds)]
     n_runs = len(subsets)
     print(
         f"grid: {n_runs} runs = {len(FRACTIONS)} fractions x {args.seeds} seeds; {args.n_train} train x {args.dim} "

@@ -5,17 +5,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import check_names, check_slide_sheets, dataset_params, load_yaml
-from fmaudit.grid import check_grid, embed_pairs, section, shards, task_domains
-from fmaudit.registry import load_registry
+from fmaudit.config import check_config, dataset_params, fill_config
+from fmaudit.grid import embed_pairs, section, settings_by_task, shards, task_domains
+from fmaudit.report import report_outputs
 
 RESULTS = "results"
+REPORT = f"{RESULTS}/report"
 try:
-    ENCODERS = load_registry(config.get("encoder_registry", "resources/encoders.yaml"))
-    DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
-    check_names(config, ENCODERS, DATASETS)
-    check_grid(config, DATASETS)
-    check_slide_sheets(config, DATASETS)
+    # The config is filled from resources/schemas/config.schema.yaml once, here, exactly as the command line
+    # fills it (fmaudit.config.fill_config): every default lives in the schema, and rules read sections as
+    # they are. check_config is every check `fmaudit check-config` runs.
+    fill_config(config)
+    ENCODERS, DATASETS = check_config(config)
 except (ValueError, FileNotFoundError) as err:
     raise WorkflowError(str(err))
 
@@ -71,7 +72,7 @@ def encoder_entry(wildcards):
 
 def encoder_weights(wildcards):
     """A local checkpoint that overrides the registry's weight source ('' for none)."""
-    return (config.get("encoder_weights") or {}).get(wildcards.encoder, "")
+    return config["encoder_weights"].get(wildcards.encoder, "")
 
 
 def embed_gpus(wildcards):
@@ -118,7 +119,10 @@ def calibration_settings(wildcards):
 
 
 def bootstrap_settings(wildcards):
-    return canonical(section(config, "bootstrap", task=wildcards.task))
+    """What the shards' row intervals use: the paired count feeds only the report, so changing it reruns only
+    the report."""
+    settings = section(config, "bootstrap", task=wildcards.task)
+    return canonical({key: settings[key] for key in ("n_boot", "seed")})
 
 
 def shard_mem_mb(wildcards, attempt):
@@ -142,7 +146,34 @@ def all_embeddings():
 
 
 def all_targets():
-    return [f"{RESULTS}/report/index.md"]
+    return [f"{REPORT}/index.md"]
+
+
+# ---- report --------------------------------------------------------------------------------------------
+
+# Every table and figure the report writes (fmaudit.report.report_outputs), so the report rule declares
+# exactly what it writes; each CSV and figure carries its caption, resources/report/{tables,figures}/<name>.rst.
+REPORT_OUTPUTS = report_outputs()
+
+
+def report_tables():
+    return [report(f"{REPORT}/tables/{name}.csv", caption=f"../resources/report/tables/{name}.rst", category=category)
+            for name, category in REPORT_OUTPUTS["tables"].items()]
+
+
+def report_table_formats():
+    """The Markdown and LaTeX copies of every table."""
+    return [f"{REPORT}/tables/{name}{ext}" for name in REPORT_OUTPUTS["tables"] for ext in (".md", ".tex")]
+
+
+def report_figures():
+    return [report(f"{REPORT}/figures/{name}.png", caption=f"../resources/report/figures/{name}.rst", category=category)
+            for name, category in REPORT_OUTPUTS["figures"].items()]
+
+
+def report_settings(name):
+    """{task: its `name` section}: the report's calibration and bootstrap settings (also in its captions)."""
+    return canonical(settings_by_task(config, name))
 
 
 def downloadable_datasets(wildcards):

@@ -4,9 +4,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import embed_step  # noqa: E402
+from fmaudit.jobs.embed import embed_job  # noqa: E402
 
-embed_step(
+embed_job(
     encoder=snakemake.wildcards.encoder,  # noqa: F821
     spec=snakemake.params.encoder,  # noqa: F821
     manifest=snakemake.input.manifest,  # noqa: F821

@@ -5,8 +5,9 @@ import copy
 import pytest
 import yaml
 
-from fmaudit.config import REPO_ROOT, check_names, dataset_params, load_config, load_yaml, validate_config
+from fmaudit.config import check_config, check_names, dataset_params, fill_config, fill_section, load_config, schema_default
 from fmaudit.io import FmauditInputError
+from fmaudit.schema import REPO_ROOT, load_yaml
 
 
 @pytest.fixture()
@@ -16,11 +17,11 @@ def demo_config():
 
 @pytest.fixture()
 def registries():
-    return load_yaml("resources/encoders.yaml"), load_yaml("resources/datasets.yaml")
+    return load_yaml(REPO_ROOT / "resources" / "encoders.yaml"), load_yaml(REPO_ROOT / "resources" / "datasets.yaml")
 
 
 def test_demo_config_is_valid_and_gets_defaults(demo_config, registries):
-    cfg = validate_config(copy.deepcopy(demo_config))
+    cfg = fill_config(copy.deepcopy(demo_config))
     check_names(cfg, *registries)
     assert cfg["encoder_registry"] == "resources/encoders.yaml"
     assert cfg["calibration"]["ece_bins"] == 15
@@ -29,41 +30,41 @@ def test_demo_config_is_valid_and_gets_defaults(demo_config, registries):
 def test_unknown_top_level_key_is_named(demo_config):
     demo_config["encoderz"] = ["x"]
     with pytest.raises(FmauditInputError, match="encoderz"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_wrong_type_names_the_key(demo_config):
     demo_config["probe"]["fractions"] = "all"
     with pytest.raises(FmauditInputError, match="probe.fractions"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_fraction_out_of_range(demo_config):
     demo_config["probe"]["fractions"] = [0.0, 1.5]
     with pytest.raises(FmauditInputError, match="probe.fractions"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_unknown_encoder_suggests_close_name(demo_config, registries):
     demo_config["encoders"] = ["demo-vit-tiniy"]
     with pytest.raises(FmauditInputError, match=r"unknown encoder 'demo-vit-tiniy'.*did you mean 'demo-vit-tiny'"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_unknown_dataset(demo_config, registries):
     demo_config["datasets"].append("no-such-data")
     with pytest.raises(FmauditInputError, match="unknown dataset 'no-such-data'"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_task_on_dataset_not_in_config(demo_config, registries):
     demo_config["tasks"]["demo-tissue"]["datasets"] = ["cmu-small-regio"]
     with pytest.raises(FmauditInputError, match="tasks.demo-tissue.datasets"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_dataset_param_override_and_typo(demo_config, registries):
-    cfg = validate_config(demo_config)
+    cfg = fill_config(demo_config)
     params = dataset_params(cfg, registries[1], "demo-tiles")
     assert params["seed"] == 0 and "image_size" in params
     cfg["dataset_params"]["demo-tiles"] = {"sede": 3}
@@ -76,3 +77,51 @@ def test_load_config_reports_bad_yaml(tmp_path):
     p.write_text("encoders: [a\n")
     with pytest.raises(FmauditInputError, match=str(p)):
         load_config(p)
+
+
+def test_defaults_are_filled_inside_tasks_and_study_sections(demo_config):
+    config = {
+        "data_root": "x", "encoders": ["a"], "datasets": ["d"],
+        "tasks": {"t": {"datasets": ["d"]}, "u": {"datasets": ["d"], "transfer": False}},
+        "studies": {"s": {"encoders": ["a"], "tasks": ["t", "u"], "calibration": {"ece_bins": 10}}},
+    }
+    cfg = fill_config(config)
+    assert cfg is config  # filled in place, as the Snakefile's config is
+    assert cfg["tasks"]["t"]["transfer"] is True and cfg["tasks"]["u"]["transfer"] is False
+    study = cfg["studies"]["s"]["calibration"]
+    assert study == {"ece_bins": 10, "kshot_k": [4, 8, 16, 32, 64], "kshot_draws": 25}
+    assert "probe" not in cfg["studies"]["s"]  # a study without its own section uses the top-level one
+    assert cfg["bootstrap"] == {"n_boot": 1000, "seed": 0, "paired_n_boot": 2000}
+    # defaults are copies: filling twice, or mutating one config, leaves the schema's values alone
+    cfg["probe"]["fractions"].append(0.5)
+    assert fill_config(copy.deepcopy(demo_config))["probe"]["fractions"] == [0.1, 1.0]
+    assert schema_default("probe", "fractions") == [1.0]
+
+
+def test_fill_section_and_schema_default_read_the_schema():
+    assert fill_section("bootstrap", {"n_boot": 50}) == {"n_boot": 50, "seed": 0, "paired_n_boot": 2000}
+    assert schema_default("calibration", "ece_bins") == 15
+    assert schema_default("dataset_registry") == "resources/datasets.yaml"
+    with pytest.raises(FmauditInputError, match=r"n_boot: 5 is less than the minimum of 10"):
+        fill_section("bootstrap", {"n_boot": 5}, source="options")
+    with pytest.raises(KeyError, match="data_root"):
+        schema_default("data_root")
+
+
+def test_declared_sections_get_their_defaults_when_present(demo_config):
+    demo_config["prior_shift"] = {"task": "demo-tissue", "priors": {"flat": {"a": 0.5, "b": 0.5}}, "sample_size": 10}
+    cfg = fill_config(demo_config)
+    assert cfg["prior_shift"]["draws"] == 25 and cfg["prior_shift"]["seeds"] == [0]
+    assert "ood" not in cfg  # an analysis the config does not ask for stays absent
+
+
+def test_check_config_is_the_workflows_checks(demo_config, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    encoders, datasets = check_config(fill_config(demo_config))
+    assert "demo-vit-tiny" in encoders and "cmu-small-region" in datasets
+    bad = fill_config(yaml.safe_load((REPO_ROOT / "config.yaml").read_text()))
+    bad["cells"] = {"taxonomies": {"fine": "demo-tissue"}, "sections": {"o": ["s1"]},
+                    "protocols": {"IOCD": {"seeds": [0], "min_sections_per_organ": 2}}}
+    with pytest.raises(FmauditInputError, match="no evaluation unit"):
+        check_config(bad)
+

@@ -16,10 +16,10 @@ from fmaudit.registry import (
     encoder_config_hash,
     get_encoder_spec,
     load_registry,
-    load_yaml,
     load_yaml_registry,
     readout_dims,
 )
+from fmaudit.schema import load_yaml
 
 DEMO_ENTRY = {
     "description": "tiny test encoder",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 import yaml
@@ -163,3 +165,71 @@ def test_bad_slide_sheet_stops_before_any_job(demo_run):
     proc = snakemake(work, "-n", "--configfile", "sheet.yaml", check=False)
     assert proc.returncode != 0
     assert "bad_slides.tsv" in proc.stdout + proc.stderr and "group" in proc.stdout + proc.stderr
+
+
+def test_report_declares_exactly_what_it_writes(demo_run):
+    from fmaudit.report import SECTIONS
+
+    work, _ = demo_run
+    report = work / "results" / "report"
+    written = {str(p.relative_to(report)) for p in report.rglob("*") if p.is_file() and p.name != "report.html"}
+    assert written == {p for s in SECTIONS for p in s.outputs()} | {"index.md"}
+
+
+def test_the_paired_count_reruns_only_the_report(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["bootstrap"]["paired_n_boot"] = 500
+    (work / "paired.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "paired.yaml").stdout)
+    assert set(jobs) == {"report", "all"}, jobs
+
+
+@pytest.fixture(scope="module")
+def settings_run(demo_run, tmp_path_factory):
+    """The demo rerun, in a copy of its results, with other calibration and bootstrap settings."""
+    work = tmp_path_factory.mktemp("settings") / "demo"
+    shutil.copytree(demo_run[0], work, symlinks=True)  # copy2 keeps the times, .snakemake keeps the params
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["calibration"]["ece_bins"] = 10
+    cfg["bootstrap"].update(n_boot=50, paired_n_boot=60)
+    (work / "settings.yaml").write_text(yaml.safe_dump(cfg))
+    planned = planned_jobs(snakemake(work, "-n", "--configfile", "settings.yaml").stdout)
+    snakemake(work, "--cores", "2", "--configfile", "settings.yaml")
+    snakemake(work, "--configfile", "settings.yaml", "--report", "results/report/report.html")
+    return work, planned
+
+
+def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
+    _, planned = settings_run
+    assert set(planned) == {"probe_shard", "aggregate_probe", "report", "all"}, planned
+
+
+def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
+    work, _ = settings_run
+    tables = work / "results" / "report" / "tables"
+
+    def table(name):
+        return pd.read_csv(tables / f"{name}.csv")
+
+    board = table("leaderboard")
+    assert "ece_top_10_lohi" in board and not any("_15" in c for c in board.columns)
+    assert board["ci_convention"].str.contains("B=50,").all()
+    calibration = table("calibration")
+    assert {"ece_top_10_lohi", "adaptive_ece_10_equalmass", "classwise_ece_10"} <= set(calibration.columns)
+    assert not any("_15" in c for c in calibration.columns)
+    for name in ("calibration", "shift_summary", "decoupling_units", "decoupling", "ece_slopes",
+                 "ece_slope_by_auroc_bin"):
+        assert table(name)["ece_convention"].str.contains("10 equal-width bins").all(), name
+    assert table("cri")["cri_convention"].str.contains("ECE_10 ").all()
+    assert (table("paired_differences")["n_boot"] == 60).all()
+    runs = pd.read_parquet(work / "results" / "aggregate" / "probe_runs.parquet")
+    assert "ece_top_10_lohi" in runs and (runs["n_boot"] == 50).all()
+    index = (work / "results" / "report" / "index.md").read_text()
+    assert "10 equal-width bins" in index and "B=50" in index and "B=60" in index
+    assert "15 bins" not in index and "B=1000" not in index and "B=2000" not in index
+    html = (work / "results" / "report" / "report.html").read_text(errors="replace")
+    for text in ("demo-tissue: 10 equal-width bins", "demo-tissue: B=50 resamples", "demo-tissue: B=60 resamples"):
+        assert text in html, text
+    assert "15 equal-width bins" not in html and "B=200 resamples" not in html
+

@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from fmaudit.devices import resolve_device
 from fmaudit.encoders import READOUTS, build_encoder
 from fmaudit.io import (
     FmauditInputError,
@@ -47,6 +48,7 @@ from fmaudit.io import (
     stable_hash,
     write_npz,
 )
+from fmaudit.logs import file_handler
 from fmaudit.registry import encoder_config_hash, get_encoder_spec, readout_dims
 
 # the manifest columns that decide an item's pixels: a chunk is reused only if these are unchanged
@@ -136,24 +138,10 @@ def _logger(log: logging.Logger | PathLike | None) -> tuple[logging.Logger, logg
     logger = logging.getLogger("fmaudit.embed")
     if log is None:
         return logger, None
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler = file_handler(log)
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     return logger, handler
-
-
-def resolve_device(device: str | torch.device, logger: logging.Logger | None = None) -> torch.device:
-    """``auto`` -> CUDA if available else CPU; an unavailable CUDA request falls back to CPU with a warning."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        if logger:
-            logger.warning("CUDA requested but not available: embedding on the CPU")
-        return torch.device("cpu")
-    return dev
 
 
 def _weights_identity(weights_path: PathLike | None) -> dict[str, Any] | None:
@@ -427,3 +415,22 @@ def align_to_manifest(features: np.ndarray, ids: Sequence[str], manifest: pd.Dat
         raise FmauditInputError(
             f"{source}: {len(missing)} manifest item(s) have no embedding, e.g. {shown}; re-embed with this manifest")
     return np.asarray(features)[[position[item] for item in wanted]]
+
+
+def embedding_inventory(paths: Sequence[PathLike]) -> pd.DataFrame:
+    """One row per embedding file (``<encoder>/<dataset>.npz``), from its provenance alone (the feature arrays
+    are not read): items, readouts with their widths, speed, device and the hashes that identify it."""
+    from fmaudit.io import read_npz_provenance
+
+    rows = []
+    for p in map(Path, paths):
+        prov = read_npz_provenance(p)
+        dims = prov.get("embed_dim") or {}
+        rows.append({
+            "encoder": p.parent.name, "dataset": p.stem, "n_items": prov.get("n_items"),
+            "readouts": ", ".join(f"{r} ({dims[r]})" for r in prov.get("readouts") or dims),
+            "images_per_s": prov.get("images_per_s"), "device": prov.get("device"),
+            "encoder_config_hash": prov.get("encoder_config_hash"), "manifest_hash": prov.get("manifest_hash"),
+            "fmaudit_version": prov.get("fmaudit_version"),
+        })
+    return pd.DataFrame(rows)

@@ -55,12 +55,15 @@ __all__ = [
     "balanced_accuracy",
     "binary_logits_from_decision",
     "bin_indices",
+    "binned_metric_columns",
     "brier",
     "classwise_ece",
     "confusion_counts",
     "degeneracy_share",
     "ece",
     "eaurc",
+    "ece_column",
+    "ece_convention",
     "is_collapsed",
     "log_softmax",
     "macro_f1",
@@ -528,9 +531,28 @@ def is_collapsed(probs: Any, threshold: float = COLLAPSE_THRESHOLD) -> bool:
 # --------------------------------------------------------------------------------------------------
 # summary
 # --------------------------------------------------------------------------------------------------
+def binned_metric_columns(n_bins: int) -> dict[str, str]:
+    """Result-column name of each binned metric at ``n_bins`` bins (the bin count is part of the name, so a
+    table says which ECE it holds): ``{"ece": "ece_top_15_lohi", "adaptive_ece": ..., "classwise_ece": ...,
+    "mce": ...}``."""
+    b = _check_n_bins(n_bins)
+    return {"ece": f"ece_top_{b}_lohi", "adaptive_ece": f"adaptive_ece_{b}_equalmass",
+            "classwise_ece": f"classwise_ece_{b}", "mce": f"mce_{b}"}
+
+
+def ece_column(n_bins: int) -> str:
+    """Column of the top-label ECE at ``n_bins`` equal-width bins, e.g. ``ece_top_15_lohi``."""
+    return binned_metric_columns(n_bins)["ece"]
+
+
+def ece_convention(n_bins: int) -> str:
+    """The ECE convention in words, for the ``ece_convention`` column of every table that depends on it."""
+    return f"top-label, {_check_n_bins(n_bins)} equal-width bins, (lo,hi]"
+
+
 def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
     """The keys of :func:`summary_metrics`, in order."""
-    b = _check_n_bins(n_bins)
+    binned = binned_metric_columns(n_bins)
     return [
         "accuracy",
         "macro_f1",
@@ -538,10 +560,10 @@ def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
         "auroc_ovr_macro",
         "nll",
         "brier_sum",
-        f"ece_top_{b}_lohi",
-        f"adaptive_ece_{b}_equalmass",
-        f"classwise_ece_{b}",
-        f"mce_{b}",
+        binned["ece"],
+        binned["adaptive_ece"],
+        binned["classwise_ece"],
+        binned["mce"],
         "aurc",
         "eaurc",
         "degeneracy_share",

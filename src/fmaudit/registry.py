@@ -1,12 +1,14 @@
 """Registries of named things (encoders, data sets): YAML files validated against a JSON schema at load.
 
-Foundation layer: imports only :mod:`fmaudit.io`. A registry is a mapping ``slug -> entry``; an unknown slug
+Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping ``slug -> entry``; an unknown slug
 raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
 
 - The encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment variable
   ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument names another file (the argument wins).
-- YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error (plain YAML would
-  silently keep the last one).
+- The data-set registry is ``resources/datasets.yaml`` unless the config's ``dataset_registry`` names another;
+  it is checked against ``resources/schemas/datasets.schema.yaml`` when loaded.
+- YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error
+  (:func:`fmaudit.schema.load_yaml`).
 - An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``;
   :func:`encoder_config_hash` ignores ``name``, so the hash is that of the entry as written in the registry.
 """
@@ -19,69 +21,16 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from fmaudit.io import FmauditInputError, PathLike, stable_hash
+from fmaudit.schema import RESOURCES, SCHEMAS, load_yaml, repo_path, validate_against_schema
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESOURCES = REPO_ROOT / "resources"
 ENCODER_REGISTRY = RESOURCES / "encoders.yaml"
-ENCODER_SCHEMA = RESOURCES / "schemas" / "encoders.schema.yaml"
+ENCODER_SCHEMA = SCHEMAS / "encoders.schema.yaml"
 ENCODER_REGISTRY_ENV = "FMAUDIT_ENCODER_REGISTRY"
+DATASET_REGISTRY = RESOURCES / "datasets.yaml"
+DATASET_SCHEMA = SCHEMAS / "datasets.schema.yaml"
 
 READOUT_WIDTH_FACTOR = {"cls": 1, "mean": 1, "cls_mean": 2, "patch_grid": 1}
-
-
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses ~10x faster
-    """SafeLoader that rejects a key repeated within one mapping (merge keys excepted)."""
-
-    def construct_mapping(self, node, deep=False):  # noqa: D102 - yaml hook
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def load_yaml(path: PathLike) -> Any:
-    """Parse a YAML file (anchors allowed, duplicate keys rejected); errors name the file and line."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with open(path) as fh:
-            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise FmauditInputError(f"{path}: invalid YAML: {e}") from e
-
-
-def _error_location(error) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return "/".join(parts) if parts else "(top level)"
-
-
-def validate_against_schema(data: Any, schema: Mapping[str, Any], name: str) -> None:
-    """Validate ``data`` against a JSON schema; raise one FmauditInputError listing every violation by key."""
-    import jsonschema
-
-    validator_cls = jsonschema.validators.validator_for(schema)
-    validator = validator_cls(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-    if not errors:
-        return
-    lines = []
-    for err in errors:
-        # anyOf/oneOf failures carry the branch errors in .context; the deepest one names the key best
-        leaf = err
-        while leaf.context:
-            leaf = max(leaf.context, key=lambda e: len(e.absolute_path))
-        lines.append(f"  {_error_location(leaf)}: {leaf.message}")
-    raise FmauditInputError(f"{name}: does not match its schema:\n" + "\n".join(lines))
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:
@@ -89,14 +38,13 @@ def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[
     data = load_yaml(path)
     if not isinstance(data, dict) or not data:
         raise FmauditInputError(f"{path}: a registry must be a non-empty mapping of slug -> entry")
-    validate_against_schema(data, load_yaml(schema_path), name=str(path))
-    return data
+    return validate_against_schema(data, load_yaml(schema_path), name=str(path))
 
 
 def encoder_registry_path(path: PathLike | None = None) -> Path:
     """The encoder registry in use: ``path``, else $FMAUDIT_ENCODER_REGISTRY, else resources/encoders.yaml."""
     if path is not None:
-        return Path(path)
+        return repo_path(path)
     env = os.environ.get(ENCODER_REGISTRY_ENV)
     return Path(env) if env else ENCODER_REGISTRY
 
@@ -127,12 +75,18 @@ def load_registry(path: PathLike | None = None, schema_path: PathLike | None = N
     return registry
 
 
+def load_dataset_registry(path: PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """The data-set registry (``resources/datasets.yaml`` by default), validated against its schema."""
+    return load_yaml_registry(repo_path(path) if path is not None else DATASET_REGISTRY, DATASET_SCHEMA)
+
+
 def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") -> FmauditInputError:
-    """FmauditInputError for an unknown slug, with difflib suggestions and the known slugs."""
+    """FmauditInputError for an unknown name (encoder, data set, task, parameter ...), with difflib
+    suggestions and the known names; ``where`` says which file or config key named it."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     prefix = f"{where}: " if where else ""
-    return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} known: {', '.join(sorted(known))}")
+    return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")
 
 
 def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:

@@ -198,7 +198,7 @@ def carve_validation(
     return out
 
 
-def stratified_subsample(
+def stratified_row_sample(
     df: pd.DataFrame, n: int, seed: int = 0, *, stratify_by: Sequence[str] = ("label",)
 ) -> pd.DataFrame:
     """``n`` rows drawn without replacement, each stratum keeping its share (largest-remainder rounding).

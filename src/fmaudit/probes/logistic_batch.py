@@ -41,6 +41,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
 
 ABSENT_CLASS_LOGIT_GAP = 1e4
@@ -53,13 +54,13 @@ _MIN_SHARED_ROWS = 64
 _MAX_BLOCK_ROWS = 4096
 
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``None`` or ``"cpu"`` -> CPU; ``"auto"`` -> CUDA when available, else CPU."""
-    if device is None:
-        return torch.device("cpu")
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+def softmax_last_axis(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of logits of any shape ((N, K) or (R, N, K)): a probe's ``predict_proba``.
+
+    (:func:`fmaudit.metrics.softmax` is the validated (N, K) form with a temperature, for calibration.)"""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -213,10 +214,7 @@ class BatchLogistic:
         return Z[0] if r is not None else Z
 
     def predict_proba(self, X, r: int | None = None) -> np.ndarray:
-        Z = self.decision_logits(X, r)
-        Z = Z - Z.max(axis=-1, keepdims=True)
-        P = np.exp(Z)
-        return P / P.sum(axis=-1, keepdims=True)
+        return softmax_last_axis(self.decision_logits(X, r))
 
     def predict(self, X, r: int | None = None) -> np.ndarray:
         """Argmax of the logits; ties go to the lowest class index."""

@@ -1,7 +1,7 @@
 """Label-fraction subsampling and train/validation splits of a training set.
 
 Conventions
-- ``stratified_subsample`` keeps ``max(1, int(n_c * fraction))`` items of every class c present (PRISM,
+- ``label_fraction_subsample`` keeps ``max(1, int(n_c * fraction))`` items of every class c present (PRISM,
   METHODS section 8). Each class is shuffled once by ``numpy.random.default_rng(random_state)`` in sorted
   class order and its first items are kept, so for one seed a smaller fraction's subset is contained in a
   larger fraction's subset (nested label fractions, as in a learning curve).
@@ -29,7 +29,7 @@ def _as_labels(labels, name: str = "labels") -> np.ndarray:
     return labels
 
 
-def stratified_subsample(labels, fraction: float, random_state: int | None = 0) -> np.ndarray:
+def label_fraction_subsample(labels, fraction: float, random_state: int | None = 0) -> np.ndarray:
     """Sorted row indices keeping ``max(1, int(n_c * fraction))`` items of each class (see module doc)."""
     labels = _as_labels(labels)
     fraction = float(fraction)
