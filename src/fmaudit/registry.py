@@ -1,7 +1,7 @@
 """Registries of named things (encoders, data sets): YAML files validated against a JSON schema at load.
 
-Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping ``slug -> entry``; an unknown slug
-raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
+Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping
+``slug -> entry``; an unknown slug raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
 
 - The encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment variable
   ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument names another file (the argument wins).

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from fmaudit.grid.frames import concat_runs, product_frame
-from fmaudit.grid.studies import require_tasks, section, study_parts
+from fmaudit.grid.studies import parts_with, require_tasks
 from fmaudit.io import FmauditInputError
 
 CELL_PROTOCOLS = ("IS", "IOCD", "MOCV", "LOOO")
@@ -36,8 +36,7 @@ def _cell_units(cells: Mapping[str, Any], protocol: str, spec: Mapping[str, Any]
     return [u for u, _ in units], [o for _, o in units]
 
 
-def _check_cells(part: Mapping[str, Any], where: str) -> dict[str, Any]:
-    cells = section(part, "cells")
+def _check_cells(part: Mapping[str, Any], cells: Mapping[str, Any], where: str) -> Mapping[str, Any]:
     require_tasks(part, cells["taxonomies"].values(), f"{where}.taxonomies")
     seen: dict[str, str] = {}
     for organ, secs in cells["sections"].items():
@@ -52,10 +51,8 @@ def cell_feature_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, 
     """Cell features (CellPath-Bench): each encoder's feature field of each section at each magnification,
     sampled at the registered nuclei once for every readout."""
     frames = []
-    for prefix, part in study_parts(config):
-        if not part.get("cells"):
-            continue
-        cells = _check_cells(part, f"{prefix}cells")
+    for where, part, cells in parts_with(config, "cells"):
+        _check_cells(part, cells, where)
         sections = [s for secs in cells["sections"].values() for s in secs]
         frames.append(product_frame({"encoder": part["encoders"], "section": sections,
                                       "magnification": list(cells["magnifications"])}, analysis="cell_features"))
@@ -66,11 +63,8 @@ def cell_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     """Cell-level probes (CellPath-Bench): per protocol, encoder × magnification × taxonomy × readout × seed ×
     evaluation unit (IS: section; IOCD: section of an organ with enough sections; MOCV: fold; LOOO: organ)."""
     frames = []
-    for prefix, part in study_parts(config):
-        if not part.get("cells"):
-            continue
-        where = f"{prefix}cells"
-        cells = _check_cells(part, where)
+    for where, part, cells in parts_with(config, "cells"):
+        _check_cells(part, cells, where)
         for protocol in CELL_PROTOCOLS:
             spec = (cells.get("protocols") or {}).get(protocol)
             if spec is None:
@@ -90,8 +84,7 @@ def cell_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
 
 def check_cell_protocols(config: Mapping[str, Any]) -> None:
     """The checks of :func:`cell_runs` without building its run table (cheap enough for every dry-run)."""
-    for prefix, part in study_parts(config):
-        if part.get("cells"):
-            cells = _check_cells(part, f"{prefix}cells")
-            for protocol, spec in (cells.get("protocols") or {}).items():
-                _cell_units(cells, protocol, spec, f"{prefix}cells.protocols.{protocol}")
+    for where, part, cells in parts_with(config, "cells"):
+        _check_cells(part, cells, where)
+        for protocol, spec in (cells.get("protocols") or {}).items():
+            _cell_units(cells, protocol, spec, f"{where}.protocols.{protocol}")

@@ -9,16 +9,14 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from fmaudit.grid.studies import require_tasks, section, study_parts
+from fmaudit.grid.studies import parts_with, require_tasks
 from fmaudit.io import FmauditInputError
 
 __all__ = ["ood_blur_runs", "ood_gate_runs", "ood_runs"]
 
 
-def _ood_conditions(part: Mapping[str, Any], prefix: str) -> dict[str, list[tuple[str, str]]]:
+def _ood_conditions(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> dict[str, list[tuple[str, str]]]:
     """task -> [(tier, condition)] in seed 003's order: far, blur, near, artefact."""
-    ood = section(part, "ood")
-    where = f"{prefix}ood"
     conditions: dict[str, list[tuple[str, str]]] = {}
     far = ood.get("far") or {}
     require_tasks(part, list(far) + list(far.values()), f"{where}.far")
@@ -48,12 +46,9 @@ def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | No
     """Novelty detection (seed 003): encoder × task × OOD condition × scorer. Far and blur conditions reuse the
     task's probe and scorers; near and artefact conditions refit them without the held-out classes."""
     rows = []
-    for prefix, part in study_parts(config):
-        if not part.get("ood"):
-            continue
-        scorers = section(part, "ood")["scorers"]
-        for task, conds in _ood_conditions(part, prefix).items():
-            for enc, (tier, cond), scorer in itertools.product(part["encoders"], conds, scorers):
+    for where, part, ood in parts_with(config, "ood"):
+        for task, conds in _ood_conditions(part, ood, where).items():
+            for enc, (tier, cond), scorer in itertools.product(part["encoders"], conds, ood["scorers"]):
                 rows.append({"analysis": "ood", "encoder": enc, "task": task, "tier": tier, "condition": cond,
                              "scorer": scorer})
     return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "tier", "condition", "scorer"])
@@ -63,13 +58,12 @@ def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
     """The abstention gate (seed 003): per encoder, each gated task on its own split, plus each artefact task
     with its artefact classes removed (``setting`` ``<task>:artefact``)."""
     rows = []
-    for prefix, part in study_parts(config):
-        ood = part.get("ood") or {}
+    for where, part, ood in parts_with(config, "ood"):
         if not ood.get("gate"):
             continue
-        conditions = _ood_conditions(part, prefix)
+        conditions = _ood_conditions(part, ood, where)
         tasks = list(ood["gate"].get("tasks") or conditions)
-        require_tasks(part, tasks, f"{prefix}ood.gate.tasks")
+        require_tasks(part, tasks, f"{where}.gate.tasks")
         settings = [(t, t) for t in tasks]
         settings += [(t, f"{t}:artefact") for t in tasks if t in (ood.get("artefact") or {})]
         for enc, (task, setting) in itertools.product(part["encoders"], settings):
@@ -80,9 +74,9 @@ def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
 def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Test splits re-embedded under Gaussian blur (seed 003's blur tier): encoder × task × sigma."""
     rows = []
-    for prefix, part in study_parts(config):
-        blur = (part.get("ood") or {}).get("blur") or {}
-        require_tasks(part, blur.get("tasks") or [], f"{prefix}ood.blur.tasks")
+    for where, part, ood in parts_with(config, "ood"):
+        blur = ood.get("blur") or {}
+        require_tasks(part, blur.get("tasks") or [], f"{where}.blur.tasks")
         for enc, task, sigma in itertools.product(part["encoders"], blur.get("tasks") or [], blur.get("sigmas") or []):
             rows.append({"analysis": "ood_blur", "encoder": enc, "task": task, "sigma": float(sigma)})
     return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "sigma"])

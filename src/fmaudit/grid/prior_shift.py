@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from fmaudit.grid.frames import concat_runs, product_frame
-from fmaudit.grid.studies import require_domains, require_tasks, section, study_parts
+from fmaudit.grid.studies import parts_with, require_domains, require_tasks
 from fmaudit.io import FmauditInputError
 
 __all__ = ["check_priors", "prior_shift_runs"]
@@ -32,11 +32,7 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
     """Class-prior shift (seed 000): encoder × source domain × source seed × target domain × prior × draw.
     Every adaptation method is evaluated on each draw, so methods do not multiply runs."""
     frames = []
-    for prefix, part in study_parts(config):
-        if not part.get("prior_shift"):
-            continue
-        ps = section(part, "prior_shift")
-        where = f"{prefix}prior_shift"
+    for where, part, ps in parts_with(config, "prior_shift"):
         task = ps["task"]
         require_tasks(part, [task], f"{where}.task")
         check_priors(ps["priors"], f"{where}.priors")

@@ -14,7 +14,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from fmaudit.grid.studies import require_domains, require_tasks, section, study_parts, task_domains, tile_tasks
+from fmaudit.grid.studies import (
+    parts_with,
+    require_domains,
+    require_tasks,
+    section,
+    study_parts,
+    task_domains,
+    tile_tasks,
+)
 from fmaudit.io import FmauditInputError
 
 PROBE_COLUMNS = ["analysis", "encoder", "task", "source_domain", "head", "C", "probe", "fraction", "seed",
@@ -145,11 +153,7 @@ def head_sweep_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, An
     """Extra source-only heads (seed 000's sweep): logistic at each of ``logistic_C`` plus ``heads``, fitted on
     each source domain × fraction × seed and evaluated like the probe grid (``n_targets``)."""
     rows = []
-    for prefix, part in study_parts(config):
-        if not part.get("head_sweep"):
-            continue
-        sweep = section(part, "head_sweep")
-        where = f"{prefix}head_sweep"
+    for where, part, sweep in parts_with(config, "head_sweep"):
         tasks = list(sweep.get("tasks") or tile_tasks(part))
         require_tasks(part, tasks, f"{where}.tasks")
         variants = [("logistic", float(c), f"logistic_C{float(c):g}") for c in sweep["logistic_C"]]

@@ -13,7 +13,7 @@ read as they are, never completed with defaults of their own.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from fmaudit.io import FmauditInputError
 
@@ -29,6 +29,7 @@ __all__ = [
     "SETTINGS_SECTIONS",
     "cell_tasks",
     "check_studies",
+    "parts_with",
     "require_domains",
     "require_tasks",
     "section",
@@ -149,6 +150,14 @@ def study_parts(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
                 part[key] = study[key]
         parts.append((f"studies.{name}.", part))
     return parts
+
+
+def parts_with(config: Mapping[str, Any], name: str) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
+    """(config key of the section for messages, study part, its section) of every part with a ``name`` section:
+    what each declared analysis enumerates over."""
+    for prefix, part in study_parts(config):
+        if part.get(name):
+            yield f"{prefix}{name}", part, section(part, name)
 
 
 def cell_tasks(config: Mapping[str, Any]) -> list[str]:
