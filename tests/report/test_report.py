@@ -65,3 +65,13 @@ def test_the_report_imports_no_analysis_and_no_statistics():
         imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         upward = [m for m in imported if m.startswith(("fmaudit.analyses", "fmaudit.stats", "fmaudit.jobs"))]
         assert not upward, f"{path.name} imports {upward}"
+
+
+def test_every_declared_output_has_its_caption():
+    captions = Path(__file__).resolve().parents[2] / "resources" / "report"
+    outputs = report_outputs()
+    for kind in ("tables", "figures"):
+        for name in outputs[kind]:
+            assert (captions / kind / f"{name}.rst").stat().st_size > 0, f"{kind}/{name}.rst"
+    declared = {f"{kind}/{name}.rst" for kind in ("tables", "figures") for name in outputs[kind]}
+    assert {str(p.relative_to(captions)) for p in captions.rglob("*.rst")} == declared
