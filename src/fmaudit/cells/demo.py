@@ -57,17 +57,18 @@ XENIUM_PIXEL_SIZE = 0.2125  # µm per morphology pixel, as in every Xenium exper
 RUIFROK_JOHNSTON_HED = np.array([[0.65, 0.70, 0.29], [0.07, 0.99, 0.11], [0.27, 0.57, 0.78]])
 
 #: per fine class (in taxonomy order): hematoxylin gain on the nucleus's optical density, and an added
-#: optical-density tint (R, G, B). Subtle: an OD change of 0.1 is about a 20 % change of transmitted light.
+#: optical-density tint (R, G, B). Subtle: an OD change of 0.15 is about a 30 % change of transmitted light
+#: in one channel, on a nucleus a few µm wide.
 CLASS_SIGNATURES: tuple[tuple[float, tuple[float, float, float]], ...] = (
-    (1.35, (0.00, 0.00, 0.00)),   # tumour: dark, large-looking
-    (1.20, (0.10, 0.02, 0.00)),   # normal epithelium: dark, cyan-shifted
-    (0.75, (0.00, 0.00, 0.00)),   # fibroblast: pale
-    (0.75, (0.00, 0.10, 0.02)),   # endothelial: pale, magenta-shifted
-    (0.80, (0.02, 0.00, 0.12)),   # smooth muscle / pericyte: pale, yellow-shifted
-    (0.90, (0.10, 0.10, 0.00)),   # other stromal: pale, blue-shifted
-    (1.05, (0.00, 0.12, 0.00)),   # T/NK: medium, magenta
-    (1.05, (0.00, 0.00, 0.14)),   # B/plasma: medium, yellow-brown
-    (1.05, (0.12, 0.00, 0.00)),   # myeloid: medium, cyan
+    (1.40, (0.00, 0.00, 0.00)),   # tumour: dark
+    (1.25, (0.15, 0.03, 0.00)),   # normal epithelium: dark, cyan-shifted
+    (0.70, (0.00, 0.00, 0.00)),   # fibroblast: pale
+    (0.70, (0.00, 0.15, 0.03)),   # endothelial: pale, magenta-shifted
+    (0.75, (0.03, 0.00, 0.18)),   # smooth muscle / pericyte: pale, yellow-shifted
+    (0.85, (0.15, 0.15, 0.00)),   # other stromal: pale, blue-shifted
+    (1.05, (0.00, 0.18, 0.00)),   # T/NK: medium, magenta
+    (1.05, (0.00, 0.00, 0.20)),   # B/plasma: medium, yellow-brown
+    (1.05, (0.18, 0.00, 0.00)),   # myeloid: medium, cyan
 )
 
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -235,19 +236,16 @@ def write_cells_zarr(path: Path, cell_ids: Sequence[str], summary: pd.DataFrame,
     with atomic_path(path, suffix=".zip") as tmp:
         tmp.unlink()
         store = zarr.storage.ZipStore(str(tmp), mode="w")
-        root = zarr.open_group(store=store, mode="w", zarr_format=2)
-        root.attrs.update({"major_version": 5, "minor_version": 0, "spatial_units": "microns",
-                           "name": "CellSegmentationDataset"})
+        root = zarr.open_group(store=store, mode="w", zarr_format=2, attributes={
+            "major_version": 5, "minor_version": 0, "spatial_units": "microns", "name": "CellSegmentationDataset"})
         if string_ids:
             prefix, suffix = cell_id_prefix_suffix(cell_ids)
             ids = np.stack([prefix, suffix], axis=1).astype(np.uint32)
         else:
             ids = np.asarray([int(c) for c in cell_ids], dtype=np.uint32)
-        root.create_array("cell_id", shape=ids.shape, dtype=ids.dtype)[...] = ids
-        values = summary.to_numpy(np.float64)
-        arr = root.create_array("cell_summary", shape=values.shape, dtype=np.float64)
-        arr[...] = values
-        arr.attrs["column_names"] = list(summary.columns)
+        root.create_array("cell_id", data=ids)
+        root.create_array("cell_summary", data=summary.to_numpy(np.float64),
+                          attributes={"column_names": list(summary.columns)})
         store.close()
 
 

@@ -65,9 +65,10 @@ CELL_MANIFEST_COLUMNS: dict[str, str] = {
 }
 
 #: keys of one section's specification (paths relative to data_root, or absolute)
-SECTION_KEYS = ("organ", "bundle", "he_image", "alignment", "cell_types", "he_mpp", "url")
+SECTION_KEYS = ("organ", "bundle", "he_image", "alignment", "cell_types", "cell_id_column", "label_column", "he_mpp",
+                "url")
 XENIUM_CELLS_DEFAULTS: dict[str, Any] = {
-    "sections": {},  # section id -> {organ, bundle, he_image, alignment, cell_types, he_mpp, url}
+    "sections": {},  # section id -> {organ, bundle, he_image, alignment, cell_types, ... (SECTION_KEYS)}
     "taxonomy_fine": None,  # annotation label -> fine class table (None: resources/cells/taxonomy_fine.tsv)
     "taxonomy_coarse": None,  # fine -> coarse class table (None: resources/cells/taxonomy_coarse.tsv)
     "min_cells_per_class": 10,  # a class is valid in a section with at least this many labelled cells
@@ -90,6 +91,8 @@ class SectionSource:
     he_image: Path | None = None
     alignment: Path | None = None
     cell_types: Path | None = None
+    cell_id_column: str = "cell_id"  # the annotation table's id and label columns
+    label_column: str = "label"
     he_mpp: float | None = None
     url: str | None = None
 
@@ -155,6 +158,8 @@ def resolve_section(section: str, spec: Mapping[str, Any], data_root: str | Path
     mpp = spec.get("he_mpp")
     return SectionSource(section=str(section), organ=str(spec["organ"]), bundle=bundle, he_image=he_path,
                          alignment=alignment, cell_types=path("cell_types"),
+                         cell_id_column=str(spec.get("cell_id_column") or "cell_id"),
+                         label_column=str(spec.get("label_column") or "label"),
                          he_mpp=float(mpp) if mpp is not None else None, url=spec.get("url"))
 
 
@@ -190,7 +195,7 @@ def prepare_section(source: SectionSource, taxonomy: Taxonomy | None = None, min
     image = he_image(source.he_image, mpp_override=source.he_mpp, matrix=matrix, pixel_size=bundle.pixel_size)
     cells = bundle.cells.copy()
     if source.cell_types is not None:
-        annotations = read_cell_types(source.cell_types)
+        annotations = read_cell_types(source.cell_types, source.cell_id_column, source.label_column)
         cells["label"] = attach_labels(cells["cell_id"], annotations, where=str(source.cell_types)).to_numpy()
     else:
         cells["label"] = pd.NA

@@ -45,8 +45,9 @@ def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int, 
         with tifffile.TiffFile(str(path)) as tf:
             level0 = tf.series[0].levels[0]
             axes = level0.axes
-            store = level0.aszarr()
-            arr = zarr.open_array(store, mode="r") if not hasattr(store, "shape") else store
+            store = tf.series[0].aszarr(level=0)
+            node = zarr.open(store, mode="r")
+            arr = node["0"] if isinstance(node, zarr.Group) else node  # a pyramid opens as a group of levels
             img_h, img_w = level0.shape[axes.index("Y")], level0.shape[axes.index("X")]
             xa, ya = max(0, int(x0)), max(0, int(y0))
             xb, yb = min(img_w, int(x0) + int(width)), min(img_h, int(y0) + int(height))

@@ -111,20 +111,26 @@ def alignment_scale(matrix: np.ndarray) -> float:
     return float(np.sqrt(abs(np.linalg.det(np.asarray(matrix, dtype=np.float64)[:2, :2]))))
 
 
+def _points(x, y) -> tuple[np.ndarray, tuple[int, ...]]:
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    return np.stack([np.broadcast_to(x, shape).ravel(), np.broadcast_to(y, shape).ravel()]), shape
+
+
 def xenium_um_to_he_px(x_um, y_um, matrix: np.ndarray, pixel_size: float) -> tuple[np.ndarray, np.ndarray]:
     """H&E level-0 pixel coordinates (x right, y down) of Xenium µm coordinates: ``A⁻¹ · [µm / pixel_size, 1]``."""
     matrix = np.asarray(matrix, dtype=np.float64)
-    xe = np.stack([np.asarray(x_um, dtype=np.float64), np.asarray(y_um, dtype=np.float64)]) / float(pixel_size)
-    he = np.linalg.solve(matrix[:2, :2], xe - matrix[:2, 2:3])
-    return he[0], he[1]
+    xe, shape = _points(x_um, y_um)
+    he = np.linalg.solve(matrix[:2, :2], xe / float(pixel_size) - matrix[:2, 2:3])
+    return he[0].reshape(shape), he[1].reshape(shape)
 
 
 def he_px_to_xenium_um(x_px, y_px, matrix: np.ndarray, pixel_size: float) -> tuple[np.ndarray, np.ndarray]:
     """Xenium µm coordinates of H&E level-0 pixel coordinates: ``pixel_size · A · [x, y, 1]`` (the forward map)."""
     matrix = np.asarray(matrix, dtype=np.float64)
-    he = np.stack([np.asarray(x_px, dtype=np.float64), np.asarray(y_px, dtype=np.float64)])
-    xe = matrix[:2, :2] @ he + matrix[:2, 2:3]
-    return xe[0] * float(pixel_size), xe[1] * float(pixel_size)
+    he, shape = _points(x_px, y_px)
+    xe = (matrix[:2, :2] @ he + matrix[:2, 2:3]) * float(pixel_size)
+    return xe[0].reshape(shape), xe[1].reshape(shape)
 
 
 # --------------------------------------------------------------------------- the H&E image
