@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,41 +27,53 @@ _PALETTE = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 3
 _UNLABELLED = (128, 128, 128)
 
 
-def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int, reader: str = "openslide") -> np.ndarray:
-    """RGB uint8 array of a level-0 region (outside the image: white), read with openslide or tifffile."""
+@contextlib.contextmanager
+def he_region_reader(path: str | Path, reader: str = "openslide") -> Iterator[Callable[[int, int, int, int], np.ndarray]]:
+    """Open the H&E image once; yield ``read(x0, y0, width, height)`` returning RGB uint8 level-0 regions
+    (white outside the image), through openslide or tifffile (the reader :func:`he_image` chose)."""
     path = Path(path)
     if reader == "openslide":
         import openslide
 
         with openslide.OpenSlide(str(path)) as slide:
-            region = slide.read_region((int(x0), int(y0)), 0, (int(width), int(height)))
-        bg = Image.new("RGB", region.size, (255, 255, 255))
-        bg.paste(region, mask=region.split()[3])
-        return np.asarray(bg)
-    if reader == "tifffile":
-        import tifffile
-        import zarr
+            def read(x0: int, y0: int, width: int, height: int) -> np.ndarray:
+                region = slide.read_region((int(x0), int(y0)), 0, (int(width), int(height)))
+                bg = Image.new("RGB", region.size, (255, 255, 255))
+                bg.paste(region, mask=region.split()[3])
+                return np.asarray(bg)
 
-        out = np.full((int(height), int(width), 3), 255, dtype=np.uint8)
-        with tifffile.TiffFile(str(path)) as tf:
-            level0 = tf.series[0].levels[0]
-            axes = level0.axes
-            store = tf.series[0].aszarr(level=0)
-            node = zarr.open(store, mode="r")
-            arr = node["0"] if isinstance(node, zarr.Group) else node  # a pyramid opens as a group of levels
-            img_h, img_w = level0.shape[axes.index("Y")], level0.shape[axes.index("X")]
+            yield read
+        return
+    if reader != "tifffile":
+        raise FmauditInputError(f"unknown H&E reader {reader!r} (openslide or tifffile)")
+    import tifffile
+    import zarr
+
+    with tifffile.TiffFile(str(path)) as tf:
+        level0 = tf.series[0].levels[0]
+        axes = level0.axes
+        node = zarr.open(tf.series[0].aszarr(level=0), mode="r")
+        arr = node["0"] if isinstance(node, zarr.Group) else node  # a pyramid opens as a group of levels
+        img_h, img_w = level0.shape[axes.index("Y")], level0.shape[axes.index("X")]
+        order = [axes.index("Y"), axes.index("X")] + [i for i, a in enumerate(axes) if a not in "YX"]
+
+        def read(x0: int, y0: int, width: int, height: int) -> np.ndarray:
+            out = np.full((int(height), int(width), 3), 255, dtype=np.uint8)
             xa, ya = max(0, int(x0)), max(0, int(y0))
             xb, yb = min(img_w, int(x0) + int(width)), min(img_h, int(y0) + int(height))
             if xb > xa and yb > ya:
-                index = []
-                for ax in axes:
-                    index.append(slice(ya, yb) if ax == "Y" else slice(xa, xb) if ax == "X" else slice(None))
-                block = np.asarray(arr[tuple(index)])
-                order = [axes.index("Y"), axes.index("X")] + [i for i, a in enumerate(axes) if a not in "YX"]
-                block = np.transpose(block, order).reshape(yb - ya, xb - xa, -1)[..., :3]
+                index = tuple(slice(ya, yb) if ax == "Y" else slice(xa, xb) if ax == "X" else slice(None) for ax in axes)
+                block = np.transpose(np.asarray(arr[index]), order).reshape(yb - ya, xb - xa, -1)[..., :3]
                 out[ya - int(y0):yb - int(y0), xa - int(x0):xb - int(x0)] = block
-        return out
-    raise FmauditInputError(f"unknown H&E reader {reader!r} (openslide or tifffile)")
+            return out
+
+        yield read
+
+
+def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int, reader: str = "openslide") -> np.ndarray:
+    """RGB uint8 array of one level-0 region (outside the image: white), read with openslide or tifffile."""
+    with he_region_reader(path, reader) as read:
+        return read(x0, y0, width, height)
 
 
 def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: float, reader: str = "openslide",
@@ -84,9 +97,13 @@ def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: fl
     hx, hy = cells["he_x"].to_numpy(), cells["he_y"].to_numpy()
     coarse = cells["label_coarse"].to_numpy(dtype=object, na_value=None) if "label_coarse" in cells else [None] * len(cells)
     ring = max(2.0, 3.0 / mpp * scale)
-    for k, i in enumerate(picks):
-        x0, y0 = int(math.floor(hx[i] - side / 2)), int(math.floor(hy[i] - side / 2))
-        crop = Image.fromarray(read_he_region(slide, x0, y0, side, side, reader)).resize((tile_px, tile_px), Image.BILINEAR)
+    with he_region_reader(slide, reader) as read:
+        crops = []
+        for i in picks:
+            x0, y0 = int(math.floor(hx[i] - side / 2)), int(math.floor(hy[i] - side / 2))
+            crops.append((x0, y0, read(x0, y0, side, side)))
+    for k, (x0, y0, pixels) in enumerate(crops):
+        crop = Image.fromarray(pixels).resize((tile_px, tile_px), Image.BILINEAR)
         draw = ImageDraw.Draw(crop)
         near = np.flatnonzero((hx >= x0) & (hx < x0 + side) & (hy >= y0) & (hy < y0 + side))
         for j in near:
@@ -106,7 +123,7 @@ def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: fl
             draw_sheet.text((x, 3), name, fill=colour)
     out = Path(out)
     with atomic_path(out, suffix=".png") as tmp:
-        sheet.save(tmp, format="PNG")
+        sheet.save(tmp, format="PNG", compress_level=3)
     return out
 
 
