@@ -71,17 +71,6 @@ CLASS_SIGNATURES: tuple[tuple[float, tuple[float, float, float]], ...] = (
     (1.05, (0.18, 0.00, 0.00)),   # myeloid: medium, cyan
 )
 
-DEMO_DEFAULTS: dict[str, Any] = {
-    "n_sections": 6,
-    "organs": ("organ-a", "organ-b", "organ-c"),
-    "seed": 0,
-    "window_px": 1024,
-    "max_cells": 400,
-    "bundle_format": "v2",
-    "write_zarr": False,
-}
-
-
 @dataclass(frozen=True)
 class DemoSectionSpec:
     """Everything that determines one demo section."""
@@ -309,8 +298,9 @@ def write_demo_section(spec: DemoSectionSpec, out_dir: str | Path, slide: str | 
         "cell_types": str(folder / f"{spec.section}_cell_types.csv"),
     }
     marker = folder / "demo_section.json"
-    if marker.exists() and json.loads(marker.read_text()).get("spec") == asdict(spec):
-        return paths  # already written with the same specification
+    written = [Path(paths[k]) for k in ("he_image", "alignment", "cell_types")] + [bundle / "experiment.xenium"]
+    if marker.exists() and json.loads(marker.read_text()).get("spec") == asdict(spec) and all(p.exists() for p in written):
+        return paths  # already written with the same specification (the marker is written last)
     rng = np.random.default_rng(spec.seed)
     with openslide.OpenSlide(str(slide)) as s:
         mpp = float(s.properties[openslide.PROPERTY_NAME_MPP_X])
@@ -397,8 +387,7 @@ def write_demo_section(spec: DemoSectionSpec, out_dir: str | Path, slide: str | 
     boundaries = pd.DataFrame({"cell_id": cells["cell_id"].to_numpy()[owner], "vertex_x": vx.astype(np.float32),
                                "vertex_y": vy.astype(np.float32)})
     if string_ids:
-        boundaries["label_id"] = owner + 1
-    if string_ids:
+        boundaries["label_id"] = owner + 1  # XOA >= 2.0 names each nucleus polygon
         write_table(bundle / "nucleus_boundaries.parquet", boundaries)
     else:
         _write_csv_gz(bundle / "nucleus_boundaries.csv.gz", boundaries)
