@@ -34,6 +34,8 @@ MISSING = [
     ("matek19", {}, "AML-Cytomorphology_LMU", "https://doi.org/10.7937/tcia.2019.36f5o9ld"),
     ("raabin_wbc", {}, "Raabin-WBC", "https://raabindata.com/free-data/"),
     ("mll23", {}, "MLL23", "https://zenodo.org/records/14277609"),
+    ("xenium_cells", {"sections": {"s1": {"organ": "breast", "bundle": "xen/s1/outs"}}}, "xen/s1/outs/experiment.xenium",
+     "https://www.10xgenomics.com/datasets"),
 ]
 
 

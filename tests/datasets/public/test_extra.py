@@ -271,16 +271,12 @@ def test_registry_entries_are_complete_and_their_params_are_accepted(tmp_path, s
         prepare_dataset(slug, preparer, tmp_path, entry["params"])
 
 
-PENDING = "preparer 'xenium_cells' is not implemented yet: cell-level data sets arrive with the cell-level analyses"
-
-
-def test_pending_cell_level_entry_says_it_is_not_implemented(tmp_path):
+def test_cell_level_panel_is_pending_on_its_section_list(tmp_path):
+    # the preparer exists (fmaudit.cells.prepare); the panel is pending because the seed names no section
     entry = registry()["cellpath-xenium"]
     assert (entry["preparer"], entry["kind"], entry["status"]) == ("xenium_cells", "xenium_cells", "pending")
-    with pytest.raises(FmauditInputError) as e:
-        get_preparer("xenium_cells")
-    assert str(e.value) == PENDING
-    with pytest.raises(FmauditInputError, match=re.escape(PENDING)):
+    assert get_preparer("xenium_cells") is PREPARERS["xenium_cells"]
+    with pytest.raises(FmauditInputError, match="cellpath-xenium: params.sections lists no Xenium sections"):
         prepare_dataset("cellpath-xenium", entry["preparer"], tmp_path, entry["params"])
 
 
