@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("check-config", help="validate a config and the names it uses")
     cc.add_argument("--configfile", required=True)
     cc.set_defaults(func=cmd_check_config)
+
+    __import__("fmaudit.commands.gate", fromlist=["register"]).register(sub)  # fmaudit gate export|apply
     return p
 
 
