@@ -181,3 +181,9 @@ def test_gate_input_errors(task):
         AbstentionGate().fit(X, y, np.repeat(["a", "b", "c"], len(y) // 3))
     with pytest.raises(FmauditInputError, match="labels"):
         AbstentionGate().fit(X, y[:-1])
+
+
+def test_unknown_gate_parameter_is_named(task):
+    X, y, g = id_classes(task["train"])
+    with pytest.raises(FmauditInputError, match=r"unknown parameter\(s\) \['retention'\]"):
+        gate_operating_points(X, y, g, [], gate_params={"retention": 0.8}, n_splits=1, n_boot=1)

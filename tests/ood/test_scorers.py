@@ -211,3 +211,12 @@ def test_detection_metric_errors():
         fpr_at_tpr([1.0], [2.0], tpr=0.0)
     with pytest.raises(FmauditInputError, match="1-D"):
         detection_auroc(np.zeros((2, 2)), [1.0])
+
+
+def test_package_exports_resolve():
+    import fmaudit.ood
+
+    for name in fmaudit.ood.__all__:
+        assert getattr(fmaudit.ood, name) is not None
+    with pytest.raises(AttributeError):
+        fmaudit.ood.no_such_name  # noqa: B018

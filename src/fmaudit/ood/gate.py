@@ -36,6 +36,7 @@ Nothing is pickled. The card is written last, so a gate folder without a matchin
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import warnings
 from dataclasses import dataclass
@@ -421,6 +422,9 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     values: dict[tuple[str, str], list[float]] = {}
     draws: dict[tuple[str, str], list[np.ndarray]] = {}
     meta: dict[str, tuple[str, int, int, str]] = {}
+    unknown = sorted(set(params) - set(inspect.signature(AbstentionGate).parameters))
+    if unknown:
+        raise FmauditInputError(f"gate_params: unknown parameter(s) {unknown} of AbstentionGate")
     for i in range(int(n_splits)):
         gate = AbstentionGate(random_state=base_seed + i, **params).fit(
             X_train, y_train, groups_train, strata=strata, encoder=encoder, readout=readout)
@@ -548,7 +552,8 @@ def load_gate(directory: PathLike) -> AbstentionGate:
     missing = [n for n in need if n not in arrays]
     if missing:
         raise FmauditInputError(f"{arrays_path}: missing array(s) {missing}")
-    settings = dict(card.get("settings") or {})
+    known = set(inspect.signature(AbstentionGate).parameters)
+    settings = {k: v for k, v in dict(card.get("settings") or {}).items() if k in known}
     gate = AbstentionGate(**settings)
     k, d = int(card["n_classes"]), int(card["n_features"])
     probe = LogisticProbe(standardize=True, n_classes=k)

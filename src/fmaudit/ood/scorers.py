@@ -102,14 +102,16 @@ def l2_normalize(Z: np.ndarray) -> np.ndarray:
 
 
 def _covariance(residuals: np.ndarray, estimator: str) -> np.ndarray:
+    # store_precision=False: the pseudo-inverse is taken once, by _pinv_factor (scikit-learn's own pinvh
+    # would double the cost of a fit)
     if estimator == "ledoit_wolf":
         from sklearn.covariance import LedoitWolf
 
-        return LedoitWolf().fit(residuals).covariance_
+        return LedoitWolf(store_precision=False).fit(residuals).covariance_
     if estimator == "empirical":
         from sklearn.covariance import EmpiricalCovariance
 
-        return EmpiricalCovariance().fit(residuals).covariance_
+        return EmpiricalCovariance(store_precision=False).fit(residuals).covariance_
     raise FmauditInputError(f"covariance={estimator!r}: expected one of {COVARIANCES}")
 
 
