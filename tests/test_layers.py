@@ -12,7 +12,8 @@ LAYERS = [  # top to bottom; a module may import its own layer and those below
     ("faces", {"cli", "commands"}),
     ("jobs", {"jobs"}),
     ("analyses", {"analyses"}),
-    ("domain", {"config", "datasets", "slides", "embed", "encoders", "grid", "calibration", "stats", "report"}),
+    ("domain", {"config", "datasets", "slides", "embed", "encoders", "grid", "calibration", "stats", "report",
+                "cells", "ood", "adapt", "validation", "profiles", "exposure"}),
     ("foundations", {"io", "schema", "metrics", "probes", "registry", "devices", "logs"}),
 ]
 LEVEL = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}

@@ -53,6 +53,8 @@ from fmaudit.registry import encoder_config_hash, get_encoder_spec, readout_dims
 
 # the manifest columns that decide an item's pixels: a chunk is reused only if these are unchanged
 PIXEL_COLUMNS = ["item_id", "source", "x", "y", "level", "size"]
+# optional column of derived manifests (fmaudit.ood.perturb): an image-space perturbation spec per row
+PERTURBATION_COLUMN = "perturbation"
 FEATURE_PREFIX = "feat__"
 _AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -70,7 +72,8 @@ class ItemDataset(Dataset):
 
     A row with ``x`` set is a slide tile read with :func:`fmaudit.slides.read_tile` (one open slide handle per
     source, kept per DataLoader worker); otherwise ``source`` is an image file read with PIL. Unreadable items
-    raise :class:`FmauditInputError` naming the item id and the file.
+    raise :class:`FmauditInputError` naming the item id and the file. A row with a ``perturbation`` spec
+    (derived manifests, :mod:`fmaudit.ood.perturb`) is perturbed after reading, before the transform.
     """
 
     def __init__(self, manifest: pd.DataFrame, transform):
@@ -82,12 +85,31 @@ class ItemDataset(Dataset):
         self.sizes = [_optional_int(v) for v in manifest["size"]]
         self.transform = transform
         self._slides: dict[str, Any] = {}
+        self.perturbations = [None] * len(self.item_ids)
+        if PERTURBATION_COLUMN in manifest.columns:
+            from fmaudit.ood.perturb import parse_perturbation
+
+            self.perturbations = [None if pd.isna(v) else str(v) for v in manifest[PERTURBATION_COLUMN]]
+            for item, spec in zip(self.item_ids, self.perturbations):
+                if spec is not None:
+                    try:
+                        parse_perturbation(spec)
+                    except FmauditInputError as e:
+                        raise FmauditInputError(f"item {item!r}: {e}") from e
 
     def __len__(self) -> int:
         return len(self.item_ids)
 
     def load_image(self, i: int):
-        """The item's RGB PIL image (before the encoder's transform)."""
+        """The item's RGB PIL image (before the encoder's transform), perturbed when its row says so."""
+        image = self._read_image(i)
+        if self.perturbations[i] is None:
+            return image
+        from fmaudit.ood.perturb import apply_perturbation
+
+        return apply_perturbation(image, self.perturbations[i], item_key=self.item_ids[i])
+
+    def _read_image(self, i: int):
         item, source = self.item_ids[i], self.sources[i]
         if self.xs[i] is not None:
             return self._read_tile(i)
@@ -265,7 +287,7 @@ def embed_manifest(
 
         ids = manifest["item_id"].astype(str).tolist()
         bounds = [(s, min(s + chunk_size, len(ids))) for s in range(0, len(ids), chunk_size)]
-        pixels = manifest[PIXEL_COLUMNS]
+        pixels = manifest[PIXEL_COLUMNS + [c for c in (PERTURBATION_COLUMN,) if c in manifest.columns]]
         keys = [stable_hash({"encoder_config_hash": config_hash, "weights": weights_id, "readouts": readouts,
                              "precision": precision, "items": dataframe_hash(pixels.iloc[s:e])})
                 for s, e in bounds]
