@@ -74,6 +74,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
         test_groups=_labels(args.test_groups, len(xte), "groups"),
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
     )
+    from fmaudit.validation import validate_task_splits
+
+    validate_task_splits({f"arrays of {args.train_labels} and {args.test_labels}": {
+        "item_id": data.item_ids, "label": data.labels, "group": data.groups, "domain": data.domains,
+        "split": data.splits}}, allow_group_overlap=args.allow_group_overlap)
     probe = {**grid.PROBE_DEFAULTS, "heads": args.heads, "C": args.C[0] if len(args.C) == 1 else args.C,
              "fractions": args.fractions,
              "seeds": args.seeds, "val_fraction": args.val_fraction}
@@ -144,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--val-labels")
     pr.add_argument("--train-groups", help="patient/slide id per training item (grouped val split)")
     pr.add_argument("--test-groups", help="patient/slide id per test item (cluster bootstrap)")
+    pr.add_argument("--allow-group-overlap", action="store_true",
+                    help="accept groups on both the training and the test side (an error otherwise: leakage)")
     pr.add_argument("--features-key", help="array name inside .npz/.h5 files (default 'features')")
     pr.add_argument("--fractions", type=_floats, default=[1.0], help="label fractions, e.g. '0.01,0.1,1'")
     pr.add_argument("--seeds", type=_ints, default=[0], help="seeds, e.g. '0,1,2'")
