@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("check-config", help="validate a config and the names it uses")
     cc.add_argument("--configfile", required=True)
     cc.set_defaults(func=cmd_check_config)
+
+    from fmaudit.commands import profile
+
+    profile.register(sub)
     return p
 
 
