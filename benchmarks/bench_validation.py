@@ -5,8 +5,8 @@ by patient), as the workflow's ``validate`` stage would see it right after prepa
 baseline, ``fmaudit.io.read_table`` of the manifest's parquet file, which every consumer of a manifest pays;
 (b) ``fmaudit.validation.validate_task_splits`` on it for one transfer task over the three domains (every
 check: columns, duplicate ids and tiles, leakage, label range, training and evaluated classes). Medians of
-``--repeats`` runs, one thread, same process. The claim in ``fmaudit.validation`` (well under a second for
-300k items, a few times the parquet read) is this measurement.
+``--repeats`` runs, one thread, same process. The figures in ``fmaudit.validation`` (0.5-1.3 s for 300k
+items, 4-7 times the parquet read, on loaded 2-core machines) are this measurement.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_validation.py [--items 300000] [--repeats 5]``
 """
