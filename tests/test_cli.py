@@ -11,9 +11,12 @@ from fmaudit.commands import floats, ints, words
 def test_every_command_module_is_registered(capsys):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"probe", "grid", "download", "check-config"}
-    for name, command in zip(("probe", "grid", "download", "check-config"), cli.COMMANDS):
-        assert sub.choices[name].get_default("func") is command.run
+    assert set(sub.choices) == {"probe", "grid", "download", "check-config", "profile", "cells", "gate"}
+    for command in cli.COMMANDS:  # every module registers a parser whose handler lives in that module
+        handlers = {p.get_default("func") for p in sub.choices.values()}
+        handlers |= {q.get_default("func") for p in sub.choices.values() for a in p._actions
+                     if isinstance(a, argparse._SubParsersAction) for q in a.choices.values()}
+        assert any(getattr(h, "__module__", None) == command.__name__ for h in handlers), command.__name__
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "check-config" in capsys.readouterr().out

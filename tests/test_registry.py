@@ -13,6 +13,7 @@ from fmaudit.io import FmauditInputError
 from fmaudit.registry import (
     ENCODER_REGISTRY_ENV,
     check_encoder_entry,
+    check_encoder_usable,
     encoder_config_hash,
     get_encoder_spec,
     load_registry,
@@ -199,3 +200,57 @@ def test_readout_dims(registry):
     assert readout_dims(registry["virchow2"]) == {"cls": 1280, "mean": 1280, "cls_mean": 2560}
     assert readout_dims(registry["clip-vit-b16"]) == {"cls": 768, "mean": 768, "pooled": 512}
     assert readout_dims(registry["demo-vit-tiny"], ["patch_grid"]) == {"patch_grid": 64}
+
+
+REMOTE_CODE_ENTRY = {
+    **DEMO_ENTRY,
+    "loader": "transformers",
+    "architecture": {"model_class": "AutoModel"},
+    "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "format": "safetensors"},
+    "trust_remote_code": True,
+}
+
+
+def test_schema_requires_a_pinned_revision_with_trust_remote_code(tmp_path):
+    path = write_registry(tmp_path, {"remote": REMOTE_CODE_ENTRY})
+    with pytest.raises(FmauditInputError, match=r"remote/weights: 'revision' is a required property"):
+        load_registry(path)
+    branch = copy.deepcopy(REMOTE_CODE_ENTRY)
+    branch["weights"]["revision"] = "main"  # a branch moves: not a pin of the code that runs
+    with pytest.raises(FmauditInputError, match=r"remote/weights/revision: 'main' does not match"):
+        load_registry(write_registry(tmp_path, {"remote": branch}))
+    pinned = copy.deepcopy(REMOTE_CODE_ENTRY)
+    pinned["weights"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+    registry = load_registry(write_registry(tmp_path, {"remote": pinned}))
+    assert get_encoder_spec("remote", registry)["weights"]["revision"] == pinned["weights"]["revision"]
+    # without trust_remote_code a revision stays optional, and a tag or branch is allowed
+    plain = copy.deepcopy(REMOTE_CODE_ENTRY)
+    del plain["trust_remote_code"]
+    plain["weights"]["revision"] = "v1.0"
+    assert load_registry(write_registry(tmp_path, {"plain": plain, "tiny": DEMO_ENTRY}))
+
+
+def test_remote_code_entry_with_unknown_revision_loads_but_cannot_be_used(tmp_path):
+    unknown = copy.deepcopy(REMOTE_CODE_ENTRY)
+    unknown["weights"]["revision"] = None  # no published commit known: the registry says so explicitly
+    registry = load_registry(write_registry(tmp_path, {"remote": unknown, "tiny": DEMO_ENTRY}))
+    check_encoder_usable("tiny", registry["tiny"])  # the rest of the registry is usable
+    with pytest.raises(FmauditInputError, match=r"encoder 'remote': weights.revision is not set, and "
+                                                r"trust_remote_code: true runs Python code from org/remote"):
+        check_encoder_usable("remote", registry["remote"])
+    with pytest.raises(FmauditInputError, match=r"^my.yaml: encoder 'remote': weights.revision"):
+        check_encoder_usable("remote", unknown, source="my.yaml")
+
+
+def test_shipped_registry_pins_what_it_can_and_marks_the_rest(registry):
+    hub = {n: e for n, e in registry.items() if e["weights"]["source"] == "hf_hub"}
+    pinned = {n for n, e in hub.items() if e["weights"].get("revision")}
+    assert {"uni", "conch", "dinov2-vits14", "dinov2-vitg14"} <= pinned
+    assert registry["dinov2-vitb14"]["weights"]["revision"] == "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
+    for name, entry in hub.items():
+        if name not in pinned:
+            assert entry.get("verify") is True, f"{name}: unpinned hub entries must say verify: true"
+    for name in ("hibou-b", "hibou-l"):  # remote code, no published commit found: explicit and unusable
+        assert registry[name]["weights"]["revision"] is None
+        with pytest.raises(FmauditInputError, match=f"encoder '{name}': weights.revision is not set"):
+            check_encoder_usable(name, registry[name])

@@ -89,6 +89,22 @@ def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") 
     return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")
 
 
+def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "encoder registry") -> None:
+    """Rules for an entry a config actually uses (the registry may list entries not usable yet).
+
+    An entry with ``trust_remote_code: true`` runs Python code from its hub repo, so it must pin the commit
+    of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key. Call it
+    for every encoder a config names, at config time, and before building a network with remote code.
+    """
+    weights = entry.get("weights") or {}
+    if entry.get("trust_remote_code") and not weights.get("revision"):
+        repo = weights.get("hf_hub_id", "its hub repo")
+        raise FmauditInputError(
+            f"{source}: encoder {name!r}: weights.revision is not set, and trust_remote_code: true runs Python "
+            f"code from {repo} in the embedding job; set weights.revision to the 40-character commit hash of "
+            f"the {repo} revision whose code you reviewed (its 'Files and versions' history on the hub)")
+
+
 def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """A copy of encoder ``name``'s registry entry, with ``name`` added."""
     registry = load_registry() if registry is None else registry

@@ -108,3 +108,28 @@ def test_ece_bins_name_the_columns_and_bad_settings_name_the_option(arrays, caps
     assert df["ece_convention"].str.contains("10 equal-width bins").all()
     assert main(probe_args(arrays, "--fractions", "0,1", "--out", str(out))) == 2
     assert "fractions" in capsys.readouterr().err
+
+
+def test_probe_stops_on_groups_on_both_sides_unless_allowed(arrays, capsys, caplog):
+    np.save(arrays / "g_train.npy", np.array([f"p{i % 10}" for i in range(60)]))
+    np.save(arrays / "g_test.npy", np.array([f"p{9 + i % 3}" for i in range(30)]))  # p9 is on both sides
+    out = arrays / "o.csv"
+    args = probe_args(arrays, "--train-groups", str(arrays / "g_train.npy"), "--test-groups",
+                      str(arrays / "g_test.npy"), "--out", str(out))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "1 group(s) of the pooled domains are on more than one split (leakage): 'p9' on test (10 items) and train (6 items)" in err
+    assert not out.exists()
+    assert main(args + ["--allow-group-overlap"]) == 0
+    assert "'p9' on test (10 items) and train (6 items) (allowed by allow_group_overlap)" in caplog.text
+    assert out.exists()
+
+
+def test_probe_stops_on_a_test_class_absent_from_training(arrays, capsys):
+    y = np.load(arrays / "y_test.npy")
+    y[0] = 3
+    np.save(arrays / "y_test3.npy", y)
+    args = probe_args(arrays, "--out", str(arrays / "o.csv"))
+    args[args.index("--test-labels") + 1] = str(arrays / "y_test3.npy")
+    assert main(args) == 2
+    assert "class 'class_3' (label 3) is evaluated on the test split" in capsys.readouterr().err

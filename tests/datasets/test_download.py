@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fmaudit.datasets.download import download_dataset, fetch, gunzip, unpack, verify_file
+from fmaudit.datasets.download import (
+    download_dataset, downloaded_checksums, fetch, gunzip, sha256_sidecar, unpack, verify_file,
+)
 from fmaudit.io import FmauditInputError
 
 PAYLOAD = bytes(range(256)) * 4096 + b"tail"  # ~1 MiB, not a multiple of the chunk size
@@ -254,3 +256,68 @@ def test_download_dataset_from_registry_entry(tmp_path):
     assert (root / "downloads" / "mhist" / "set.zip").exists()
     with pytest.raises(FmauditInputError, match="cannot be downloaded automatically. Register"):
         download_dataset("bracs", {"how_to_get": "Register at the portal."}, root)
+
+
+# ---------------------------------------------------------------- downloads without a published checksum
+
+def test_unchecksummed_archive_gets_its_sha256_printed_once_and_recorded(tmp_path, caplog):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    z = _zip(mirror / "set.zip", {"SET/a.png": b"png"})
+    entry = {"files": [{"url": z.as_uri(), "sha256": None, "md5": None, "unpack": True}]}
+    root = tmp_path / "data"
+    with caplog.at_level("INFO", logger="fmaudit.datasets.download"):
+        download_dataset("set", entry, root)
+    archive = root / "downloads" / "set" / "set.zip"
+    expected = sha(z.read_bytes())
+    sidecar = archive.with_name("set.zip.sha256")
+    assert sidecar.read_text() == f"{expected}  set.zip\n"  # sha256sum format: `sha256sum -c` reads it
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "no published checksum" in warnings[0].getMessage() and expected in warnings[0].getMessage()
+    assert downloaded_checksums("set", entry, root) == [
+        {"url": z.as_uri(), "path": str(archive), "sha256": expected, "sha256_source": "recorded"}]
+
+    caplog.clear()
+    with caplog.at_level("INFO", logger="fmaudit.datasets.download"):
+        download_dataset("set", entry, root)  # the second run checks against the record, silently
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+    archive.write_bytes(archive.read_bytes() + b"corrupt")
+    with pytest.raises(FmauditInputError, match=r"does not match the expected .*recorded in .*set\.zip\.sha256"):
+        download_dataset("set", entry, root)
+
+
+def test_redownload_of_an_unchecksummed_file_is_checked_against_the_record(tmp_path):
+    src = tmp_path / "annotations.csv"
+    src.write_bytes(b"a,b\n1,2\n")
+    dest = tmp_path / "data" / "annotations.csv"
+    fetch(src.as_uri(), dest)
+    recorded = sha256_sidecar(dest).read_text().split()[0]
+    assert recorded == sha(src.read_bytes())
+    dest.unlink()  # e.g. removed to save space; the record stays
+    src.write_bytes(b"a,b\n1,3\n")  # and the source changed meanwhile
+    with pytest.raises(FmauditInputError, match=r"sha256 .* does not match the expected .*recorded in .* at an earlier"):
+        fetch(src.as_uri(), dest)
+    assert not dest.exists() and not dest.with_name("annotations.csv.part").exists()
+
+
+def test_md5_only_download_records_sha256_without_a_warning(tmp_path, caplog):
+    src = tmp_path / "x.npz"
+    src.write_bytes(b"npz bytes")
+    with caplog.at_level("INFO", logger="fmaudit.datasets.download"):
+        dest = fetch(src.as_uri(), tmp_path / "data" / "x.npz", md5=hashlib.md5(b"npz bytes").hexdigest())
+    assert sha256_sidecar(dest).read_text().startswith(sha(b"npz bytes"))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    sha256_sidecar(dest).write_text("not a hash\n")
+    with pytest.raises(FmauditInputError, match=r"x\.npz\.sha256: not a sha256 record"):
+        fetch(src.as_uri(), dest)
+
+
+def test_published_sha256_writes_no_sidecar(tmp_path):
+    src = tmp_path / "y.bin"
+    src.write_bytes(b"y")
+    dest = fetch(src.as_uri(), tmp_path / "data" / "y.bin", sha256=sha(b"y"))
+    assert not sha256_sidecar(dest).exists()
+    entry = {"files": [{"url": src.as_uri(), "name": "y.bin", "sha256": sha(b"y")}]}
+    assert downloaded_checksums("ds", entry, tmp_path / "data")[0]["sha256_source"] == "published"

@@ -69,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
         test_groups=_labels(args.test_groups, len(xte), "groups"),
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
     )
+    from fmaudit.validation import validate_task_splits
+
+    validate_task_splits({f"arrays of {args.train_labels} and {args.test_labels}": {
+        "item_id": data.item_ids, "label": data.labels, "group": data.groups, "domain": data.domains,
+        "split": data.splits}}, allow_group_overlap=args.allow_group_overlap)
     probe = fill_section("probe", {"heads": args.heads, "C": args.C[0] if len(args.C) == 1 else args.C,
                                    "fractions": args.fractions, "seeds": args.seeds, "val_fraction": args.val_fraction},
                          source="fmaudit probe options")
@@ -101,6 +106,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     pr.add_argument("--val-labels")
     pr.add_argument("--train-groups", help="patient/slide id per training item (grouped val split)")
     pr.add_argument("--test-groups", help="patient/slide id per test item (cluster bootstrap)")
+    pr.add_argument("--allow-group-overlap", action="store_true",
+                    help="accept groups on both the training and the test side (an error otherwise: leakage)")
     pr.add_argument("--features-key", help="array name inside .npz/.h5 files (default 'features')")
     fractions = default("probe", "fractions")
     pr.add_argument("--fractions", type=floats, default=fractions,
