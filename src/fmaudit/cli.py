@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("check-config", help="validate a config and the names it uses")
     cc.add_argument("--configfile", required=True)
     cc.set_defaults(func=cmd_check_config)
+    __import__("fmaudit.commands.adapt", fromlist=["register"]).register(sub)
     return p
 
 
