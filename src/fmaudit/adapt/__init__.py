@@ -8,6 +8,9 @@
 - ``summary``: the seed's summaries (scenario means with hierarchical-bootstrap intervals, negative cells,
   effective robustness, relative gap, per-class recall, calibration under adaptation).
 - ``scratch``: the ResNet-18 trained from scratch on the source, the non-frozen reference row.
+
+``fmaudit.adapt.evaluate`` is the function (``evaluate(Xs, ys, Xt, yt, methods=...)``); the module of the same
+name is reached with ``from fmaudit.adapt.evaluate import ...``.
 """
 
 from fmaudit.adapt.evaluate import METHODS, NOT_DEPLOYABLE, SourceProbe, evaluate, evaluate_draws, fit_source_probes
