@@ -113,9 +113,8 @@ class SourceProbe:
         self.tol = tol
 
     def fit(self, X: Any, y: Any, n_classes: int | None = None, groups: Any = None) -> "SourceProbe":
-        return fit_source_probes(X, y, n_classes, [self.random_state], groups=groups, C=self.C,
-                                 val_fraction=self.val_fraction, device=self.device, tol=self.tol,
-                                 _into=[self])[0]
+        _fit_probes([self], X, y, n_classes, groups)
+        return self
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "W_"):
@@ -138,9 +137,17 @@ class SourceProbe:
 
 
 def fit_source_probes(X: Any, y: Any, n_classes: int | None, seeds: Sequence[int], groups: Any = None,
-                      C: float = 1.0, val_fraction: float = 0.2, device: Any = None, tol: float = 1e-6,
-                      _into: list[SourceProbe] | None = None) -> list[SourceProbe]:
+                      C: float = 1.0, val_fraction: float = 0.2, device: Any = None,
+                      tol: float = 1e-6) -> list[SourceProbe]:
     """One fitted :class:`SourceProbe` per source seed, all logistic fits in one batched engine call."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise FmauditInputError("source seeds: none given")
+    return _fit_probes([SourceProbe(C, val_fraction, s, device, tol) for s in seeds], X, y, n_classes, groups)
+
+
+def _fit_probes(probes: list[SourceProbe], X: Any, y: Any, n_classes: int | None, groups: Any) -> list[SourceProbe]:
+    """Fit ``probes`` (same C, val_fraction, device and tol; one random_state each) in one engine call."""
     X = check_features(X, "source features")
     y = check_labels(y, X.shape[0], n_classes, "source labels")
     if y.size == 0:
@@ -148,21 +155,19 @@ def fit_source_probes(X: Any, y: Any, n_classes: int | None, seeds: Sequence[int
     k = int(n_classes) if n_classes is not None else int(y.max()) + 1
     if np.unique(y).size < 2:
         raise FmauditInputError(f"source labels: a single class ({int(y[0])}); the probe needs at least two")
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise FmauditInputError("source seeds: none given")
+    first = probes[0]
     splits = []
-    for seed in seeds:
-        train, val = split_train_val(y, groups=groups, val_fraction=val_fraction, random_state=seed)
+    for probe in probes:
+        seed = int(probe.random_state)
+        train, val = split_train_val(y, groups=groups, val_fraction=first.val_fraction, random_state=seed)
         if val.size == 0:
-            raise FmauditInputError(f"source seed {seed}: the hold-out split is empty (val_fraction={val_fraction}, "
-                                    f"{y.size} items); the source temperature and BBSE need one")
+            raise FmauditInputError(f"source seed {seed}: the hold-out split is empty (val_fraction="
+                                    f"{first.val_fraction}, {y.size} items); the source temperature and BBSE need one")
         if np.unique(y[train]).size < 2:
             raise FmauditInputError(f"source seed {seed}: the training split holds a single class")
         splits.append((train, val))
-    batch = fit_logistic_batch(X, y, [tr for tr, _ in splits], float(C), n_classes=k, standardize=True,
-                               device=device, tol=tol)
-    probes = _into if _into is not None else [SourceProbe(C, val_fraction, s, device, tol) for s in seeds]
+    batch = fit_logistic_batch(X, y, [tr for tr, _ in splits], float(first.C), n_classes=k, standardize=True,
+                               device=first.device, tol=first.tol)
     for r, (probe, (train, val)) in enumerate(zip(probes, splits)):
         probe.train_index_, probe.val_index_ = train, val
         probe.n_classes_ = k
