@@ -453,6 +453,8 @@ def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = 
     Xt = check_features(Xt, "target features")
     if Xs.shape[1] != Xt.shape[1]:
         raise FmauditInputError(f"source features have {Xs.shape[1]} dimensions, target features {Xt.shape[1]}")
+    if n_classes is None and class_names is not None:
+        n_classes = len(class_names)
     ys = check_labels(ys, Xs.shape[0], n_classes, "source labels")
     yt = check_labels(yt, Xt.shape[0], n_classes, "target labels")
     k = int(n_classes) if n_classes is not None else int(max(ys.max(), yt.max())) + 1
