@@ -44,7 +44,7 @@ import pandas as pd
 
 from fmaudit import metrics
 from fmaudit.adapt import methods as m
-from fmaudit.adapt.priors import TargetDraws, draw_seed, prior_vector, resample_target
+from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
 from fmaudit.calibration import TemperatureScaler
 from fmaudit.io import FmauditInputError
 from fmaudit.probes import ABSENT_CLASS_LOGIT_GAP, fit_logistic_batch, split_train_val
