@@ -15,11 +15,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import cells, check_config, download, gate, grid, probe, profile
+from fmaudit.commands import adapt, cells, check_config, download, gate, grid, probe, profile
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, profile, cells, gate)
+COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt)
 
 
 def build_parser() -> argparse.ArgumentParser:
