@@ -921,13 +921,13 @@ def _lbfgs(objective, theta, tol, max_iter, history_size, grad_scale=None, phase
                 Y[k_rows, slots] = y_diff[k_acc]
                 rho[k_rows, slots] = 1.0 / sy[k_acc]
                 has_history[rows[keep]] = True
-            # Too small a decrease: scikit-learn's stop in the last phase; in float32, rounding's limit (stalled).
+            # Too small a decrease: scikit-learn's stop in float64; in float32, rounding's limit (stalled).
             no_progress = f_old - f_new <= ftol * np.maximum(np.maximum(np.abs(f_old), np.abs(f_new)), 1.0)
             met = check_tol(rows)
             no_progress &= ~met
-            if p == last_phase:
+            if dtype == torch.float64:  # scikit-learn's relative-reduction stop counts as converged
                 done[rows[no_progress]] = converged[rows[no_progress]] = True
-            else:
+            else:  # float32 rounding's limit: the next phase, or a stop that is converged only if tol is met
                 advance_phase(rows[no_progress])
     return x.view(R, *shape), n_iter, converged
 
