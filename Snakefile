@@ -22,11 +22,21 @@ include: "rules/probe.smk"
 include: "rules/report.smk"
 
 
+# Jobs that run where Snakemake runs (the login node on a cluster): the cheap ones, and the downloads, since
+# compute nodes usually have no internet.
 localrules:
     all,
     download,
+    download_dataset,
+    validate,
     aggregate_probe,
     report,
+
+
+# Before the first job of a run (not on dry runs): stop if a planned job would build an encoder that cannot be
+# built as configured (remote code without a pinned commit: set encoder_revisions.<encoder>).
+onstart:
+    check_before_first_job()
 
 
 rule all:

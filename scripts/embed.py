@@ -15,4 +15,5 @@ embed_job(
     batch_size=snakemake.params.batch_size,  # noqa: F821
     threads=snakemake.threads,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
+    key=snakemake.wildcards.key,  # noqa: F821
 )

@@ -5,7 +5,18 @@ import copy
 import pytest
 import yaml
 
-from fmaudit.config import check_config, check_names, dataset_params, fill_config, fill_section, load_config, schema_default
+from fmaudit.config import (
+    check_config,
+    check_names,
+    dataset_params,
+    fill_config,
+    fill_section,
+    load_config,
+    manifest_file,
+    results_dir,
+    schema_default,
+    unusable_encoders,
+)
 from fmaudit.io import FmauditInputError
 from fmaudit.schema import REPO_ROOT, load_yaml
 
@@ -125,3 +136,86 @@ def test_check_config_is_the_workflows_checks(demo_config, monkeypatch):
     with pytest.raises(FmauditInputError, match="no evaluation unit"):
         check_config(bad)
 
+
+
+# ---------------------------------------------------------------- study folder, weights and revisions
+
+
+def test_each_study_writes_under_its_own_results_folder(demo_config):
+    cfg = fill_config(copy.deepcopy(demo_config))
+    assert cfg["study"] == "demo" and results_dir(cfg) == "results/demo"
+    assert manifest_file(cfg, "demo-tiles") == "results/demo/manifests/demo-tiles.parquet"
+    del demo_config["study"]
+    assert fill_config(demo_config)["study"] == schema_default("study") == "demo"
+    for name in ("prism", "audit", "hema", "cellpath", "all"):
+        assert results_dir(load_config(REPO_ROOT / "resources" / "presets" / f"{name}.yaml")) == f"results/{name}"
+    demo_config["study"] = "../elsewhere"
+    with pytest.raises(FmauditInputError, match="study"):
+        fill_config(demo_config)
+
+
+def test_a_missing_weights_override_stops_at_config_time_naming_the_key(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "nowhere.safetensors")}
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_weights.demo-convnet': weight file .*nowhere"
+                                                r".safetensors does not exist"):
+        check_config(fill_config(demo_config))
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path)}
+    with pytest.raises(FmauditInputError, match="encoder_weights.demo-convnet': .* is not a file"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    (tmp_path / "w.safetensors").write_bytes(b"x")
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "w.safetensors")}
+    check_config(fill_config(demo_config))
+
+
+def _remote_registry(tmp_path):
+    registry = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
+    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
+                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                           "format": "safetensors"}}
+    path = tmp_path / "encoders.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    return path
+
+
+def test_encoders_that_cannot_be_embedded_name_the_key_to_set(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config.update(encoder_registry=str(_remote_registry(tmp_path)), encoders=["demo-vit-tiny", "remote-demo"])
+    cfg = fill_config(copy.deepcopy(demo_config))
+    encoders, _ = check_config(cfg)  # the config itself is fine: dry runs and `fmaudit grid` work
+    problems = unusable_encoders(cfg, encoders)
+    assert list(problems) == ["remote-demo"]
+    assert "set `encoder_revisions.remote-demo: <commit>` in your config" in problems["remote-demo"]
+    # the key it names makes it usable, and changes what the registry entry says for this config only
+    demo_config["encoder_revisions"] = {"remote-demo": "b" * 40}
+    cfg = fill_config(demo_config)
+    encoders, _ = check_config(cfg)
+    assert unusable_encoders(cfg, encoders) == {}
+    assert encoders["remote-demo"]["weights"]["revision"] == "b" * 40
+    assert load_yaml(tmp_path / "encoders.yaml")["remote-demo"]["weights"]["revision"] is None
+
+
+def test_encoder_revisions_are_checked(demo_config, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config["encoder_revisions"] = {"demo-vit-tiny": "c" * 40}  # a random-init entry has no hub revision
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_revisions.demo-vit-tiny': encoder 'demo-vit-tiny' "
+                                                r"does not load its weights from the Hugging Face hub"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    demo_config["encoder_revisions"] = {"uni": "c" * 40}
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_revisions': unknown encoder 'uni'"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    demo_config["encoder_revisions"] = {"demo-vit-tiny": "main"}
+    with pytest.raises(FmauditInputError, match="encoder_revisions"):
+        fill_config(demo_config)
+
+
+def test_a_missing_registry_weight_file_makes_the_encoder_unusable_not_the_config(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = fill_config(load_yaml(REPO_ROOT / "resources" / "presets" / "audit.yaml"))
+    encoders, _ = check_config(cfg)
+    problems = unusable_encoders(cfg, encoders)
+    assert set(problems) == {"ctranspath", "hibou-b", "hibou-l"}
+    assert "encoder_weights.ctranspath" in problems["ctranspath"] and "ctranspath.pth" in problems["ctranspath"]
+    (tmp_path / "ctranspath.pth").write_bytes(b"x")
+    cfg["encoder_weights"] = {"ctranspath": str(tmp_path / "ctranspath.pth")}
+    assert "ctranspath" not in unusable_encoders(cfg, encoders)

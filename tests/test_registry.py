@@ -11,9 +11,14 @@ import yaml
 
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import (
+    DESCRIPTIVE_KEYS,
+    EMBEDDING_KEYS,
     ENCODER_REGISTRY_ENV,
+    ENCODER_SCHEMA,
     check_encoder_entry,
     check_encoder_usable,
+    embedding_key,
+    embedding_spec,
     encoder_config_hash,
     get_encoder_spec,
     load_registry,
@@ -254,3 +259,54 @@ def test_shipped_registry_pins_what_it_can_and_marks_the_rest(registry):
         assert registry[name]["weights"]["revision"] is None
         with pytest.raises(FmauditInputError, match=f"encoder '{name}': weights.revision is not set"):
             check_encoder_usable(name, registry[name])
+
+
+# ---------------------------------------------------------------- what decides an embedding's numbers
+
+
+def test_every_entry_key_is_either_number_deciding_or_descriptive():
+    schema = load_yaml(ENCODER_SCHEMA)
+    keys = set(schema["$defs"]["encoder"]["properties"])
+    assert not set(EMBEDDING_KEYS) & set(DESCRIPTIVE_KEYS)
+    assert set(EMBEDDING_KEYS) | set(DESCRIPTIVE_KEYS) == keys  # a new key must be placed in one of the two lists
+
+
+def test_descriptive_edits_change_neither_the_hash_nor_the_key(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    edited = copy.deepcopy(spec)
+    edited.update(description="another sentence", licence="MIT", pretraining_corpora=["x"], paper="y", gpu=True,
+                  exposure={"demo-tiles": {"status": "no", "evidence": "z"}}, notes="n", default_readout="mean")
+    assert embedding_spec(edited) == embedding_spec(spec)
+    assert "description" not in embedding_spec(spec) and embedding_spec(spec)["name"] == "demo-vit-tiny"
+    assert encoder_config_hash(edited) == encoder_config_hash(spec)
+    assert embedding_key(edited) == embedding_key(spec)
+
+
+@pytest.mark.parametrize("change", [
+    lambda e: e["weights"].update(seed=1),
+    lambda e: e["preprocessing"].update(std=[0.5, 0.5, 0.5]),
+    lambda e: e.update(readouts=["cls"]),
+    lambda e: e.update(precision="float16"),
+    lambda e: e["weights"].update(source="hf_hub", hf_hub_id="org/x", revision="a" * 40, format="safetensors"),
+])
+def test_number_deciding_edits_change_the_hash_and_the_key(registry, change):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    edited = copy.deepcopy(spec)
+    change(edited)
+    assert encoder_config_hash(edited) != encoder_config_hash(spec)
+    assert embedding_key(edited) != embedding_key(spec)
+
+
+def test_embedding_key_tracks_the_weights_override(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    assert re.fullmatch(r"[0-9a-f]{12}", embedding_key(spec))
+    assert embedding_key(spec, "w/a.safetensors") != embedding_key(spec) != embedding_key(spec, "w/b.safetensors")
+    assert embedding_key(spec, "") == embedding_key(spec, None) == embedding_key(spec)
+
+
+def test_usability_message_names_the_config_key(tmp_path):
+    unknown = copy.deepcopy(REMOTE_CODE_ENTRY)
+    unknown["weights"]["revision"] = None
+    with pytest.raises(FmauditInputError, match=r"set `encoder_revisions.remote: <commit>` in your config \(or "
+                                                r"weights.revision in my.yaml\)"):
+        check_encoder_usable("remote", unknown, source="my.yaml", config_key="encoder_revisions.remote")

@@ -7,7 +7,12 @@ fallback of its own. The Snakefile (through ``rules/common.smk``) and the comman
 both call it, so a config means the same numbers in the workflow and on the command line.
 
 :func:`check_config` is every check the workflow runs before it plans a job (registries against their
-schemas, names, the analysis grids, slide sheets); ``fmaudit check-config`` runs exactly this function.
+schemas, names, the analysis grids, slide sheets, local weight files); ``fmaudit check-config`` runs exactly
+this function. It returns the registries as this config sees them: ``encoder_revisions`` applied.
+:func:`unusable_encoders` says which encoders cannot be embedded yet (remote code without a pinned commit):
+the workflow warns about them when it plans and stops before the first job of a run that would embed one.
+
+Everything a study writes goes under :func:`results_dir` (``results/<study>/``).
 
 A study's section (``studies.<name>.probe`` ...) replaces the top-level one for the study's tasks; a study
 without it uses the top-level section (:func:`fmaudit.grid.section`).
@@ -25,17 +30,36 @@ from fmaudit.schema import load_schema, load_yaml, validate_against_schema
 
 CONFIG_SCHEMA = "config.schema.yaml"
 
+RESULTS_ROOT = "results"
+
 __all__ = [
     "CONFIG_SCHEMA",
+    "RESULTS_ROOT",
+    "apply_encoder_revisions",
     "check_config",
+    "check_encoder_weights",
     "check_names",
     "check_slide_sheets",
     "dataset_params",
     "fill_config",
     "fill_section",
     "load_config",
+    "manifest_file",
+    "results_dir",
     "schema_default",
+    "unusable_encoders",
 ]
+
+
+def results_dir(config: Mapping[str, Any]) -> str:
+    """``results/<study>``: the folder everything of this config's study goes under (relative to the working
+    directory, the repository root for the workflow)."""
+    return f"{RESULTS_ROOT}/{config['study']}"
+
+
+def manifest_file(config: Mapping[str, Any], dataset: str) -> str:
+    """Where the workflow writes a data set's manifest (``dataset`` may be the ``{dataset}`` wildcard)."""
+    return f"{results_dir(config)}/manifests/{dataset}.parquet"
 
 
 def fill_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
@@ -94,9 +118,10 @@ def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
     for ds in config["dataset_params"]:
         if ds not in config["datasets"]:
             raise unknown_name_error("dataset", ds, list(config["datasets"]), "config 'dataset_params'")
-    for enc in config["encoder_weights"]:
-        if enc not in config["encoders"]:
-            raise unknown_name_error("encoder", enc, list(config["encoders"]), "config 'encoder_weights'")
+    for key in ("encoder_weights", "encoder_revisions"):
+        for enc in config[key]:
+            if enc not in config["encoders"]:
+                raise unknown_name_error("encoder", enc, list(config["encoders"]), f"config '{key}'")
     for task, spec in config["tasks"].items():
         for ds in spec["datasets"]:
             if ds not in config["datasets"]:
@@ -125,14 +150,67 @@ def check_slide_sheets(config: Mapping[str, Any], dataset_registry: Mapping[str,
             read_slide_sheet(sheet)
 
 
+def apply_encoder_revisions(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder registry as this config sees it: ``encoder_revisions.<slug>`` replaces that (hub) entry's
+    ``weights.revision``; the other entries are shared, unchanged."""
+    registry = dict(encoder_registry)
+    for enc, revision in config["encoder_revisions"].items():
+        entry = copy.deepcopy(dict(registry[enc]))
+        if entry["weights"]["source"] != "hf_hub":
+            raise FmauditInputError(
+                f"config 'encoder_revisions.{enc}': encoder {enc!r} does not load its weights from the Hugging Face "
+                f"hub (weights.source: {entry['weights']['source']}); a revision applies to hub entries only")
+        entry["weights"]["revision"] = revision
+        registry[enc] = entry
+    return registry
+
+
+def check_encoder_weights(config: Mapping[str, Any]) -> None:
+    """Every ``encoder_weights.<slug>`` override of the config is an existing file; the error names the key."""
+    for enc, path in config["encoder_weights"].items():
+        where = "" if Path(path).is_absolute() else f" (relative to {Path.cwd()})"
+        if not Path(path).exists():
+            raise FmauditInputError(f"config 'encoder_weights.{enc}': weight file {path} does not exist{where}")
+        if not Path(path).is_file():
+            raise FmauditInputError(f"config 'encoder_weights.{enc}': {path} is not a file{where}")
+
+
+def unusable_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
+                      encoders: list[str] | None = None) -> dict[str, str]:
+    """``{slug: why}`` for the config's encoders (or ``encoders``) that cannot be embedded as the registry and the
+    config stand, each message naming the key to set: remote code without a pinned commit
+    (:func:`fmaudit.registry.check_encoder_usable`; ``encoder_revisions.<slug>``), or a registry weight file
+    (``source: file``) that is not there and no ``encoder_weights.<slug>`` override."""
+    from fmaudit.registry import check_encoder_usable
+
+    registry_file = str(config["encoder_registry"])
+    problems = {}
+    for enc in config["encoders"] if encoders is None else encoders:
+        entry = encoder_registry[enc]
+        try:
+            check_encoder_usable(enc, entry, source=registry_file, config_key=f"encoder_revisions.{enc}")
+        except FmauditInputError as e:
+            problems[enc] = str(e)
+            continue
+        weights = entry["weights"]
+        if weights["source"] == "file" and enc not in config["encoder_weights"] and not Path(weights["path"]).is_file():
+            problems[enc] = (f"{registry_file}: encoder {enc!r}: weight file {weights['path']} (weights.path) does not "
+                             f"exist (relative to {Path.cwd()}); give a local copy in the config's "
+                             f"'encoder_weights.{enc}', or fix weights.path")
+    return problems
+
+
 def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every check the workflow runs before planning a job, on a filled config; returns the (encoder, data-set)
-    registries it loaded. The workflow (``rules/common.smk``) and ``fmaudit check-config`` both call this."""
+    registries as the config sees them (``encoder_revisions`` applied). The workflow (``rules/common.smk``) and
+    ``fmaudit check-config`` both call this."""
     from fmaudit.grid import check_grid
 
     encoders = load_registry(config["encoder_registry"])
     datasets = load_dataset_registry(config["dataset_registry"])
     check_names(config, encoders, datasets)
+    encoders = apply_encoder_revisions(config, encoders)
+    check_encoder_weights(config)
     check_grid(config, datasets)
     check_slide_sheets(config, datasets)
     return encoders, datasets

@@ -9,8 +9,12 @@ Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A re
   it is checked against ``resources/schemas/datasets.schema.yaml`` when loaded.
 - YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error
   (:func:`fmaudit.schema.load_yaml`).
-- An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``;
-  :func:`encoder_config_hash` ignores ``name``, so the hash is that of the entry as written in the registry.
+- An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``.
+- An entry's keys are of two kinds, listed once here: :data:`EMBEDDING_KEYS` decide the numbers of its
+  embeddings (architecture, weights and their identity, preprocessing, readouts, precision);
+  :data:`DESCRIPTIVE_KEYS` describe it (description, licence, pretraining corpora, exposure, paper ...).
+  :func:`embedding_spec` keeps only the former and :func:`encoder_config_hash` hashes only them, so editing a
+  description or a licence changes no embedding key and reruns nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ DATASET_REGISTRY = RESOURCES / "datasets.yaml"
 DATASET_SCHEMA = SCHEMAS / "datasets.schema.yaml"
 
 READOUT_WIDTH_FACTOR = {"cls": 1, "mean": 1, "cls_mean": 2, "patch_grid": 1}
+
+#: Keys of an encoder entry that decide the numbers of its embeddings: the workflow's embedding jobs take only
+#: these as parameters, and the embedding key and provenance hash are computed from them.
+EMBEDDING_KEYS = ("loader", "architecture", "weights", "trust_remote_code", "preprocessing", "readouts",
+                  "embed_dim", "pooled_dim", "patch_size", "num_prefix_tokens", "precision")
+#: Keys that describe an entry (or place its job: ``gpu``) without changing a single number of its embeddings;
+#: ``default_readout`` picks which readout the probes use, which the probe jobs take as their own parameter.
+DESCRIPTIVE_KEYS = ("description", "licence", "gated", "pretraining_corpora", "exposure", "paper", "magnification",
+                    "family", "params_m", "gpu", "verify", "notes", "default_readout")
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:
@@ -89,19 +102,24 @@ def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") 
     return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")
 
 
-def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "encoder registry") -> None:
+def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "encoder registry",
+                         config_key: str | None = None) -> None:
     """Rules for an entry a config actually uses (the registry may list entries not usable yet).
 
     An entry with ``trust_remote_code: true`` runs Python code from its hub repo, so it must pin the commit
-    of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key. Call it
-    for every encoder a config names, at config time, and before building a network with remote code.
+    of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key to set:
+    ``config_key`` (the config's ``encoder_revisions.<name>``) when given, and the registry's
+    ``weights.revision``. The workflow calls it for every encoder it is about to embed, before the first job,
+    and the encoder builder calls it before building a network with remote code.
     """
     weights = entry.get("weights") or {}
     if entry.get("trust_remote_code") and not weights.get("revision"):
         repo = weights.get("hf_hub_id", "its hub repo")
+        where = (f"set `{config_key}: <commit>` in your config (or weights.revision in {source})" if config_key
+                 else "set weights.revision")
         raise FmauditInputError(
             f"{source}: encoder {name!r}: weights.revision is not set, and trust_remote_code: true runs Python "
-            f"code from {repo} in the embedding job; set weights.revision to the 40-character commit hash of "
+            f"code from {repo} in the embedding job; {where} to the 40-character commit hash of "
             f"the {repo} revision whose code you reviewed (its 'Files and versions' history on the hub)")
 
 
@@ -115,9 +133,26 @@ def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None
     return spec
 
 
+def embedding_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an encoder entry that decides its embeddings' numbers (:data:`EMBEDDING_KEYS`), a deep copy;
+    ``name`` is kept when present (it names the encoder in messages, not in the numbers)."""
+    keep = EMBEDDING_KEYS + ("name",)
+    return {k: copy.deepcopy(v) for k, v in spec.items() if k in keep}
+
+
 def encoder_config_hash(spec: Mapping[str, Any]) -> str:
-    """Provenance hash of an encoder entry (the key ``name`` is ignored): any change to the entry changes it."""
-    return stable_hash({k: v for k, v in spec.items() if k != "name"})
+    """Provenance hash of what decides an encoder's embeddings (:func:`embedding_spec`, ``name`` ignored): a
+    change to the architecture, weights, preprocessing, readouts or precision changes it; a description,
+    licence or exposure edit does not."""
+    return stable_hash({k: v for k, v in embedding_spec(spec).items() if k != "name"})
+
+
+def embedding_key(spec: Mapping[str, Any], weights_override: str | None = None, length: int = 12) -> str:
+    """The key of an encoder's embeddings as a config sets them: :func:`encoder_config_hash` and the config's
+    local weights override (``encoder_weights``), if any. The workflow puts it in the embedding's path, so that
+    embeddings of another key never replace these (see README, "No lost work")."""
+    return stable_hash({"encoder_config_hash": encoder_config_hash(spec), "weights_override": weights_override or None},
+                       length=length)
 
 
 def readout_dims(spec: Mapping[str, Any], readouts: list[str] | None = None) -> dict[str, int]:

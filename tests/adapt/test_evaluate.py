@@ -54,7 +54,9 @@ def test_source_probe_is_the_standardised_logistic_probe():
     np.testing.assert_allclose(probe.confusion_, m.bbse_confusion(ys[val], probe.decision_logits(xs[val]).argmax(1), 5))
     # one batched call fits every seed; seeds differ in their splits
     a, b = fit_source_probes(xs, ys, 5, [1, 2])
-    np.testing.assert_allclose(a.W_, probe.W_, atol=1e-8)
+    # a batched fit converges to the engine's tolerance, not bit for bit the single fit (float32 products whose
+    # summation order depends on the batch): weights agree to ~3e-6 here
+    np.testing.assert_allclose(a.W_, probe.W_, atol=2e-5)
     assert not np.array_equal(a.val_index_, b.val_index_)
 
 

@@ -67,7 +67,8 @@ def test_a_shard_row_is_reproducible_from_its_recorded_seed():
     rows = resample_target(yt, prior_vector(PRIORS["skewed"], CLASSES), 40, [int(row["draw_seed"])]).index[0]
     P = metrics.softmax(probe.decision_logits(xt[rows]))
     assert row["macro_f1"] == pytest.approx(metrics.macro_f1(P, yt[rows]), abs=1e-9)
-    assert row["ece_raw"] == pytest.approx(metrics.ece(P, yt[rows]), abs=1e-9)
+    # the shard fits every seed in one batched engine call: probabilities agree to the fit's tolerance
+    assert row["ece_raw"] == pytest.approx(metrics.ece(P, yt[rows]), abs=1e-6)
     assert row["in_domain_macro_f1"] == pytest.approx(probe.val_macro_f1_)
     pd.testing.assert_frame_equal(out, run_job(runs, job))  # same seeds, same numbers
 

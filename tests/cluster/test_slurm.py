@@ -174,7 +174,44 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
     for submission in others:
         assert _option(submission.command_line, "-p") == "debug", submission.command_line
         assert "--gpus" not in submission.command_line
+    # local rules never go to Slurm: the split checks run on the login node, before any embedding job
+    assert not {"validate", "download_dataset", "aggregate_probe", "report"} & {s.rule for s in run.submissions}
+    assert (workdir / "results" / "demo" / "validation" / "splits.tsv").is_file()
     embed_logs = list((workdir / ".snakemake" / "slurm_logs" / "rule_embed").rglob("*.log"))
     assert len(embed_logs) == len(embed_submissions)
-    report_dir = workdir / "results" / "report"
+    report_dir = workdir / "results" / "demo" / "report"
     assert report_dir.is_dir() and any(report_dir.iterdir())
+
+    # a rerun whose embedding job fails on the cluster (weights that do not fit the encoder): its rule's log file
+    # holds the full exception, and the earlier embeddings stay where they were
+    import torch
+    import yaml
+    from safetensors.torch import save_file
+
+    embeddings = workdir / "results" / "demo" / "embeddings" / "demo-vit-tiny"
+    before = {p: p.read_bytes() for p in embeddings.rglob("*.npz")}
+    save_file({"not_a_layer.weight": torch.zeros(3)}, str(workdir / "wrong.safetensors"))
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["encoder_weights"] = {"demo-vit-tiny": str(workdir / "wrong.safetensors")}
+    (workdir / "wrong.yaml").write_text(yaml.safe_dump(config))
+    failed = run_on_slurm(
+        workdir,
+        "--snakefile", str(workdir / "Snakefile"),
+        "--configfile", str(workdir / "wrong.yaml"),
+        "--directory", str(workdir),
+        "report",
+        timeout_s=600,
+        profiles=("slurm", SLURM_TEST_OVERRIDES),
+        env=installed_profile,
+    )  # fmt: skip
+    assert failed.returncode != 0
+    # only the new key's embedding jobs ran, each tried three times (embed may fail for lack of resources)
+    assert {s.rule for s in failed.submissions} == {"embed"} and len(failed.submissions) >= 3, failed.submissions
+    assert {p: p.read_bytes() for p in embeddings.rglob("*.npz")} == before
+    logs = [p for p in (workdir / "results" / "demo" / "logs" / "embed" / "demo-vit-tiny").rglob("*.log")
+            if "Traceback" in p.read_text()]
+    assert logs, failed.failure_message()
+    for log in logs:
+        text = log.read_text()
+        assert "the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in" in text
+        assert "do not fit the architecture" in text and "unexpected keys: not_a_layer.weight" in text

@@ -51,3 +51,49 @@ def test_dataset_registry_is_checked_against_its_schema(tmp_path, capsys):
     assert main(["check-config", "--configfile", config]) == 2
     err = capsys.readouterr().err
     assert "datasets.yaml" in err and "demo-tiles/kind" in err and "movies" in err
+
+
+def _tiny_manifest(leak: bool):
+    import pandas as pd
+
+    rows = []
+    for domain in ("scanner-a", "scanner-b", "scanner-c"):  # the demo task's domains
+        for p, split in enumerate(("train", "train", "test")):
+            for label in range(2):
+                rows.append({"item_id": f"{domain}-p{p}-{label}", "source": f"/img/{domain}-p{p}-{label}.png",
+                             "label": label, "label_name": f"c{label}", "group": f"{domain}-p{p}", "domain": domain,
+                             "split": split})
+    if leak:
+        rows[-1]["group"] = "scanner-c-p0"  # a train patient's item on the test split
+    return pd.DataFrame(rows)
+
+
+def test_prepared_manifests_get_the_validate_stages_split_checks(tmp_path, capsys, monkeypatch):
+    from fmaudit.io import write_table
+
+    monkeypatch.chdir(tmp_path)
+    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine")
+    assert main(["check-config", "--configfile", config]) == 0
+    out = capsys.readouterr().out
+    assert "task 'demo-tissue': splits not checked, manifests not prepared yet (results/mine/manifests/demo-tiles" in out
+    manifest = tmp_path / "results" / "mine" / "manifests" / "demo-tiles.parquet"
+    write_table(manifest, _tiny_manifest(leak=False))
+    assert main(["check-config", "--configfile", config]) == 0
+    assert "task 'demo-tissue': splits valid" in capsys.readouterr().out
+    write_table(manifest, _tiny_manifest(leak=True))
+    assert main(["check-config", "--configfile", config]) == 2
+    err = capsys.readouterr().err
+    assert "results/mine/manifests/demo-tiles.parquet" in err
+    assert "'scanner-c-p0' on test (1 items) and train (2 items)" in err
+
+
+def test_encoders_a_run_could_not_embed_fail_the_check_naming_the_key(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    registry = yaml.safe_load((REPO_ROOT / "resources" / "encoders.yaml").read_text())
+    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
+                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                           "format": "safetensors"}}
+    (tmp_path / "encoders.yaml").write_text(yaml.safe_dump(registry))
+    config = _demo(tmp_path, encoder_registry=str(tmp_path / "encoders.yaml"), encoders=["remote-demo"])
+    assert main(["check-config", "--configfile", config]) == 2
+    assert "set `encoder_revisions.remote-demo: <commit>` in your config" in capsys.readouterr().err

@@ -198,3 +198,51 @@ def test_open_clip_transformers_and_convnet_weights_load_through_the_same_path(n
     loaded = build_encoder(loaded_spec)
     for r, v in features(original, images).items():
         torch.testing.assert_close(features(loaded, images)[r], v)
+
+
+# ---------------------------------------------------------------- what the weights are: sha256 and hub commit
+
+
+def test_an_override_is_checked_against_the_registrys_sha256_and_recorded_without_one(vit, registry, tmp_path):
+    from fmaudit.encoders import resolve_weights
+
+    path = save_demo_weights(vit, tmp_path)
+    sha = sha256_file(path)
+    plain = get_encoder_spec("demo-vit-tiny", registry)  # no sha256 in the entry: recorded
+    resolved = resolve_weights(plain, path)
+    assert resolved.identity == {"source": "override", "sha256": [sha]} and not resolved.sha256_checked
+    assert resolved.files == [{"path": str(path.resolve()), "sha256": sha}]
+    pinned = file_spec(registry, tmp_path / "elsewhere.safetensors", sha256=sha)  # the same weights, stored here
+    assert resolve_weights(pinned, path).sha256_checked
+    other = file_spec(registry, tmp_path / "elsewhere.safetensors", sha256="1" * 64)
+    with pytest.raises(FmauditInputError, match=r"sha256 of .*demo-vit-tiny.safetensors is [0-9a-f]{64}, the "
+                                                r"registry expects 1{64} \(the encoder_weights override\)"):
+        build_encoder(other, weights_path=path)
+
+
+def test_hub_weights_record_the_commit_they_resolved_to_and_every_files_sha256(vit, registry, tmp_path,
+                                                                               monkeypatch):
+    from fmaudit.encoders import hub_commit_of, resolve_weights
+
+    weights = save_demo_weights(vit, tmp_path)
+    make_hub_cache(tmp_path / "hf", "fmaudit-test/demo-vit", {"model.safetensors": weights})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    resolved = resolve_weights(hub_spec(registry, "fmaudit-test/demo-vit"))  # no revision asked: the default branch
+    assert resolved.identity == {"source": "hf_hub", "hf_hub_id": "fmaudit-test/demo-vit", "revision": None,
+                                 "resolved_commit": REVISION, "sha256": [sha256_file(weights)]}
+    assert hub_commit_of(resolved.paths[0]) == REVISION and hub_commit_of(weights) is None
+    assert resolve_weights(hub_spec(registry, "fmaudit-test/demo-vit", revision=REVISION)).identity[
+        "resolved_commit"] == REVISION
+
+
+def test_remote_code_is_never_built_from_an_unpinned_revision(registry, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the check comes first; nothing is fetched either way
+    spec = get_encoder_spec("demo-dinov2-tiny", registry)
+    spec["trust_remote_code"] = True
+    spec["architecture"] = {"model_class": "AutoModel"}  # its config would come from the hub, with its code
+    spec["weights"] = {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None, "format": "safetensors"}
+    with pytest.raises(FmauditInputError, match=r"encoder 'demo-dinov2-tiny': weights.revision is not set, and "
+                                                r"trust_remote_code: true runs Python code from org/remote"):
+        build_encoder(spec)

@@ -62,3 +62,17 @@ def test_domains_from_registry_then_pooled():
     cfg = _probe_config()
     assert grid.task_domains(cfg, "u", {"d1": {"domains": ["p", "q"]}}) == ["p", "q"]
     assert grid.task_domains(cfg, "u", {}) == [grid.POOLED_DOMAIN]
+
+
+def test_resolved_tile_tasks_are_what_the_split_checks_take():
+    config = _two_studies()
+    config["tasks"]["t2"]["allow_missing_classes"] = ["rare"]
+    config["tasks"]["cells-t"] = {"datasets": ["d2"]}
+    config["studies"]["s2"]["tasks"].append("cells-t")
+    config["studies"]["s2"]["cells"] = {"taxonomies": {"fine": "cells-t"}, "sections": {"o": ["s"]},
+                                        "protocols": {"IS": {"seeds": [0]}}}
+    tasks = grid.resolved_tile_tasks(fill_config(config), {"d2": {"domains": ["m", "n"]}})
+    assert tasks == {  # every study's tile tasks, domains resolved, cell taxonomies left to the cell rules
+        "t1": {"datasets": ["d1"], "domains": ["p", "q"], "transfer": True, "allow_missing_classes": []},
+        "t2": {"datasets": ["d2"], "domains": ["m", "n"], "transfer": True, "allow_missing_classes": ["rare"]},
+    }

@@ -41,8 +41,26 @@ def test_embed_job_embeds_every_item_and_logs(tmp_path):
 def test_embed_job_with_a_missing_weights_file_names_it(tmp_path):
     from fmaudit.jobs.embed import embed_job
 
-    # (a config-time check of encoder_weights is issue 7's; here the job itself names the file)
+    # (the workflow checks encoder_weights when it loads the config; called directly, the job names the file)
     with pytest.raises((FmauditInputError, FileNotFoundError), match="nowhere.safetensors"):
         embed_job("demo-convnet", get_encoder_spec("demo-convnet"), str(_manifest(tmp_path, 2)),
                   str(tmp_path / "out.npz"), weights=str(tmp_path / "nowhere.safetensors"), batch_size=2, threads=1)
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_embed_job_refuses_a_path_whose_key_is_not_its_settings(tmp_path):
+    from fmaudit.jobs.embed import embed_job
+    from fmaudit.registry import embedding_key, embedding_spec
+
+    spec = embedding_spec(get_encoder_spec("demo-convnet"))
+    assert "description" not in spec and "licence" not in spec  # what the workflow passes: numbers only
+    out = tmp_path / "emb" / "demo-convnet" / "000000000000" / "toy.npz"
+    with pytest.raises(FmauditInputError, match=f"embedding key in its path is 000000000000, but .* has key "
+                                                f"{embedding_key(spec)}"):
+        embed_job("demo-convnet", spec, str(_manifest(tmp_path, 2)), str(out), weights=None, batch_size=2,
+                  threads=1, key="000000000000")
+    assert not out.exists()
+    good = tmp_path / "emb" / "demo-convnet" / embedding_key(spec) / "toy.npz"
+    embed_job("demo-convnet", spec, str(_manifest(tmp_path, 2)), str(good), weights=None, batch_size=2, threads=1,
+              key=embedding_key(spec))
+    assert read_npz(good)[1]["embedding_key"] == embedding_key(spec)

@@ -337,7 +337,7 @@ class ShotIMHead:
     def fit(self, Z: Any, W: Any, b: Any) -> "ShotIMHead":
         """Tune the head (W (D, K), b (K,)) on target features Z (n, D) or (R, n, D)."""
         from fmaudit.devices import resolve_device
-        from fmaudit.probes.logistic_batch import _single_torch_thread_on_cpu
+        from fmaudit.probes.logistic_batch import _cpu_threads
 
         if self.dtype not in ("float32", "float64"):
             raise FmauditInputError(f"ShotIMHead: dtype must be 'float32' or 'float64', got {self.dtype!r}")
@@ -356,7 +356,7 @@ class ShotIMHead:
             raise FmauditInputError(f"ShotIMHead: epochs, batch_size and lr must be positive "
                                     f"(got {self.epochs}, {self.batch_size}, {self.lr})")
         device = resolve_device(self.device)
-        with _single_torch_thread_on_cpu(device):
+        with _cpu_threads(device, 1):
             return self._fit(Zb, W, b, device, np_dtype, single, Z.shape)
 
     def _fit(self, Zb, W, b, device, np_dtype, single, shape) -> "ShotIMHead":

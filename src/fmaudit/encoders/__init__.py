@@ -16,11 +16,14 @@ from fmaudit.encoders.transforms import (
     resolve_data_config,
 )
 from fmaudit.encoders.weights import (
+    ResolvedWeights,
     extract_state_dict,
+    hub_commit_of,
     hub_download,
     load_state_dict_strict,
     read_checkpoint,
     resolve_weight_files,
+    resolve_weights,
 )
 
 __all__ = [
@@ -30,6 +33,7 @@ __all__ = [
     "NormalizeUint8",
     "PILToUint8Tensor",
     "READOUTS",
+    "ResolvedWeights",
     "TOKEN_READOUTS",
     "build_encoder",
     "build_network",
@@ -38,10 +42,12 @@ __all__ = [
     "create_pixel_transform",
     "create_transform",
     "extract_state_dict",
+    "hub_commit_of",
     "hub_download",
     "load_state_dict_strict",
     "read_checkpoint",
     "resolve_data_config",
     "resolve_weight_files",
+    "resolve_weights",
     "save_weights",
 ]

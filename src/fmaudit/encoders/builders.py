@@ -23,10 +23,11 @@ from fmaudit.encoders.weights import (
     hub_snapshot,
     load_state_dict_strict,
     read_checkpoint,
-    resolve_weight_files,
+    ResolvedWeights,
+    resolve_weights,
 )
 from fmaudit.io import FmauditInputError
-from fmaudit.registry import get_encoder_spec, readout_dims
+from fmaudit.registry import check_encoder_usable, get_encoder_spec, readout_dims
 
 __all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "check_network", "save_weights"]
 
@@ -187,6 +188,8 @@ def _transformers_config(spec: Mapping[str, Any]):
         raise FmauditInputError(
             f"encoder {name!r}: a transformers encoder with weights.source {weights['source']!r} needs its config "
             f"inline (architecture.config)")
+    if trust:  # remote code runs only from a pinned commit, whoever calls the builder
+        check_encoder_usable(name, spec)
     patterns = ["*.json", "*.py"] if trust else ["config.json"]
     folder = hub_snapshot(weights["hf_hub_id"], weights.get("revision"), patterns, name)
     return transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=trust)
@@ -314,18 +317,22 @@ def _check_widths(spec: Mapping[str, Any], backbone: nn.Module) -> None:
 
 
 def build_encoder(spec: Mapping[str, Any] | str, weights_path: str | os.PathLike | None = None,
-                  device: str | torch.device = "cpu") -> Encoder:
+                  device: str | torch.device = "cpu", resolved: ResolvedWeights | None = None) -> Encoder:
     """Build, load and freeze an encoder (eval mode, no gradients) on ``device``.
 
     ``spec`` is a registry entry (with ``name``) or an encoder slug. ``weights_path`` overrides the entry's
-    weight source with a local file.
+    weight source with a local file. ``resolved``: the weights as :func:`~fmaudit.encoders.weights.resolve_weights`
+    already found and checked them for this ``spec`` and ``weights_path`` (the embedding engine resolves them
+    first, to key its chunks), so they are not hashed twice.
     """
     if isinstance(spec, str):
         spec = get_encoder_spec(spec)
     spec = dict(spec)
     name = spec.get("name", "?")
     weights = spec["weights"]
-    files = resolve_weight_files(spec, weights_path)
+    if spec.get("trust_remote_code"):  # before anything is fetched: remote code runs from a pinned commit only
+        check_encoder_usable(name, spec)
+    files = (resolved if resolved is not None else resolve_weights(spec, weights_path)).paths
     model = build_network(spec)
     if files:
         state: dict[str, torch.Tensor] = {}

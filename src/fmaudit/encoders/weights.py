@@ -6,12 +6,16 @@ so every encoder goes through one audited path:
 
 - ``source: random``: seeded initialisation (``weights.seed``, default 0) under a forked torch RNG, so building
   an encoder neither depends on nor disturbs the global random state (:mod:`fmaudit.encoders.builders`).
-- ``source: file``: a local file; ``sha256`` is checked when given.
+- ``source: file``: a local file; ``sha256`` is checked when given, computed and recorded otherwise.
 - ``source: hf_hub``: ``huggingface_hub.hf_hub_download`` into the Hugging Face cache. ``HF_HUB_OFFLINE=1``,
   ``HF_HUB_CACHE`` and ``HF_HOME`` are read when the encoder is built (not when the library was imported), so
   an air-gapped job reads a pre-populated cache and never touches the network. Tokens are left to
   huggingface_hub (``HF_TOKEN`` or a login); fmaudit never reads, passes or logs them.
-- A ``weights_path`` argument overrides the entry's source with a local file (format from its suffix).
+- A ``weights_path`` argument overrides the entry's source with a local file (format from its suffix); the
+  entry's ``sha256``, when it has one, is checked against it too.
+
+:func:`resolve_weights` also says what the weights are (:class:`ResolvedWeights`): every file's sha256 and, for
+hub weights, the snapshot commit the requested revision resolved to, for each embedding's provenance.
 
 Formats: safetensors, or torch checkpoints read with ``torch.load(weights_only=True)``; full unpickling only
 where the entry says ``allow_pickle: true``. Loading is strict: missing, unexpected or mis-shaped keys raise
@@ -23,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -32,9 +38,10 @@ from torch import nn
 from fmaudit.io import FmauditInputError, sha256_file
 
 _DEFAULT_FILENAMES = {"safetensors": "model.safetensors", "torch": "pytorch_model.bin"}
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
-__all__ = ["checkpoint_format", "extract_state_dict", "hub_download", "hub_snapshot", "load_state_dict_strict",
-           "read_checkpoint", "resolve_weight_files"]
+__all__ = ["ResolvedWeights", "checkpoint_format", "extract_state_dict", "hub_commit_of", "hub_download",
+           "hub_snapshot", "load_state_dict_strict", "read_checkpoint", "resolve_weight_files", "resolve_weights"]
 
 
 def _hub_offline() -> bool:
@@ -108,43 +115,91 @@ def hub_snapshot(repo_id: str, revision: str | None, patterns: list[str], encode
             f"(`hf download {repo_id}`) or give the config inline (architecture.config)") from e
 
 
-def resolve_weight_files(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> list[Path]:
-    """The weight file(s) of an entry, checked to exist (and against sha256); [] for random init."""
+@dataclass
+class ResolvedWeights:
+    """The weight files of an encoder entry, checked, and what identifies them.
+
+    ``identity`` is path-free, so the same weights give the same identity on every machine (it keys the
+    embedding chunks and is the ``weights`` field of an embedding's provenance): ``source`` (random, file,
+    hf_hub or override), the random ``seed``, or the files' ``sha256`` (in order) with, for hub weights, the
+    repo, the requested ``revision`` and the ``resolved_commit`` of the cached snapshot. ``files`` lists each
+    file's path and sha256, for provenance; ``sha256_checked`` says whether the registry's sha256 was checked
+    (it is recorded in any case).
+    """
+
+    paths: list[Path]
+    identity: dict[str, Any]
+    files: list[dict[str, str]] = field(default_factory=list)
+    sha256_checked: bool = False
+
+
+def hub_commit_of(path: Path) -> str | None:
+    """The commit of the Hugging Face cache snapshot a downloaded file lies in (``.../snapshots/<commit>/...``)."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "snapshots" and _COMMIT.match(parts[i]):
+            return parts[i]
+    return None
+
+
+def _check_sha256(name: str, path: Path, expected: str | None, what: str) -> str:
+    actual = sha256_file(path)
+    if expected and actual != expected.lower():
+        raise FmauditInputError(
+            f"encoder {name!r}: sha256 of {path} is {actual}, the registry expects {expected} ({what}); the file is "
+            f"corrupt or not the weights the entry describes")
+    return actual
+
+
+def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> ResolvedWeights:
+    """Locate the entry's weight file(s), check them and say what they are (see :class:`ResolvedWeights`).
+
+    A ``weights_path`` override is checked against the registry's ``weights.sha256`` when the entry has one (the
+    override is meant to be the same weights, stored locally); otherwise its sha256 is recorded. A local file
+    of ``source: file`` likewise. Hub files are hashed and recorded with the snapshot commit they resolved to.
+    """
     name = spec.get("name", "?")
     weights = spec["weights"]
+    expected = weights.get("sha256")
     if weights_path:
         path = Path(weights_path)
         if not path.is_file():
             raise FmauditInputError(f"encoder {name!r}: weight file {path} (weights_path) does not exist")
-        return [path]
+        sha = _check_sha256(name, path, expected, "the encoder_weights override")
+        return ResolvedWeights([path], {"source": "override", "sha256": [sha]},
+                               [{"path": str(path.resolve()), "sha256": sha}], sha256_checked=bool(expected))
     source = weights["source"]
     if source == "random":
-        return []
+        return ResolvedWeights([], {"source": "random", "seed": int(weights.get("seed", 0))})
     if source == "file":
         path = Path(weights["path"])
         if not path.is_file():
             raise FmauditInputError(
                 f"encoder {name!r}: weight file {path} (weights.path in the registry) does not exist"
                 + ("" if path.is_absolute() else f" (relative to {Path.cwd()})"))
-        paths = [path]
-    elif source == "hf_hub":
-        filename = weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
-        first = hub_download(weights["hf_hub_id"], filename, weights.get("revision"), name)
-        if filename.endswith(".index.json"):
-            shard_names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
-            paths = [hub_download(weights["hf_hub_id"], s, weights.get("revision"), name) for s in shard_names]
-        else:
-            paths = [first]
-    else:  # the schema stops other values; keep the error explicit anyway
+        sha = _check_sha256(name, path, expected, "weights.path")
+        return ResolvedWeights([path], {"source": "file", "sha256": [sha]},
+                               [{"path": str(path.resolve()), "sha256": sha}], sha256_checked=bool(expected))
+    if source != "hf_hub":  # the schema stops other values; keep the error explicit anyway
         raise FmauditInputError(f"encoder {name!r}: unknown weights.source {source!r}")
-    expected = weights.get("sha256")
-    if expected and len(paths) == 1:
-        actual = sha256_file(paths[0])
-        if actual != expected:
-            raise FmauditInputError(
-                f"encoder {name!r}: sha256 of {paths[0]} is {actual}, the registry expects {expected}; "
-                f"the file is corrupt or not the weights the entry describes")
-    return paths
+    repo, revision = weights["hf_hub_id"], weights.get("revision")
+    filename = weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
+    first = hub_download(repo, filename, revision, name)
+    if filename.endswith(".index.json"):
+        shard_names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
+        paths = [hub_download(repo, s, revision, name) for s in shard_names]
+    else:
+        paths = [first]
+    shas = [_check_sha256(name, p, expected if len(paths) == 1 else None, f"{repo} {p.name}") for p in paths]
+    identity = {"source": "hf_hub", "hf_hub_id": repo, "revision": revision,
+                "resolved_commit": hub_commit_of(paths[0]), "sha256": shas}
+    files = [{"path": str(p), "sha256": sha} for p, sha in zip(paths, shas)]
+    return ResolvedWeights(paths, identity, files, sha256_checked=bool(expected) and len(paths) == 1)
+
+
+def resolve_weight_files(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> list[Path]:
+    """The weight file(s) of an entry, checked to exist (and against sha256); [] for random init."""
+    return resolve_weights(spec, weights_path).paths
 
 
 def checkpoint_format(path: Path) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "parts_with",
     "require_domains",
     "require_tasks",
+    "resolved_tile_tasks",
     "section",
     "settings_by_task",
     "study_of",
@@ -192,3 +193,18 @@ def require_domains(part: Mapping[str, Any], task: str, wanted: Iterable[str],
         if d not in domains:
             raise FmauditInputError(f"config {where!r}: {d!r} is not a domain of task {task!r} ({', '.join(domains)})")
     return domains
+
+
+def resolved_tile_tasks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[str, Any]]:
+    """Every tile-level task of the config (all studies) as the split checks take it
+    (:func:`fmaudit.validation.validate_task_splits`): its ``datasets``, resolved ``domains``
+    (:func:`task_domains`), ``transfer`` and ``allow_missing_classes``."""
+    out: dict[str, dict[str, Any]] = {}
+    for _, part in study_parts(config):
+        for task in tile_tasks(part):
+            spec = part["tasks"][task]
+            out[task] = {"datasets": list(spec["datasets"]), "domains": task_domains(part, task, dataset_registry),
+                         "transfer": bool(spec["transfer"]),
+                         "allow_missing_classes": list(spec["allow_missing_classes"])}
+    return out
