@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from fmaudit.analyses.probe_summary import summarize_probe_suite
+from fmaudit.config import fill_section
 from fmaudit.report import probe
 from fmaudit.report.section import ReportWriter
 
@@ -11,7 +12,7 @@ from fmaudit.report.section import ReportWriter
 @pytest.fixture(scope="module")
 def summary(suite_results):
     rows, preds = suite_results
-    return summarize_probe_suite(rows, preds, {"t": {"ece_bins": 15}},
+    return summarize_probe_suite(rows, preds, {"t": fill_section("calibration", {"ece_bins": 15})},
                                  {"t": {"n_boot": 30, "seed": 0, "paired_n_boot": 40}})
 
 

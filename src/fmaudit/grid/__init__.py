@@ -73,6 +73,7 @@ from fmaudit.grid.studies import (
     study_of,
     study_parts,
     task_domains,
+    task_group_units,
 )
 from fmaudit.grid.summary import summarize
 
@@ -116,4 +117,5 @@ __all__ = [
     "study_parts",
     "summarize",
     "task_domains",
+    "task_group_units",
 ]
