@@ -248,3 +248,22 @@ def test_leaky_split_is_counted_and_named():
 def test_validation_and_training_macro_f1_are_recorded_for_choosing_references(suite_results):
     rows, _ = suite_results
     assert rows["source_val_macro_f1"].between(0, 1).all() and rows["source_train_macro_f1"].between(0, 1).all()
+
+
+def test_assembled_task_data_reads_units_and_the_tasks_split():
+    from fmaudit.analyses.task_data import assemble_task_data
+
+    man = pd.DataFrame({"dataset": "c17", "item_id": [f"i{i}" for i in range(6)], "label": [0, 1, 0, 1, 0, 1],
+                        "label_name": ["n", "t"] * 3, "group": ["p1", "p1", "p1", "p2", "p2", "p2"],
+                        "group_unit": "patient", "domain": "h0", "split": ["train"] * 3 + ["test"] * 3,
+                        "split_patch": ["train", "test", "train", "test", "train", "test"]})
+    feats = (man["item_id"].to_numpy(), np.eye(6))
+    grouped = assemble_task_data([man], [feats], task="t")
+    assert grouped.group_unit(np.arange(6)) == "patient" and grouped.dataset_names() == "c17"
+    assert list(grouped.splits) == list(man["split"]) and grouped.split_name == "manifest"
+    leaky = assemble_task_data([man], [feats], task="t", split="patch (leaky, as published)")
+    assert list(leaky.splits) == list(man["split_patch"]) and leaky.split_name == "patch (leaky, as published)"
+    with pytest.raises(FmauditInputError, match="split_patch"):
+        assemble_task_data([man.drop(columns="split_patch")], [feats], task="t", split="patch (leaky, as published)")
+    undeclared = assemble_task_data([man.drop(columns="group_unit")], [feats], task="t")
+    assert undeclared.group_unit(np.arange(6)) == "group"
