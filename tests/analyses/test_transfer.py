@@ -64,6 +64,7 @@ def test_decoupling_pools_units_per_fraction(suite_results):
     # here three of the four (separable synthetic classes), which leaves no unit with two encoders
     per_unit, pooled = transfer.decoupling_table(rows, 15)
     assert len(per_unit) == 0 and len(pooled) == 0
+    assert "ece_convention" in per_unit and "pooled_rho" in pooled  # empty tables keep their columns
 
 
 def test_cross_dataset_leaderboard_sorted_by_most_shifted_target(suite_results):

@@ -227,9 +227,9 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
         rho = np.nan if n <= 2 or constant else spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic
         units.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "n_encoders": n,
                       "spearman_auroc_vs_neg_ece": rho, "mean_abs_rank_gap": float(np.mean(np.abs(auroc_rank - ece_rank)))})
-    per_unit = pd.DataFrame(units)
-    if len(per_unit):
-        per_unit["ece_convention"] = ece_convention(ece_bins)
+    per_unit = pd.DataFrame(units, columns=["task", "head", "fraction", "source_domain", "n_encoders",
+                                            "spearman_auroc_vs_neg_ece", "mean_abs_rank_gap"])
+    per_unit["ece_convention"] = ece_convention(ece_bins)
     pooled = []
     for (head, frac), cell in per_unit.groupby(["head", "fraction"]) if len(per_unit) else []:
         ok = cell.dropna(subset=["spearman_auroc_vs_neg_ece"])
@@ -239,7 +239,9 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
                        "mean_abs_rank_gap": cell["mean_abs_rank_gap"].mean(),
                        **{k: meta.get(k, np.nan) for k in ("pooled_rho", "ci_lo", "ci_hi", "Q", "I2", "tau2")},
                        "ece_convention": ece_convention(ece_bins)})
-    return per_unit, pd.DataFrame(pooled)
+    columns = ["head", "fraction", "n_units", "mean_abs_rank_gap", "pooled_rho", "ci_lo", "ci_hi", "Q", "I2", "tau2",
+               "ece_convention"]
+    return per_unit, pd.DataFrame(pooled, columns=columns)
 
 
 def cross_dataset_leaderboard(board: pd.DataFrame) -> pd.DataFrame:
