@@ -269,3 +269,10 @@ def report_settings(name):
 def downloadable_datasets(wildcards):
     """Download markers of the config's data sets whose registry entry lists files to fetch."""
     return [f"{RESULTS}/downloads/{ds}.done" for ds in config["datasets"] if DATASETS[ds].get("files")]
+
+
+def report_units():
+    """{task: the unit its intervals resample} (fmaudit.grid.task_group_units), for the report's captions."""
+    from fmaudit.grid import task_group_units
+
+    return canonical(task_group_units(config, DATASETS))

@@ -18,6 +18,7 @@ rule report:
     params:
         calibration=report_settings("calibration"),
         bootstrap=report_settings("bootstrap"),
+        units=report_units(),
     conda:
         "../envs/analysis.yaml"
     script:

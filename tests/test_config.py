@@ -100,7 +100,8 @@ def test_defaults_are_filled_inside_tasks_and_study_sections(demo_config):
     assert cfg is config  # filled in place, as the Snakefile's config is
     assert cfg["tasks"]["t"]["transfer"] is True and cfg["tasks"]["u"]["transfer"] is False
     study = cfg["studies"]["s"]["calibration"]
-    assert study == {"ece_bins": 10, "kshot_k": [4, 8, 16, 32, 64], "kshot_draws": 25}
+    assert study == {"ece_bins": 10, "kshot_k": [4, 8, 16, 32, 64], "kshot_draws": 25, "validation_labels": "full",
+                     "budget_validation_share": 0.2, "include_bound_temperatures": False, "prism_ece": False}
     assert "probe" not in cfg["studies"]["s"]  # a study without its own section uses the top-level one
     assert cfg["bootstrap"] == {"n_boot": 1000, "seed": 0, "paired_n_boot": 2000}
     # defaults are copies: filling twice, or mutating one config, leaves the schema's values alone

@@ -72,10 +72,20 @@ def test_preset_validates_and_names_exist(name):
 def test_prism_counts(summaries):
     s = summaries["prism"]
     assert count(s, "probe", "evaluations: single-domain tasks") == 8 * 6 * 6 * 3 == 864
-    assert count(s, "probe", "evaluations: transfer tasks (source x target)") == 8 * 5 * 6 * 3 * 5 == 3600
-    assert count(s, "probe", "fits (in-domain)") == 864 + 720
-    assert count(s, "probe", "fits (in-domain)", "jobs") == 8 * 7
+    # the Camelyon17 grid twice: PRISM's leaky patch split as published, and the patient-disjoint split
+    assert count(s, "probe", "evaluations: transfer tasks (source x target)") == 2 * 8 * 5 * 6 * 3 * 5 == 2 * 3600
+    assert count(s, "probe", "fits (in-domain)") == 864 + 2 * 720
+    assert count(s, "probe", "fits (in-domain)", "jobs") == 8 * 8
     assert count(s, "cross_dataset", "evaluations (source task -> target task)") == 8 * 4 * 6 * 3
+
+
+def test_prism_preset_reproduces_prisms_draw_and_flags_its_leaky_split():
+    config = loaded("prism")
+    assert config["probe"]["seeds"] == [42, 123, 456] and config["probe"]["subsample"] == "prism"
+    assert config["probe"]["standardize"] is False and config["calibration"]["prism_ece"] is True
+    splits = {t: spec["split"] for t, spec in config["tasks"].items() if "camelyon17" in t}
+    assert splits == {"prism-camelyon17": "manifest", "prism-camelyon17-patch": "patch (leaky, as published)"}
+    assert config["dataset_params"]["camelyon17-wilds"]["group_by"] == "patient"
 
 
 def test_cellpath_counts(summaries):
@@ -141,7 +151,7 @@ def test_cli_grid_json(capsys):
         assert cli_main(["grid", "--configfile", str(PRESETS / "prism.yaml"), "--json"]) == 0
     prism = {(r["analysis"], r["protocol"]): r for r in json.loads(buf.getvalue())}
     assert prism[("probe", "evaluations: single-domain tasks")]["runs"] == 864
-    assert prism[("probe", "evaluations: transfer tasks (source x target)")]["runs"] == 3600
+    assert prism[("probe", "evaluations: transfer tasks (source x target)")]["runs"] == 2 * 3600
 
 
 def test_run_tables_match_the_summary_and_are_unique():

@@ -41,6 +41,10 @@ def test_demo_produces_report_showing_acquisition_shift(demo_run):
     assert set(inventory["dataset"]) == {"demo-tiles", "cmu-small-region"}
     assert inventory["encoder_config_hash"].notna().all()
     assert (inventory["weights"] == "random init (seed 0)").all() and inventory["embedding_key"].notna().all()
+    # the demo's groups are patients (registry group_unit): every interval says so, with its count
+    assert (board["ci_unit"] == "patient").all() and board["ci_resampling"].str.fullmatch(r"unit=patient, n=\d+").all()
+    index = (report / "index.md").read_text()
+    assert "task demo-tissue: unit=patient, n=" in index and "unit=item" not in index
 
 
 def test_second_run_has_nothing_to_do(demo_run):
@@ -238,7 +242,8 @@ def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_
     assert "10 equal-width bins" in index and "B=50" in index and "B=60" in index
     assert "15 bins" not in index and "B=1000" not in index and "B=2000" not in index
     html = (work / DEMO / "report" / "report.html").read_text(errors="replace")
-    for text in ("demo-tissue: 10 equal-width bins", "demo-tissue: B=50 resamples", "demo-tissue: B=60 resamples"):
+    for text in ("demo-tissue: 10 equal-width bins", "demo-tissue: B=50 resamples", "demo-tissue: B=60 resamples",
+                 "demo-tissue: unit=patient"):
         assert text in html, text
     assert "15 equal-width bins" not in html and "B=200 resamples" not in html
 

@@ -14,6 +14,12 @@ The ladder (seed 000):
 - ``kshot_ts``: T fitted on K labelled target items and evaluated on the remaining ones; repeated over
   ``draws`` random draws and averaged. The items of draw d for K = k are drawn by
   ``np.random.default_rng([random_state, k, d])``, so a draw does not depend on which other K are run.
+
+A temperature at a bound of the search interval is the search stopping, not an optimum (e.g. K items all
+confidently correct push T to the lower bound). Every row says so (``temperature_at_bound``, for K-shot
+``n_draws_at_bound``); unless ``include_bound_temperatures``, the K-shot mean leaves such draws out (NaN
+when every draw is at a bound), and the aggregated tables leave such runs out of their post-temperature
+means (``fmaudit.analyses``).
 """
 
 from __future__ import annotations
@@ -173,6 +179,7 @@ def kshot_temperature_draws(
     n_bins: int = DEFAULT_N_BINS,
     stratified: bool = False,
     bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+    prism_ece: bool = False,
 ) -> pd.DataFrame:
     """Per-draw K-shot target temperature scaling: one row per draw.
 
@@ -197,7 +204,7 @@ def kshot_temperature_draws(
         eval_mask = np.ones(n, dtype=bool)
         eval_mask[fit_idx] = False
         scaler = TemperatureScaler(bounds=bounds).fit(z[fit_idx], y[fit_idx])
-        metrics = summary_metrics(scaler.transform(z[eval_mask]), y[eval_mask], n_bins=n_bins)
+        metrics = summary_metrics(scaler.transform(z[eval_mask]), y[eval_mask], n_bins=n_bins, prism_ece=prism_ece)
         rows.append(
             {
                 "k": int(k),
@@ -226,71 +233,103 @@ def calibration_ladder(
     n_bins: int = DEFAULT_N_BINS,
     stratified: bool = False,
     bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
+    include_bound_temperatures: bool = False,
+    prism_ece: bool = False,
 ) -> pd.DataFrame:
     """Raw, source-TS, oracle-TS and K-shot-TS calibration of one model on one target set.
 
     Returns one row per stage (and per K for ``kshot_ts``) with columns: stage, k (NaN except kshot),
-    n_draws, n_eval (items evaluated; for kshot the target size minus K), temperature (kshot: mean over
-    draws; raw: 1), temperature_at_bound_share (NaN for raw), deployable (False for oracle_ts), sampling,
-    random_state, then the :func:`fmaudit.metrics.summary_metrics` columns (kshot: mean over draws).
-    ``source_val_logits=None`` omits the source_ts row. K values not below the number of target items are
-    skipped with a logged warning.
+    n_draws, n_draws_at_bound, n_eval (items evaluated; for kshot the target size minus K), temperature
+    (kshot: mean over the draws averaged; raw: 1), temperature_at_bound (this row's T sits at a bound; kshot:
+    every draw does), temperature_at_bound_share (NaN for raw), temperature_note, deployable (False for
+    oracle_ts), sampling, random_state, then the :func:`fmaudit.metrics.summary_metrics` columns (kshot: mean
+    over draws, leaving out draws whose T is at a bound unless ``include_bound_temperatures``).
+    ``source_val_logits=None`` omits the source_ts row; source validation logits with no rows (a label budget
+    that left no validation item) give a source_ts row with NaN temperature and metrics, said so in
+    temperature_note. K values not below the number of target items are skipped with a logged warning.
     """
     z_t = validate_logits(target_logits, "target_logits")
     y_t = validate_labels(target_labels, z_t.shape[0], z_t.shape[1], "target_labels")
-    keys = summary_metric_keys(n_bins)
+    keys = summary_metric_keys(n_bins, prism_ece=prism_ece)
     sampling = "stratified" if stratified else "uniform"
     rows: list[dict[str, Any]] = []
 
-    def stage_row(stage: str, probs: np.ndarray, temperature: float, at_bound: float, deployable: bool) -> dict:
+    def stage_row(stage: str, probs: np.ndarray | None, temperature: float, scaler: TemperatureScaler | None,
+                  deployable: bool, note: str) -> dict:
+        at_bound = bool(scaler.at_bound_) if scaler is not None else False
         return {
             "stage": stage,
             "k": np.nan,
             "n_draws": 1,
+            "n_draws_at_bound": int(at_bound),
             "n_eval": int(len(y_t)),
             "temperature": temperature,
-            "temperature_at_bound_share": at_bound,
+            "temperature_at_bound": at_bound,
+            "temperature_at_bound_share": float(at_bound) if scaler is not None else np.nan,
+            "temperature_note": _bound_note(scaler, bounds) if scaler is not None else note,
             "deployable": deployable,
             "sampling": None,
             "random_state": int(random_state),
-            **summary_metrics(probs, y_t, n_bins=n_bins),
+            **(summary_metrics(probs, y_t, n_bins=n_bins, prism_ece=prism_ece) if probs is not None
+               else dict.fromkeys(keys, np.nan)),
         }
 
-    rows.append(stage_row("raw", softmax(z_t), 1.0, np.nan, True))
+    rows.append(stage_row("raw", softmax(z_t), 1.0, None, True, "T = 1 (no scaling)"))
 
     if source_val_logits is not None:
         if source_val_labels is None:
             raise FmauditInputError("source_val_labels: required when source_val_logits is given")
-        z_s = validate_logits(source_val_logits, "source_val_logits")
-        if z_s.shape[1] != z_t.shape[1]:
-            raise FmauditInputError(
-                f"source_val_logits: {z_s.shape[1]} classes but target_logits has {z_t.shape[1]}"
-            )
-        y_s = validate_labels(source_val_labels, z_s.shape[0], z_s.shape[1], "source_val_labels")
-        source = TemperatureScaler(bounds=bounds).fit(z_s, y_s)
-        rows.append(stage_row("source_ts", source.transform(z_t), source.temperature_, float(source.at_bound_), True))
+        if np.asarray(source_val_logits).size == 0:
+            rows.append(stage_row("source_ts", None, np.nan, None, True, "not fitted: no validation labels"))
+        else:
+            z_s = validate_logits(source_val_logits, "source_val_logits")
+            if z_s.shape[1] != z_t.shape[1]:
+                raise FmauditInputError(
+                    f"source_val_logits: {z_s.shape[1]} classes but target_logits has {z_t.shape[1]}"
+                )
+            y_s = validate_labels(source_val_labels, z_s.shape[0], z_s.shape[1], "source_val_labels")
+            source = TemperatureScaler(bounds=bounds).fit(z_s, y_s)
+            rows.append(stage_row("source_ts", source.transform(z_t), source.temperature_, source, True, ""))
 
     oracle = TemperatureScaler(bounds=bounds).fit(z_t, y_t)
-    rows.append(stage_row("oracle_ts", oracle.transform(z_t), oracle.temperature_, float(oracle.at_bound_), False))
+    rows.append(stage_row("oracle_ts", oracle.transform(z_t), oracle.temperature_, oracle, False, ""))
 
     for k in ks:
         if k >= len(y_t):
             logger.warning("calibration_ladder: skipping K = %d, the target has only %d items", k, len(y_t))
             continue
         per_draw = kshot_temperature_draws(z_t, y_t, k, draws=draws, random_state=random_state, n_bins=n_bins,
-                                           stratified=stratified, bounds=bounds)
+                                           stratified=stratified, bounds=bounds, prism_ece=prism_ece)
+        at_bound = per_draw["temperature_at_bound"].to_numpy(dtype=bool)
+        kept = per_draw if include_bound_temperatures else per_draw[~at_bound]
+        n_bound = int(at_bound.sum())
+        note = (f"{n_bound} of {int(draws)} draws at a bound" + ("" if include_bound_temperatures or not n_bound
+                                                              else ", left out of the mean"))
         rows.append(
             {
                 "stage": "kshot_ts",
                 "k": float(k),
                 "n_draws": int(draws),
+                "n_draws_at_bound": n_bound,
                 "n_eval": int(len(y_t) - k),
-                "temperature": float(per_draw["temperature"].mean()),
-                "temperature_at_bound_share": float(per_draw["temperature_at_bound"].mean()),
+                "temperature": float(kept["temperature"].mean()) if len(kept) else np.nan,
+                "temperature_at_bound": bool(at_bound.all()),
+                "temperature_at_bound_share": float(at_bound.mean()),
+                "temperature_note": note,
                 "deployable": True,
                 "sampling": sampling,
                 "random_state": int(random_state),
-                **{key: float(per_draw[key].mean()) for key in keys},
+                **{key: float(kept[key].mean()) if len(kept) else np.nan for key in keys},
             }
         )
     return pd.DataFrame(rows)
+
+
+def _bound_note(scaler: TemperatureScaler, bounds: tuple[float, float]) -> str:
+    """Where a fitted temperature sits: ``at the lower bound 0.05``, ``at the upper bound 20`` or ``fitted``."""
+    if not scaler.at_bound_:
+        return "fitted"
+    lo, hi = _check_bounds(bounds)
+    side, value = (("lower", lo) if abs(np.log(scaler.temperature_) - np.log(lo)) < AT_BOUND_LOG_TOLERANCE
+                   else ("upper", hi))
+    return f"at the {side} bound {value:g}"

@@ -75,6 +75,8 @@ __all__ = [
     "metric_conventions",
     "nll",
     "nll_from_logits",
+    "prism_ece",
+    "prism_ece_column",
     "qwk",
     "reliability_bins",
     "selective_accuracy",
@@ -277,6 +279,32 @@ def ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CL
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
     return _ece_from_scores(conf, correct, _check_n_bins(n_bins), _check_closure(closure))
+
+
+def prism_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float:
+    """PRISM's fixed-width ECE (``prism_bench.metrics.compute_ece(..., binning="fixed")``), for comparing with
+    PRISM's published numbers; not the project's ECE.
+
+    Bins are ``np.linspace(0, 1, n_bins + 1)`` closed on the left, ``conf >= lo & conf < hi``, so a confidence
+    of exactly 1.0 falls in no bin but still counts in the denominator N. For two columns the "confidence" is
+    p(class 1) and the "accuracy" is ``label == 1`` (PRISM's binary form, not top-label); for more, top-label
+    confidence against argmax correctness.
+    """
+    p, y = validate_probs_labels(probs, labels)
+    return _prism_ece(p, y, _check_n_bins(n_bins))
+
+
+def _prism_ece(p: np.ndarray, y: np.ndarray, n_bins: int) -> float:
+    if p.shape[1] == 2:
+        conf, outcome = p[:, 1], (y == 1)
+    else:
+        conf, _, outcome = _top_label(p, y)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    idx = np.searchsorted(edges, conf, side="right") - 1  # edges[i] <= conf < edges[i + 1]
+    kept = idx < n_bins  # conf == 1.0 is in no bin
+    sum_conf = np.bincount(idx[kept], weights=conf[kept], minlength=n_bins)
+    sum_outcome = np.bincount(idx[kept], weights=outcome[kept].astype(np.float64), minlength=n_bins)
+    return float(np.abs(sum_outcome - sum_conf).sum() / len(conf))
 
 
 def mce(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CLOSURE_RIGHT) -> float:
@@ -549,13 +577,18 @@ def ece_column(n_bins: int) -> str:
     return binned_metric_columns(n_bins)["ece"]
 
 
+def prism_ece_column(n_bins: int) -> str:
+    """Column of PRISM's fixed-width ECE (:func:`prism_ece`) at ``n_bins`` bins, e.g. ``ece_prism_15_fixed``."""
+    return f"ece_prism_{_check_n_bins(n_bins)}_fixed"
+
+
 def ece_convention(n_bins: int) -> str:
     """The ECE convention in words, for the ``ece_convention`` column of every table that depends on it."""
     return f"top-label, {_check_n_bins(n_bins)} equal-width bins, (lo,hi]"
 
 
-def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
-    """The keys of :func:`summary_metrics`, in order."""
+def summary_metric_keys(n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -> list[str]:
+    """The keys of :func:`summary_metrics`, in order (with PRISM's ECE last when ``prism_ece``)."""
     binned = binned_metric_columns(n_bins)
     return [
         "accuracy",
@@ -572,10 +605,10 @@ def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
         "eaurc",
         "degeneracy_share",
         "collapsed",
-    ]
+    ] + ([prism_ece_column(n_bins)] if prism_ece else [])
 
 
-def metric_conventions(n_bins: int = DEFAULT_N_BINS) -> dict[str, str]:
+def metric_conventions(n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -> dict[str, str]:
     """The convention behind each :func:`summary_metrics` key, in words, for table captions."""
     b = _check_n_bins(n_bins)
     return {
@@ -599,16 +632,20 @@ def metric_conventions(n_bins: int = DEFAULT_N_BINS) -> dict[str, str]:
         "eaurc": "AURC minus the discrete optimal AURC (all correct predictions ranked first)",
         "degeneracy_share": "largest share of items predicted as a single class",
         "collapsed": f"1 if degeneracy_share > {COLLAPSE_THRESHOLD} else 0",
+        **({f"ece_prism_{b}_fixed": f"PRISM's ECE, {b} equal-width bins closed on the left [lo,hi) with confidence "
+            "1.0 in no bin (still counted in N); binary: p(class 1) against label == 1, else top-label"}
+           if prism_ece else {}),
     }
 
 
 CONVENTIONS: dict[str, str] = metric_conventions(DEFAULT_N_BINS)
 
 
-def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> dict[str, float]:
+def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -> dict[str, float]:
     """All headline metrics at once, keyed as :func:`summary_metric_keys` (conventions in :data:`CONVENTIONS`).
 
-    ECE-type metrics use ``n_bins`` bins with the ``(lo,hi]`` closure.
+    ECE-type metrics use ``n_bins`` bins with the ``(lo,hi]`` closure; ``prism_ece`` adds PRISM's ECE
+    (:func:`prism_ece`) for comparisons with PRISM.
     """
     p, y = validate_probs_labels(probs, labels)
     b = _check_n_bins(n_bins)
@@ -630,6 +667,7 @@ def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> di
         "eaurc": _eaurc_from_top_label(conf, correct),
         "degeneracy_share": share,
         "collapsed": float(share > COLLAPSE_THRESHOLD),
+        **({prism_ece_column(b): _prism_ece(p, y, b)} if prism_ece else {}),
     }
 
 

@@ -34,8 +34,8 @@ def probe_config(**over):
     return fill_section("probe", {"fractions": [0.5, 1.0], "seeds": [0, 1], **over})
 
 
-CALIB = {"ece_bins": 15, "kshot_k": [4, 8], "kshot_draws": 3}
-BOOT = {"n_boot": 50, "seed": 0}
+CALIB = fill_section("calibration", {"ece_bins": 15, "kshot_k": [4, 8], "kshot_draws": 3})
+BOOT = fill_section("bootstrap", {"n_boot": 50, "seed": 0})
 
 
 def runs_for(encoder: str, probe: dict) -> pd.DataFrame:

@@ -20,7 +20,10 @@ def test_leaderboard_points_are_seed_means_and_intervals_cover_them(suite_result
     rows, preds = suite_results
     board = lb.leaderboard(rows, preds, n_boot=40, seed=0, ece_bins=10)
     assert "ece_top_10_lohi" in board and "ece_top_15_lohi" not in board
-    assert (board["ci_convention"] == "95% percentile, patient/slide cluster bootstrap, B=40, over the seed mean").all()
+    assert (board["ci_convention"] == "95% percentile, cluster bootstrap of each row's unit (ci_resampling), B=40, "
+                                      "over the seed mean").all()
+    # the synthetic suite's groups carry no declared unit: they are called groups, with their count
+    assert (board["ci_unit"] == "group").all() and board["ci_resampling"].str.match(r"^unit=group, n=\d+$").all()
     r = board[(board["encoder"] == "enc0") & (board["source_domain"] == "a") & (board["target_domain"] == "b")].iloc[0]
     cell = _cell(preds, "enc0", "a", "b")
     f1, ece = [], []
@@ -42,13 +45,14 @@ def test_leaderboard_points_are_seed_means_and_intervals_cover_them(suite_result
     assert (r["ece_ci_lo"], r["ece_ci_hi"]) == stats.percentile_interval(boot)[:2]
 
 
-def test_paired_differences_against_the_in_domain_best(suite_results):
+def test_paired_differences_against_the_validation_best(suite_results):
     rows, preds = suite_results
     board = lb.leaderboard(rows, preds, n_boot=20, seed=0, ece_bins=15)
     paired = lb.paired_differences(board, preds, n_boot=60, seed=0)
     assert (paired["n_boot"] == 60).all()
     ind = board[board["in_domain"] & (board["source_domain"] == "a")]
-    best = ind.sort_values(["macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+    best = ind.sort_values(["source_val_macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+    assert (paired["reference_chosen_on"] == "macro-F1 on the source validation split, mean over seeds").all()
     sel = paired[paired["source_domain"] == "a"]
     assert set(sel["reference"]) == {best} and best not in set(sel["encoder"])
     merged = sel.merge(board[["source_domain", "target_domain", "encoder", "macro_f1"]],
@@ -60,7 +64,7 @@ def test_paired_differences_against_the_in_domain_best(suite_results):
 
 def test_calibration_table_and_shift_summary_name_their_bins(suite_results):
     rows, preds = suite_results
-    cal = lb.calibration_table(rows, ece_bins=15)
+    cal = lb.calibration_table(rows, ece_bins=15, include_bound_temperatures=True)
     assert {"ece_top_15_lohi", "adaptive_ece_15_equalmass", "classwise_ece_15"} <= set(cal.columns)
     assert cal["ece_convention"].iloc[0].startswith("top-label, 15 equal-width bins")
     board = lb.leaderboard(rows, preds, n_boot=20, seed=0, ece_bins=15)
@@ -81,3 +85,51 @@ def test_ece_by_fraction_is_off_domain_seed_means(suite_results):
     rows, _ = suite_results
     data = lb.ece_by_fraction(rows, ece_bins=15)
     assert not data["in_domain"].any() and set(data["fraction"]) == {0.5, 1.0}
+
+
+def test_the_reference_is_chosen_on_validation_not_on_the_evaluated_test_set(suite_results):
+    rows, preds = suite_results
+    board = lb.leaderboard(rows, preds, n_boot=20, seed=0, ece_bins=15)
+    ind = board["in_domain"] & (board["source_domain"] == "a")
+    test_best = board[ind].sort_values(["macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+    # make another encoder the best on validation: it becomes the reference although it is not the test best
+    other = sorted(set(board.loc[ind, "encoder"]) - {test_best})[-1]
+    rigged = board.copy()
+    rigged.loc[ind & (rigged["encoder"] == other), "source_val_macro_f1"] = 2.0
+    paired = lb.paired_differences(rigged, preds, n_boot=20, seed=0)
+    assert set(paired.loc[paired["source_domain"] == "a", "reference"]) == {other}
+    # no validation items anywhere: the training subset decides, still not the test set
+    no_val = rigged.assign(source_val_macro_f1=np.nan)
+    chosen, words = lb.reference_encoder(no_val[ind])
+    assert words.startswith("macro-F1 on the source training subset")
+    assert chosen == no_val[ind].sort_values(["source_train_macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+    assert lb.reference_encoder(no_val[ind].drop(columns=["source_train_macro_f1"])) is None
+
+
+def test_paired_rows_name_their_unit(suite_results):
+    rows, preds = suite_results
+    board = lb.leaderboard(rows, preds, n_boot=20, seed=0, ece_bins=15)
+    paired = lb.paired_differences(board, preds, n_boot=20, seed=0)
+    assert paired["ci_resampling"].str.match(r"^unit=group, n=\d+$").all()
+
+
+def _bound_runs(rows: pd.DataFrame) -> pd.DataFrame:
+    """The suite's rows with no temperature at a bound but every source temperature of enc0 (ECE 1.0 there)."""
+    rigged = rows.assign(temperature_at_bound=False)
+    at = (rigged["encoder"] == "enc0") & (rigged["stage"] == "source_ts")
+    rigged.loc[at, "temperature_at_bound"] = True
+    rigged.loc[at, "ece_top_15_lohi"] = 1.0
+    return rigged
+
+
+def test_calibration_means_leave_out_bound_temperatures_unless_asked(suite_results):
+    rows, _ = suite_results
+    rigged = _bound_runs(rows)
+    out = lb.calibration_table(rigged, ece_bins=15, include_bound_temperatures=False)
+    enc0 = out[(out["encoder"] == "enc0") & (out["stage"] == "source_ts")]
+    assert enc0["ece_top_15_lohi"].isna().all() and (enc0["n_at_bound"] == enc0["n_temperatures"]).all()
+    assert (out["bound_temperatures"].str.startswith("temperatures at a bound left out")).all()
+    kept = lb.calibration_table(rigged, ece_bins=15, include_bound_temperatures=True)
+    assert (kept.loc[(kept["encoder"] == "enc0") & (kept["stage"] == "source_ts"), "ece_top_15_lohi"] == 1.0).all()
+    other = out[(out["encoder"] == "enc1") & (out["stage"] == "source_ts")]
+    assert other["ece_top_15_lohi"].notna().all()

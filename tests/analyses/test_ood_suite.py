@@ -80,7 +80,9 @@ def test_detection_matches_independent_scorers(suite):
     assert rows.loc[("far_other", "maha"), "auroc"] > 0.95
     for _, r in res.detection.iterrows():
         assert r["auroc_ci_lo"] <= r["auroc"] + 1e-12 and r["auroc"] <= r["auroc_ci_hi"] + 1e-12
-    assert set(res.detection["ci_unit"]) == {"group (patient/slide)"}
+    # the synthetic groups declare no unit: "group"; far conditions resample donor groups as well
+    units = res.detection.set_index("condition")["ci_unit"]
+    assert set(units.drop("far_other")) == {"group"} and set(units.loc[["far_other"]]) == {"group+donor group"}
     # far: ID test patients (20) and donor groups (10) are the units
     assert rows.loc[("far_other", "energy"), "ci_n_units"] == 30
     assert rows.loc[("blur_s1", "energy"), "ci_n_units"] == 20  # blurred copies share their patients
@@ -91,7 +93,7 @@ def test_detection_matches_independent_scorers(suite):
 def test_selective_blur_and_curves(suite):
     data, _, res = suite
     row = res.selective.iloc[0]
-    assert row["set"] == "test" and row["n"] == 120 and "qwk" in row and row["ci_unit"] == "group (patient/slide)"
+    assert row["set"] == "test" and row["n"] == 120 and "qwk" in row and row["ci_unit"] == "group"
     assert row["probe_C"] in np.logspace(-6, 0, 7)
     assert res.curves["coverage"].iloc[-1] == 1.0 and len(res.curves) == 100
     assert res.curves["risk"].iloc[-1] == pytest.approx(row["error_rate"])

@@ -1,4 +1,5 @@
 import numpy as np
+import pandas as pd
 import pytest
 
 from fmaudit.analyses import transfer
@@ -19,11 +20,15 @@ def test_ood_stability_is_capped_mean_of_auroc_ratios(suite_results):
 
 def test_cri_is_the_product_of_its_axes(suite_results):
     rows, _ = suite_results
-    cri = transfer.cri_table(rows, 15)
+    cri = transfer.cri_table(rows, 15, include_bound_temperatures=True)
     expect = cri["auroc_id"] * (1 - cri["ece_after_source_ts"].clip(0, 1)) * cri["ood_stability"]
     np.testing.assert_allclose(cri["cri"], expect)
     assert set(cri["fraction"]) == {0.5, 1.0}
     assert (cri["cri_worst_axis"] <= cri["cri_geometric"] + 1e-12).all()
+    # by default a cell whose every source temperature sits at a bound has no post-temperature ECE, so no CRI
+    default = transfer.cri_table(rows, 15)
+    undefined = default["n_source_ts_at_bound"] == default["n_source_ts_runs"]
+    assert default.loc[undefined, "cri"].isna().all() and default.loc[~undefined, "cri"].notna().all()
 
 
 def test_ece_slopes_and_bins(suite_results):
@@ -50,11 +55,16 @@ def test_rank_transfer_per_pair(suite_results):
 
 def test_decoupling_pools_units_per_fraction(suite_results):
     rows, _ = suite_results
-    per_unit, pooled = transfer.decoupling_table(rows, 15)
+    per_unit, pooled = transfer.decoupling_table(rows, 15, include_bound_temperatures=True)
     assert len(per_unit) == 2 * 3
     assert set(pooled["fraction"]) == {0.5, 1.0}
     assert (pooled["n_units"] <= 3).all()
     assert pooled["I2"].dropna().between(0, 1).all()
+    # by default encoders whose every source temperature sits at a bound have no post-temperature ECE to rank:
+    # here three of the four (separable synthetic classes), which leaves no unit with two encoders
+    per_unit, pooled = transfer.decoupling_table(rows, 15)
+    assert len(per_unit) == 0 and len(pooled) == 0
+    assert "ece_convention" in per_unit and "pooled_rho" in pooled  # empty tables keep their columns
 
 
 def test_cross_dataset_leaderboard_sorted_by_most_shifted_target(suite_results):
@@ -68,3 +78,36 @@ def test_cross_dataset_leaderboard_sorted_by_most_shifted_target(suite_results):
     target = rank_col.removeprefix("rank_on_")
     assert list(one[target]) == sorted(one[target], reverse=True)
     assert list(one[rank_col]) == sorted(one[rank_col])
+
+
+def test_cri_leaves_bound_source_temperatures_out_of_the_ece_and_counts_them(suite_results):
+    rows, _ = suite_results
+    rows = rows.assign(temperature_at_bound=False)  # start from no bound at all, then put one seed at a bound
+    ts_rows = rows[(rows["stage"] == "source_ts") & rows["in_domain"]]
+    enc = "enc3"
+    rigged = rows.copy()
+    first_seed = rigged["seed"] == rigged["seed"].min()
+    at = (rigged["encoder"] == enc) & (rigged["stage"] == "source_ts") & first_seed
+    rigged.loc[at, "temperature_at_bound"] = True
+    rigged.loc[at, "ece_top_15_lohi"] = 0.9
+    cri = transfer.cri_table(rigged, 15).set_index(["encoder", "fraction"])
+    # the ECE mean is that of the other seed alone; the bound seed is counted
+    ts = ts_rows[(ts_rows["encoder"] == enc) & (ts_rows["seed"] != rows["seed"].min())]
+    expect = ts.groupby(["source_domain", "fraction"])["ece_top_15_lohi"].mean().groupby("fraction").mean()
+    np.testing.assert_allclose(cri.loc[enc, "ece_after_source_ts"], expect.to_numpy())
+    assert (cri.loc[enc, "n_source_ts_at_bound"] == 3).all() and (cri.loc[enc, "n_source_ts_runs"] == 6).all()
+    with_bound = transfer.cri_table(rigged, 15, include_bound_temperatures=True).set_index(["encoder", "fraction"])
+    assert (with_bound.loc[enc, "ece_after_source_ts"] > cri.loc[enc, "ece_after_source_ts"]).all()
+    assert (with_bound.loc[enc, "cri"] < cri.loc[enc, "cri"]).all()
+
+
+def test_cri_by_split_puts_the_leaky_split_beside_the_grouped_one(suite_results):
+    rows, _ = suite_results
+    leaky = rows.assign(task="t-patch", task_split="patch (leaky, as published)")
+    both = pd.concat([rows.assign(task_split="manifest"), leaky], ignore_index=True)
+    table = transfer.cri_by_split(transfer.cri_table(both, 15))
+    assert set(table["task_split"]) == {"manifest", "patch (leaky, as published)"}
+    assert len(table) == 2 * 4 * 2  # two tasks x four encoders x two fractions
+    pair = table[(table["encoder"] == "enc0") & (table["fraction"] == 1.0)].set_index("task_split")
+    assert pair.loc["manifest", "ood_stability"] == pytest.approx(pair.loc["patch (leaky, as published)", "ood_stability"])
+    assert len(transfer.cri_by_split(transfer.cri_table(rows, 15))) == 0  # one split only: nothing to compare

@@ -93,6 +93,11 @@ def test_option_defaults_are_the_config_schema_defaults():
                                       "--test-labels", "d", "--out", "e"])
     probe, calibration, bootstrap = fill_section("probe", {}), fill_section("calibration", {}), fill_section("bootstrap", {})
     assert args.fractions == probe["fractions"] and args.seeds == probe["seeds"] and args.heads == probe["heads"]
+    assert args.standardize == probe["standardize"] and args.subsample == probe["subsample"]
+    assert args.validation_labels == calibration["validation_labels"]
+    assert args.budget_validation_share == calibration["budget_validation_share"]
+    assert args.include_bound_temperatures == calibration["include_bound_temperatures"]
+    assert args.prism_ece == calibration["prism_ece"]
     assert args.C == [probe["C"]] and args.val_fraction == probe["val_fraction"]
     assert args.kshot_k == calibration["kshot_k"] and args.kshot_draws == calibration["kshot_draws"]
     assert args.ece_bins == calibration["ece_bins"]
@@ -133,3 +138,31 @@ def test_probe_stops_on_a_test_class_absent_from_training(arrays, capsys):
     args[args.index("--test-labels") + 1] = str(arrays / "y_test3.npy")
     assert main(args) == 2
     assert "class 'class_3' (label 3) is evaluated on the test split" in capsys.readouterr().err
+
+
+def test_intervals_say_item_without_test_groups_and_the_unit_given_with_them(arrays, capsys):
+    out = arrays / "units.csv"
+    assert main(probe_args(arrays, "--out", str(out))) == 0
+    df = pd.read_csv(out)
+    assert (df["ci_unit"] == "item").all() and (df["ci_resampling"] == "unit=item, n=30").all()
+    np.save(arrays / "g_test.npy", np.array([f"t{i % 6}" for i in range(30)]))
+    grouped = ["--test-groups", str(arrays / "g_test.npy"), "--out", str(out)]
+    assert main(probe_args(arrays, *grouped, "--group-unit", "patient")) == 0
+    assert (pd.read_csv(out)["ci_resampling"] == "unit=patient, n=6").all()
+    assert main(probe_args(arrays, *grouped)) == 0  # groups whose unit nobody named are called groups
+    assert (pd.read_csv(out)["ci_resampling"] == "unit=group, n=6").all()
+    assert main(probe_args(arrays, *grouped, "--group-unit", "ward")) == 2
+    assert "--group-unit 'ward'" in capsys.readouterr().err
+
+
+def test_budget_calibration_and_unscaled_prism_draw_from_the_command_line(arrays):
+    out = arrays / "budget.csv"
+    assert main(probe_args(arrays, "--fractions", "0.5", "--validation-labels", "budget", "--no-standardize",
+                           "--subsample", "prism", "--seeds", "42", "--out", str(out))) == 0
+    row = pd.read_csv(out).iloc[0]
+    # no validation arrays: the fraction's budget is drawn from the training items, and 20% of it per class
+    # fits the temperature (the held-out validation part of the training arrays goes unused in this mode)
+    assert row["calibration_mode"] == "budget: 0.2 of the fraction's labels"
+    assert row["label_budget"] == row["n_train"] + row["n_val"] and row["n_val"] > 0
+    assert row["subsample"] == "prism" and not row["standardize"]
+    assert "temperature_at_bound__source_ts" in row.index and "n_draws_at_bound__kshot4_ts" in row.index

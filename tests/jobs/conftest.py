@@ -11,9 +11,10 @@ import pytest
 from fmaudit.config import fill_section
 from fmaudit.io import read_table, write_npz
 
-DEMO_ENTRY = {"preparer": "demo_tiles", "params": {"seed": 0, "image_size": 32, "n_patients_per_domain": 4,
-                                                   "tiles_per_patient_per_class": 2, "n_domains": 2}}
-TASK = {"datasets": ["demo-tiles"], "domains": ["scanner-a", "scanner-b"], "transfer": True}
+DEMO_ENTRY = {"preparer": "demo_tiles", "group_unit": "patient",
+              "params": {"seed": 0, "image_size": 32, "n_patients_per_domain": 4, "tiles_per_patient_per_class": 2,
+                         "n_domains": 2}}
+TASK = {"datasets": ["demo-tiles"], "domains": ["scanner-a", "scanner-b"], "transfer": True, "split": "manifest"}
 PROBE = fill_section("probe", {"fractions": [0.5, 1.0], "seeds": [0, 1], "readout": "cls"})
 CALIBRATION = fill_section("calibration", {"kshot_k": [4], "kshot_draws": 2, "ece_bins": 10})
 BOOTSTRAP = fill_section("bootstrap", {"n_boot": 30, "seed": 0, "paired_n_boot": 40})

@@ -14,6 +14,7 @@ def test_manifest_job_writes_the_manifest_with_provenance_and_a_log(job_chain):
     prov = read_provenance(job_chain["manifest"])
     assert prov["dataset"] == "demo-tiles" and prov["params"] == DEMO_ENTRY["params"]
     assert "manifest of demo-tiles: 80 items" in (job_chain["logs"] / "manifest.log").read_text()
+    assert (man["group_unit"] == "patient").all()  # from the registry entry: the demo's groups are patients
 
 
 def test_download_job_of_an_entry_without_files_fails_with_its_how_to_get(tmp_path):

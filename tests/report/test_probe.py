@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from fmaudit.analyses.probe_summary import summarize_probe_suite
+from fmaudit.config import fill_section
 from fmaudit.report import probe
 from fmaudit.report.section import ReportWriter
 
@@ -11,7 +12,7 @@ from fmaudit.report.section import ReportWriter
 @pytest.fixture(scope="module")
 def summary(suite_results):
     rows, preds = suite_results
-    return summarize_probe_suite(rows, preds, {"t": {"ece_bins": 15}},
+    return summarize_probe_suite(rows, preds, {"t": fill_section("calibration", {"ece_bins": 15})},
                                  {"t": {"n_boot": 30, "seed": 0, "paired_n_boot": 40}})
 
 
@@ -44,3 +45,29 @@ def test_empty_section_says_so(tmp_path):
     writer = ReportWriter(tmp_path)
     assert probe.write_probe_section(None, writer)[0].startswith("No probe runs")
     assert pd.read_csv(tmp_path / "tables" / "cri.csv").columns.tolist() == ["note"]
+
+
+def test_leaderboard_headers_name_the_unit_and_count_of_each_target(summary):
+    md = probe.leaderboard_markdown(summary["leaderboard"])
+    one = summary["leaderboard"].iloc[0]
+    assert f"{one['source_domain']} (in-domain; {one['ci_resampling']})" in md
+    assert "unit=group, n=" in md and "patient" not in md
+
+
+def test_interval_units_text_says_item_level_where_there_are_no_patients(summary):
+    board = summary["leaderboard"]
+    assert probe.interval_units_text(board).startswith("task t: unit=group, n=")
+    items = board.assign(ci_unit="item", ci_n_units=18)
+    assert probe.interval_units_text(items) == "task t: unit=item, n=18 per test set (no patient ids: item-level)"
+
+
+def test_a_leaky_split_is_flagged_and_shown_beside_the_other(summary):
+    board = summary["leaderboard"].assign(task_split="patch (leaky, as published)")
+    assert "**Split: patch (leaky, as published)**" in probe.leaderboard_markdown(board)
+    assert "Split:" not in probe.leaderboard_markdown(summary["leaderboard"])
+    cri = summary["cri"]
+    both = pd.concat([cri.assign(task_split="manifest"), cri.assign(task="t-patch", task_split="patch (leaky, as "
+                                                                                                   "published)")])
+    md = probe.cri_by_split_markdown(both.assign(datasets="d"))
+    assert "ood_stability: patch (leaky, as published) [t-patch]" in md and "ood_stability: manifest [t]" in md
+    assert probe.cri_by_split_markdown(summary["cri_by_split"]).startswith("No task is run under two splits")

@@ -2,13 +2,18 @@
 encoder and target with cluster-bootstrap intervals, paired differences to the in-domain best encoder, the
 calibration ladder, the in-domain vs off-domain summary, and the data of the report's figures.
 
-Intervals are percentile cluster-bootstrap intervals over the manifest's groups (patients or slides) of the
-seed-averaged metric, so that they describe the test-set sampling of the reported mean
-(:func:`fmaudit.stats.seed_mean_bootstrap`). Every function takes its settings explicitly: ``ece_bins``
-(``calibration.ece_bins``), ``n_boot`` and ``seed`` (``bootstrap``).
+Intervals are percentile cluster-bootstrap intervals over the manifest's groups of the seed-averaged metric,
+so that they describe the test-set sampling of the reported mean (:func:`fmaudit.stats.seed_mean_bootstrap`).
+Every interval names its resampling unit and count (``ci_resampling``: ``unit=patient, n=43``; ``unit=item``
+for data sets without patient ids, whose groups are their items). The paired differences' reference encoder
+is the best on the source validation split (mean over seeds of its macro-F1 there), never on the test set
+the intervals describe. Every function takes its settings explicitly: ``ece_bins`` (``calibration.ece_bins``),
+``include_bound_temperatures`` (``calibration``), ``n_boot`` and ``seed`` (``bootstrap``).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,11 +23,19 @@ from fmaudit.metrics import binned_metric_columns, ece_column, ece_convention, r
 from fmaudit.stats import cell_resample_counts, percentile_interval, seed_mean_bootstrap
 
 RUN_KEYS = ["task", "head", "fraction", "encoder", "source_domain", "target_domain"]
-RESAMPLING = "patient/slide cluster bootstrap"
+RESAMPLING = "cluster bootstrap of each row's unit (ci_resampling)"
+#: What the paired differences' reference encoder is chosen on, in order of preference.
+REFERENCE_CRITERIA = (("source_val_macro_f1", "macro-F1 on the source validation split, mean over seeds"),
+                      ("source_train_macro_f1", "macro-F1 on the source training subset, mean over seeds "
+                                                "(no validation items)"))
 
 __all__ = [
     "RUN_KEYS",
+    "bound_temperature_rule",
     "calibration_table",
+    "cell_units",
+    "exclude_bound_temperatures",
+    "reference_encoder",
     "ece_by_fraction",
     "leaderboard",
     "paired_differences",
@@ -34,6 +47,20 @@ __all__ = [
 def ci_convention(n_boot: int, alpha: float = 0.05) -> str:
     """How the intervals of a table were made, in words."""
     return f"{100 * (1 - alpha):g}% percentile, {RESAMPLING}, B={n_boot}, over the seed mean"
+
+
+def cell_units(preds: pd.DataFrame) -> dict[str, Any]:
+    """``ci_unit``, ``ci_n_units`` and ``ci_resampling`` (``unit=patient, n=43``) of one prediction cell."""
+    from fmaudit.analyses.probe_suite import interval_resampling
+
+    unit = ("+".join(sorted(set(preds["group_unit"].astype(str)))) if "group_unit" in preds.columns
+            else "group")
+    n = int(preds["group"].nunique())
+    return {"ci_unit": unit, "ci_n_units": n, "ci_resampling": interval_resampling(unit, n)}
+
+
+def _first(cell: pd.DataFrame, column: str, default: Any = None) -> Any:
+    return cell[column].iloc[0] if column in cell.columns else default
 
 
 def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: int, ece_bins: int,
@@ -58,7 +85,9 @@ def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: i
             "n_test": int(cell["n_test"].iloc[0]), "n_test_groups": int(cell["n_test_groups"].iloc[0]),
             "macro_f1": f1, "macro_f1_ci_lo": f1_lo, "macro_f1_ci_hi": f1_hi,
             "balanced_accuracy": cell["balanced_accuracy"].mean(), "auroc_ovr_macro": cell["auroc_ovr_macro"].mean(),
-            ece_col: ece, "ece_ci_lo": ece_lo, "ece_ci_hi": ece_hi,
+            ece_col: ece, "ece_ci_lo": ece_lo, "ece_ci_hi": ece_hi, **cell_units(sel),
+            **{c: cell[c].mean() for c, _ in REFERENCE_CRITERIA if c in cell.columns},
+            "calibration_mode": _first(cell, "calibration_mode"), "task_split": _first(cell, "task_split"),
         })
     df = pd.DataFrame(rows)
     if len(df):
@@ -68,9 +97,22 @@ def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: i
     return df
 
 
+def reference_encoder(in_domain: pd.DataFrame) -> tuple[str, str] | None:
+    """(encoder, criterion in words) of the best encoder of one (task, head, fraction, source) on data other
+    than the evaluated test set: the source validation split's macro-F1 (mean over seeds), else, where no run
+    had validation items, the source training subset's; ties to the first encoder name. None without either."""
+    for column, words in REFERENCE_CRITERIA:
+        if column in in_domain.columns and in_domain[column].notna().any():
+            ok = in_domain.dropna(subset=[column])
+            return ok.sort_values([column, "encoder"], ascending=[False, True])["encoder"].iloc[0], words
+    return None
+
+
 def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: int,
                        metric: str = "macro_f1", alpha: float = 0.05) -> pd.DataFrame:
-    """Paired cluster bootstrap of each encoder's ``metric`` minus the in-domain best encoder's, per target.
+    """Paired cluster bootstrap of each encoder's ``metric`` minus the reference encoder's, per target; the
+    reference is the best encoder on the source's validation data (:func:`reference_encoder`), not on the
+    test set the differences are computed on.
 
     One resample of groups is shared by every encoder and seed of a (task, head, fraction, s→t) cell."""
     rows = []
@@ -80,7 +122,10 @@ def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int,
         ind = cell[cell["in_domain"]]
         if ind["encoder"].nunique() < 2:
             continue
-        reference = ind.sort_values(["macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+        chosen = reference_encoder(ind)
+        if chosen is None:
+            continue
+        reference, criterion = chosen
         for target in cell["target_domain"].unique():
             sel = cells[(*key, target)]
             order, labels, counts = cell_resample_counts(sel, n_boot, seed)
@@ -91,25 +136,56 @@ def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int,
                     continue
                 lo, hi, _ = percentile_interval(boot - ref_boot, alpha)
                 rows.append({**dict(zip(keys, key)), "target_domain": target, "in_domain": target == key[3],
-                             "encoder": enc, "reference": reference, "metric": metric,
-                             "difference": point - ref_point, "ci_lo": lo, "ci_hi": hi,
-                             "ci_excludes_zero": bool(lo > 0 or hi < 0), "n_boot": n_boot,
-                             "resampling": "paired, patient/slide clusters, shared across encoders and seeds"})
+                             "encoder": enc, "reference": reference, "reference_chosen_on": criterion,
+                             "metric": metric, "difference": point - ref_point, "ci_lo": lo, "ci_hi": hi,
+                             "ci_excludes_zero": bool(lo > 0 or hi < 0), **cell_units(sel), "n_boot": n_boot,
+                             "resampling": "paired cluster bootstrap of the row's unit, shared across encoders "
+                                           "and seeds"})
     return pd.DataFrame(rows)
 
 
-def calibration_table(runs: pd.DataFrame, *, ece_bins: int) -> pd.DataFrame:
-    """The calibration ladder at the largest label fraction, mean over seeds."""
+def bound_temperature_rule(include_bound_temperatures: bool) -> str:
+    """How a table's post-temperature means treat temperatures at a search bound, in words."""
+    return ("temperatures at a bound included in the means" if include_bound_temperatures
+            else "temperatures at a bound left out of the means (counted in n_at_bound)")
+
+
+def exclude_bound_temperatures(runs: pd.DataFrame, metrics: list[str], include_bound_temperatures: bool) -> pd.DataFrame:
+    """``runs`` with ``metrics`` set to NaN on single-temperature rows (source_ts, oracle_ts) whose temperature
+    sits at a bound, unless ``include_bound_temperatures``; K-shot rows already average only the draws the
+    setting keeps (:func:`fmaudit.calibration.calibration_ladder`)."""
+    if include_bound_temperatures or "temperature_at_bound" not in runs.columns:
+        return runs
+    out = runs.copy()
+    drop = out["temperature_at_bound"].fillna(False).astype(bool) & out["stage"].isin(["source_ts", "oracle_ts"])
+    out.loc[drop, metrics] = np.nan
+    return out
+
+
+def calibration_table(runs: pd.DataFrame, *, ece_bins: int, include_bound_temperatures: bool) -> pd.DataFrame:
+    """The calibration ladder at the largest label fraction, mean over seeds; temperatures at a search bound are
+    left out of the post-temperature means unless ``include_bound_temperatures`` (``n_temperatures``: runs, or
+    K-shot draws, behind a row; ``n_at_bound``: how many of them sit at a bound)."""
     top = runs.groupby("task")["fraction"].transform("max")
     cal = runs[runs["fraction"] == top].copy()
     cal["k"] = cal["k"].fillna(-1)
     binned = binned_metric_columns(ece_bins)
     metrics = [binned["ece"], binned["adaptive_ece"], binned["classwise_ece"], "nll", "brier_sum", "temperature"]
     metrics = [m for m in metrics if m in cal.columns]
-    out = (cal.groupby(RUN_KEYS + ["in_domain", "stage", "k", "deployable"], sort=True)[metrics].mean()
-           .reset_index())
+    cal = exclude_bound_temperatures(cal, metrics, include_bound_temperatures)
+    keys = RUN_KEYS + ["in_domain", "stage", "k", "deployable"]
+    out = cal.groupby(keys, sort=True)[metrics].mean().reset_index()
+    if {"n_draws", "n_draws_at_bound"} <= set(cal.columns):
+        counts = cal.groupby(keys, sort=True)[["n_draws", "n_draws_at_bound"]].sum().reset_index()
+        out = out.merge(counts.rename(columns={"n_draws": "n_temperatures", "n_draws_at_bound": "n_at_bound"}), on=keys)
+        raw = out["stage"] == "raw"
+        out.loc[raw, ["n_temperatures", "n_at_bound"]] = 0
+    for column in ("calibration_mode", "task_split"):
+        if column in cal.columns:
+            out = out.merge(cal.groupby(keys, sort=True)[column].first().reset_index(), on=keys)
     out["k"] = out["k"].where(out["k"] >= 0)
     out["ece_convention"] = f"{ece_convention(ece_bins)}; Brier summed over classes"
+    out["bound_temperatures"] = bound_temperature_rule(include_bound_temperatures)
     return out
 
 
@@ -145,6 +221,8 @@ def reliability_curves(preds: pd.DataFrame, *, n_bins: int) -> pd.DataFrame:
             logits = np.stack(part["logits"].to_numpy())
             labels = part["label"].to_numpy().astype(int)
             for name, temp in (("raw", np.ones(len(part))), ("source TS", part["temperature_source"].to_numpy())):
+                if not np.isfinite(temp).all():  # no source temperature (a budget without validation items)
+                    continue
                 bins = reliability_bins(softmax(logits / temp[:, None]), labels, n_bins=n_bins)
                 frames.append(bins.assign(encoder=enc, part=part_name, calibration=name, n_items=len(part)))
     return pd.concat(frames, ignore_index=True)

@@ -43,7 +43,6 @@ PAIRED_TIERS = ("blur", "image_artefact")
 CLASS_TIERS = ("near", "artefact")
 CURVE_COVERAGES = tuple(np.round(np.linspace(0.01, 1.0, 100), 2))
 FPR_COLUMN = "fpr_at_95tpr"
-CI_UNIT = "group (patient/slide)"
 
 __all__ = ["OODCondition", "OODSuiteResult", "TIERS", "bootstrap_detection_auroc", "run_ood_suite"]
 
@@ -127,14 +126,14 @@ def bootstrap_detection_auroc(scores_id: np.ndarray, scores_ood: np.ndarray, cou
 
 
 def _detection_row(s_id: np.ndarray, s_ood: np.ndarray, g_id: np.ndarray, g_ood: np.ndarray, n_boot: int,
-                   seed: int, alpha: float) -> dict[str, Any]:
+                   seed: int, alpha: float, unit: str) -> dict[str, Any]:
     row: dict[str, Any] = {"auroc": detection_auroc(s_id, s_ood), FPR_COLUMN: fpr_at_tpr(s_id, s_ood, 0.95),
                            "n_id": int(s_id.size), "n_ood": int(s_ood.size)}
     if n_boot > 0:
         units = np.r_[g_id, g_ood]
         draws = bootstrap_detection_auroc(s_id, s_ood, bootstrap_counts(units.size, units, n_boot, seed))
         row["auroc_ci_lo"], row["auroc_ci_hi"], row["n_valid"] = percentile_interval(draws, alpha)
-        row["ci_unit"], row["ci_n_units"], row["n_boot"] = CI_UNIT, int(np.unique(units).size), int(n_boot)
+        row["ci_unit"], row["ci_n_units"], row["n_boot"] = unit, int(np.unique(units).size), int(n_boot)
     return row
 
 
@@ -255,6 +254,7 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
     k = data.n_classes
     y, groups = np.asarray(data.labels), np.asarray(data.groups).astype(str)
     meta = {"encoder": encoder, "task": task, "readout": readout}
+    unit = data.group_unit(test)  # what the test items' groups are: patient, slide, ... or item
 
     det = _fit_detectors(X[train], y[train], groups[train], k, scorers, probe_C, knn_k, covariance, random_state)
     probe_C_value = float(getattr(det.probe, "C_", probe_C if probe_C is not None else np.nan))
@@ -284,14 +284,16 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                 g_id = np.char.add("id:", g_id.astype(str))
                 g_ood = np.char.add(f"{cond.name}:", np.asarray(donor).astype(str))
         for name in scorers:
-            row = _detection_row(s_id[name], s_ood[name], g_id, g_ood, int(n_boot), boot_seed, alpha)
+            far = cond.tier not in CLASS_TIERS and cond.tier not in PAIRED_TIERS
+            row_unit = f"{unit}+donor {'group' if cond.groups is not None else 'item'}" if far else unit
+            row = _detection_row(s_id[name], s_ood[name], g_id, g_ood, int(n_boot), boot_seed, alpha, row_unit)
             detection.append({**meta, "tier": cond.tier, "condition": cond.name, "scorer": name, **row})
             hist += [{**meta, "tier": cond.tier, "condition": cond.name, "scorer": name, **h}
                      for h in _histogram_rows(s_id[name], s_ood[name], int(hist_bins))]
 
     probs_test = softmax(logits_test)
     summary = selective_summary(probs_test, y[test], ordinal=ordinal, coverages=coverages, groups=groups[test],
-                                n_boot=int(n_boot), random_state=int(bootstrap_seed), alpha=alpha, unit=CI_UNIT)
+                                n_boot=int(n_boot), random_state=int(bootstrap_seed), alpha=alpha, unit=unit)
     selective = pd.DataFrame([{**meta, "set": "test", **summary, "probe_C": probe_C_value}])
     curves = risk_coverage_curve(probs_test, y[test], coverages=CURVE_COVERAGES)
     curves.insert(0, "set", "test")
@@ -308,7 +310,7 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
             parts.append(pd.DataFrame({"sigma": float(c.sigma), "item_id": data.item_ids[test], "label": y[test],
                                        "prediction": pred, "group": groups[test]}))
         blur = blur_accuracy_curve(pd.concat(parts, ignore_index=True), k, ordinal=ordinal, n_boot=int(n_boot),
-                                   random_state=int(bootstrap_seed), alpha=alpha, unit=CI_UNIT)
+                                   random_state=int(bootstrap_seed), alpha=alpha, unit=unit)
         for key, value in reversed(list(meta.items())):
             blur.insert(0, key, value)
 
@@ -341,7 +343,8 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
             sets.append(GateSet(c.name, np.asarray(c.features, np.float64), y[test], groups[test], c.tier))
     table, gate = gate_operating_points(X[train], y[train], groups[train], sets, gate_params=params,
                                         n_splits=gate_splits, n_boot=n_boot, bootstrap_seed=bootstrap_seed,
-                                        ordinal=ordinal, alpha=alpha, unit=CI_UNIT, encoder=encoder, readout=readout)
+                                        ordinal=ordinal, alpha=alpha, unit=data.group_unit(test), encoder=encoder,
+                                        readout=readout)
     table.insert(0, "setting", task)
     frames = [table]
     for c in conditions:
@@ -355,7 +358,7 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
             [GateSet("test", X[te_id], held.labels[te_id], groups[te_id], "id"),
              GateSet(c.name, X[te_ood], None, groups[te_ood], "artefact")],
             gate_params=reduced_params, n_splits=gate_splits, n_boot=n_boot, bootstrap_seed=bootstrap_seed,
-            ordinal=False, alpha=alpha, unit=CI_UNIT, encoder=encoder, readout=readout)
+            ordinal=False, alpha=alpha, unit=data.group_unit(test), encoder=encoder, readout=readout)
         sub.insert(0, "setting", f"{task}:artefact")
         frames.append(sub)
     return pd.concat(frames, ignore_index=True), gate

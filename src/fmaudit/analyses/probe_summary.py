@@ -18,7 +18,7 @@ from fmaudit.io import FmauditInputError
 
 #: Tables of the probe suite, in the order the report shows them.
 TABLES = ("leaderboard", "calibration", "shift_summary", "cross_domain_leaderboard", "paired_differences", "cri",
-          "rank_transfer", "decoupling_units", "decoupling", "ece_slopes", "ece_slope_by_auroc_bin")
+          "cri_by_split", "rank_transfer", "decoupling_units", "decoupling", "ece_slopes", "ece_slope_by_auroc_bin")
 #: Data behind the figures (not written as tables).
 FIGURE_DATA = ("reliability_curves", "ece_by_fraction")
 
@@ -29,29 +29,32 @@ def settings_groups(tasks: list[str], calibration: Mapping[str, Mapping[str, Any
                     bootstrap: Mapping[str, Mapping[str, Any]]) -> list[tuple[dict[str, Any], list[str]]]:
     """(settings, tasks) for each distinct combination of the settings the summary uses, in task order.
 
-    settings: ``ece_bins``, ``n_boot``, ``seed`` and ``paired_n_boot``."""
+    settings: ``ece_bins``, ``include_bound_temperatures``, ``n_boot``, ``seed`` and ``paired_n_boot``."""
+    names = ("ece_bins", "include_bound_temperatures", "n_boot", "seed", "paired_n_boot")
     groups: dict[tuple, list[str]] = {}
     for task in tasks:
         if task not in calibration or task not in bootstrap:
             raise FmauditInputError(f"task {task!r} has runs but no calibration/bootstrap settings were given for it")
-        key = (int(calibration[task]["ece_bins"]), int(bootstrap[task]["n_boot"]), int(bootstrap[task]["seed"]),
-               int(bootstrap[task]["paired_n_boot"]))
+        key = (int(calibration[task]["ece_bins"]), bool(calibration[task]["include_bound_temperatures"]),
+               int(bootstrap[task]["n_boot"]), int(bootstrap[task]["seed"]), int(bootstrap[task]["paired_n_boot"]))
         groups.setdefault(key, []).append(task)
-    return [(dict(zip(("ece_bins", "n_boot", "seed", "paired_n_boot"), key)), names) for key, names in groups.items()]
+    return [(dict(zip(names, key)), tasks_) for key, tasks_ in groups.items()]
 
 
 def _group_tables(runs: pd.DataFrame, preds: pd.DataFrame, s: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
-    bins = s["ece_bins"]
+    bins, bound = s["ece_bins"], s["include_bound_temperatures"]
     board = lb.leaderboard(runs, preds, n_boot=s["n_boot"], seed=s["seed"], ece_bins=bins)
     slopes = transfer.ece_slopes(runs, bins)
-    per_unit, pooled = transfer.decoupling_table(runs, bins)
+    per_unit, pooled = transfer.decoupling_table(runs, bins, include_bound_temperatures=bound)
+    cri = transfer.cri_table(runs, bins, include_bound_temperatures=bound)
     return {
         "leaderboard": board,
-        "calibration": lb.calibration_table(runs, ece_bins=bins),
+        "calibration": lb.calibration_table(runs, ece_bins=bins, include_bound_temperatures=bound),
         "shift_summary": lb.shift_summary(board, ece_bins=bins),
         "cross_domain_leaderboard": transfer.cross_dataset_leaderboard(board),
         "paired_differences": lb.paired_differences(board, preds, n_boot=s["paired_n_boot"], seed=s["seed"]),
-        "cri": transfer.cri_table(runs, bins),
+        "cri": cri,
+        "cri_by_split": transfer.cri_by_split(cri),
         "rank_transfer": transfer.rank_transfer_table(runs, bins),
         "decoupling_units": per_unit,
         "decoupling": pooled,

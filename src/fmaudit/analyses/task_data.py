@@ -12,17 +12,29 @@ from fmaudit.datasets.manifest import label_names as manifest_label_names
 from fmaudit.io import FmauditInputError
 
 
+#: The task splits a config can choose (config schema ``tasks.<name>.split``) -> the manifest column they read.
+SPLIT_COLUMNS = {"manifest": "split", "patch (leaky, as published)": "split_patch"}
+#: The unit of groups nobody declared (hand-made manifests, arrays with groups and no ``group_unit``).
+UNDECLARED_UNIT = "group"
+
+
 @dataclass
 class TaskData:
-    """Features and metadata of a task's labelled items (row i of every array is the same item)."""
+    """Features and metadata of a task's labelled items (row i of every array is the same item).
+
+    ``group_units`` says what each item's group is (patient, slide, biopsy, section, or item where the data
+    identify none; ``group`` where nobody said); ``split_name`` is the task's split (config ``split``)."""
 
     features: np.ndarray  # (N, D) float
     labels: np.ndarray  # (N,) int
     item_ids: np.ndarray  # (N,) str
-    groups: np.ndarray  # (N,) str, patient/slide
+    groups: np.ndarray  # (N,) str, patient/slide/... (the item itself where the data have no groups)
     domains: np.ndarray  # (N,) str
     splits: np.ndarray  # (N,) str
     class_names: list[str]
+    group_units: np.ndarray | None = None  # (N,) str; None: UNDECLARED_UNIT
+    datasets: np.ndarray | None = None  # (N,) str, the data set of each item
+    split_name: str = "manifest"
 
     @property
     def n_classes(self) -> int:
@@ -31,15 +43,31 @@ class TaskData:
     def domain_split(self, domain: str, split: str) -> np.ndarray:
         return np.flatnonzero((self.domains == domain) & (self.splits == split))
 
+    def group_unit(self, idx: np.ndarray) -> str:
+        """The resampling unit of the items ``idx`` (``patient``; ``item``; ``patient+item`` when data sets
+        of several units are pooled)."""
+        if self.group_units is None:
+            return UNDECLARED_UNIT
+        return "+".join(sorted(set(np.asarray(self.group_units)[idx].astype(str)))) or UNDECLARED_UNIT
+
+    def dataset_names(self) -> str:
+        """The task's data sets, comma-joined (``arrays`` for arrays brought on the command line)."""
+        return ",".join(sorted(set(self.datasets.astype(str)))) if self.datasets is not None else "arrays"
+
 
 def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tuple[np.ndarray, np.ndarray]],
                        task: str, domains: Sequence[str] | None = None,
-                       sources: Sequence[str] | None = None) -> TaskData:
+                       sources: Sequence[str] | None = None, split: str = "manifest") -> TaskData:
     """Join each data set's manifest with its embeddings (ids + features), keep labelled items of ``domains``.
 
     ``features[i]`` is ``(item_ids, array)`` of the embedding of ``manifests[i]``; ``sources`` names them for
     error messages. Items are matched by id, so an embedding made from another manifest fails loudly.
+    ``split`` (a key of :data:`SPLIT_COLUMNS`) picks the manifest column that splits the items; the manifests'
+    ``group_unit`` column (where present) says what their groups are.
     """
+    if split not in SPLIT_COLUMNS:
+        raise FmauditInputError(f"task {task}: split {split!r} is not one of {list(SPLIT_COLUMNS)}")
+    split_col = SPLIT_COLUMNS[split]
     sources = list(sources or [f"dataset {i}" for i in range(len(manifests))])
     parts, feats = [], []
     dim = None
@@ -53,6 +81,11 @@ def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tup
         pos = pd.Series(np.arange(len(ids)), index=pd.Index(np.asarray(ids).astype(str)))
         if pos.index.has_duplicates:
             raise FmauditInputError(f"{src}: duplicated item ids in the embedding")
+        if split_col not in man.columns:
+            raise FmauditInputError(
+                f"{src}: task {task} uses split {split!r}, read from the manifest column {split_col!r}, which this "
+                "data set's manifest does not have (only the camelyon17_wilds preparer writes split_patch)"
+            )
         lab = man[man["label"].notna()]
         missing = ~lab["item_id"].isin(pos.index)
         if missing.any():
@@ -84,18 +117,25 @@ def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tup
     if len(man) == 0:
         raise FmauditInputError(f"task {task}: no labelled items")
     names = manifest_label_names(man)
+    units = (man["group_unit"].astype("string").fillna(UNDECLARED_UNIT) if "group_unit" in man.columns
+             else pd.Series(UNDECLARED_UNIT, index=man.index))
+    datasets = man["dataset"].astype(str).to_numpy() if "dataset" in man.columns else None
     return TaskData(
         features=x, labels=man["label"].astype(int).to_numpy(), item_ids=man["item_id"].astype(str).to_numpy(),
         groups=man["group"].astype(str).to_numpy(), domains=np.asarray(dom, dtype=str),
-        splits=man["split"].astype(str).to_numpy(), class_names=names,
+        splits=man[split_col].astype(str).to_numpy(), class_names=names,
+        group_units=units.astype(str).to_numpy(), datasets=datasets, split_name=split,
     )
 
 
 def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                 train_groups: np.ndarray | None = None, test_groups: np.ndarray | None = None,
                 val_x: np.ndarray | None = None, val_y: np.ndarray | None = None,
-                class_names: Mapping[int, str] | None = None) -> TaskData:
-    """A one-domain task from arrays made elsewhere (``fmaudit probe``): train/val/test splits, domain ``all``."""
+                class_names: Mapping[int, str] | None = None, group_unit: str = UNDECLARED_UNIT) -> TaskData:
+    """A one-domain task from arrays made elsewhere (``fmaudit probe``): train/val/test splits, domain ``all``.
+
+    Items of a side without groups are their own groups (unit ``item``); ``group_unit`` names what given
+    groups are (``patient``, ``slide`` ...; ``group`` when the caller does not say)."""
     xs = [np.asarray(train_x, float), np.asarray(test_x, float)]
     ys = [np.asarray(train_y), np.asarray(test_y)]
     splits = ["train"] * len(ys[0]) + ["test"] * len(ys[1])
@@ -119,16 +159,20 @@ def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, te
     if y.min() < 0:
         raise FmauditInputError("labels must be integers 0..K-1 (found a negative label)")
     n = len(y)
-    groups, offset = [], 0
+    groups, units, offset = [], [], 0
     for name, g, x in zip(("train", "test", "val"), (train_groups, test_groups, None), xs):
         if g is None:  # ungrouped: every item is its own resampling unit
             g = np.array([f"item{offset + i}" for i in range(len(x))])
+            units.append(np.full(len(x), "item", dtype=object))
         elif len(g) != len(x):
             raise FmauditInputError(f"{name}: {len(x)} feature rows but {len(g)} groups")
+        else:
+            units.append(np.full(len(x), str(group_unit), dtype=object))
         groups.append(np.asarray(g).astype(str))
         offset += len(x)
     k = int(y.max()) + 1
     names = [str((class_names or {}).get(i, f"class_{i}")) for i in range(k)]
     ids = np.array([f"{s}_{i}" for i, s in enumerate(splits)])
     return TaskData(features=np.concatenate(xs), labels=y, item_ids=ids, groups=np.concatenate(groups),
-                    domains=np.full(n, "all"), splits=np.array(splits), class_names=names)
+                    domains=np.full(n, "all"), splits=np.array(splits), class_names=names,
+                    group_units=np.concatenate(units).astype(str))

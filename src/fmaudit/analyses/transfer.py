@@ -4,6 +4,12 @@ AUROC/ECE rank decoupling and paired encoder differences (METHODS.md 7 and 8).
 All functions take the aggregated run rows (one per run × target × calibration stage, as written by the
 probe shards) and average over seeds first, so every statistic is computed on seed means. ``ece_bins`` is the
 calibration setting the rows were computed with: it names the ECE column (``ece_top_<bins>_lohi``).
+``include_bound_temperatures`` (``calibration``) says whether post-temperature means keep runs whose source
+temperature sits at a search bound; by default they are left out and counted.
+
+A task whose split leaks (``split: patch (leaky, as published)``: PRISM's Camelyon17 patch split) has inflated
+in-domain AUROC, the denominator of OOD_Stability; :func:`cri_by_split` puts its OOD_Stability and CRI beside
+those of the tasks on the same data sets with another split.
 """
 
 from __future__ import annotations
@@ -28,11 +34,20 @@ CELL = ["task", "head", "fraction", "encoder", "source_domain", "target_domain"]
 
 
 def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
-               metrics: Sequence[str] = ("macro_f1", "auroc_ovr_macro")) -> pd.DataFrame:
+               metrics: Sequence[str] = ("macro_f1", "auroc_ovr_macro"),
+               include_bound_temperatures: bool = False) -> pd.DataFrame:
     """Mean over seeds of ``metrics`` and the ECE at ``ece_bins`` bins at one calibration stage, per (task, head,
-    fraction, encoder, s, t)."""
+    fraction, encoder, s, t). At a temperature-scaled stage, runs whose temperature sits at a search bound are
+    left out of the means unless ``include_bound_temperatures``; ``n_runs`` and ``n_at_bound`` count them."""
     part = runs[runs["stage"] == stage]
-    out = part.groupby(CELL, sort=True)[[*metrics, ece_column(ece_bins)]].mean().reset_index()
+    at_bound = (part["temperature_at_bound"].fillna(False).astype(bool) if "temperature_at_bound" in part.columns
+                else pd.Series(False, index=part.index))
+    part = part.assign(_at_bound=at_bound.astype(int), _one=1)
+    kept = part if include_bound_temperatures or stage == "raw" else part[~at_bound]
+    out = kept.groupby(CELL, sort=True)[[*metrics, ece_column(ece_bins)]].mean()
+    counts = part.groupby(CELL, sort=True)[["_one", "_at_bound"]].sum().rename(
+        columns={"_one": "n_runs", "_at_bound": "n_at_bound"})
+    out = counts.join(out, how="left").reset_index()
     out["in_domain"] = out["source_domain"] == out["target_domain"]
     return out
 
@@ -60,20 +75,35 @@ def ood_stability(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def cri_table(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
+def _task_facts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per task: its split, data sets and calibration mode as the rows say (absent columns are left out)."""
+    cols = [c for c in ("task_split", "datasets", "calibration_mode") if c in runs.columns]
+    return runs.groupby("task")[cols].first().reset_index() if cols else runs[["task"]].drop_duplicates()
+
+
+def cri_table(runs: pd.DataFrame, ece_bins: int, include_bound_temperatures: bool = False) -> pd.DataFrame:
     """PRISM's composite reliability index per (task, head, encoder, fraction):
     CRI = AUROC_id × (1 − clip(ECE after source-validation temperature, 0, 1)) × OOD_Stability.
 
-    AUROC_id and the post-temperature ECE are in-domain means over source domains at that fraction;
-    OOD_Stability is taken at the largest fraction. Geometric and worst-axis aggregations are given beside it.
+    AUROC_id and the post-temperature ECE are in-domain means over source domains at that fraction (runs whose
+    source temperature sits at a bound left out unless ``include_bound_temperatures``; ``n_source_ts_runs``
+    and ``n_source_ts_at_bound`` count them); OOD_Stability is taken at the largest fraction. Geometric and
+    worst-axis aggregations are given beside it; ``task_split`` says which split the task used and
+    ``n_test_groups_in_source_train`` (in-domain, mean over sources) whether its test groups leak into training.
     """
     raw = seed_means(runs, ece_bins, "raw")
-    ts = seed_means(runs, ece_bins, "source_ts")
+    ts = seed_means(runs, ece_bins, "source_ts", include_bound_temperatures=include_bound_temperatures)
     raw, ts = raw[raw["in_domain"]], ts[ts["in_domain"]]
     keys = ["task", "head", "encoder", "fraction"]
     auroc = raw.groupby(keys)["auroc_ovr_macro"].mean().rename("auroc_id")
     ece = ts.groupby(keys)[ece_column(ece_bins)].mean().rename("ece_after_source_ts")
-    df = pd.concat([auroc, ece], axis=1).reset_index()
+    counts = ts.groupby(keys)[["n_runs", "n_at_bound"]].sum().rename(
+        columns={"n_runs": "n_source_ts_runs", "n_at_bound": "n_source_ts_at_bound"})
+    df = pd.concat([auroc, ece, counts], axis=1).reset_index()
+    if "n_test_groups_in_source_train" in runs.columns:
+        ind = runs[(runs["stage"] == "raw") & (runs["source_domain"] == runs["target_domain"])]
+        leak = ind.groupby(keys)["n_test_groups_in_source_train"].mean().rename("n_test_groups_in_source_train")
+        df = df.merge(leak.reset_index(), on=keys, how="left")
     df = df.merge(ood_stability(runs, ece_bins), on=["task", "head", "encoder"], how="left")
     calib = 1.0 - df["ece_after_source_ts"].clip(0, 1)
     df["cri"] = df["auroc_id"] * calib * df["ood_stability"]
@@ -81,9 +111,34 @@ def cri_table(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         df["cri_geometric"] = np.exp(np.log(np.clip(axes, 1e-12, None)).mean(axis=1))
     df["cri_worst_axis"] = axes.min(axis=1)
+    df = df.merge(_task_facts(runs), on="task", how="left")
     df["cri_convention"] = (f"AUROC_id x (1 - clip(ECE_{ece_bins} after source TS, 0, 1)) "
-                            "x OOD_Stability(largest fraction)")
+                            "x OOD_Stability(largest fraction); "
+                            + ("bound temperatures included" if include_bound_temperatures
+                               else "source TS at a bound left out of the ECE mean"))
     return df
+
+
+#: Columns of :func:`cri_by_split`, after its keys.
+CRI_BY_SPLIT_VALUES = ("auroc_id", "ece_after_source_ts", "ood_stability", "cri", "n_pairs",
+                       "n_test_groups_in_source_train")
+
+
+def cri_by_split(cri: pd.DataFrame) -> pd.DataFrame:
+    """OOD_Stability and CRI of the same data sets under different task splits, side by side (long form).
+
+    Tasks are paired when their ``datasets`` agree and their ``task_split`` differs (e.g. PRISM's Camelyon17
+    task with its leaky patch split and the patient-disjoint one); one row per (data sets, head, encoder,
+    fraction, task) with the task's split. Empty when no such pair exists."""
+    need = {"datasets", "task_split"}
+    columns = ["datasets", "head", "encoder", "fraction", "task", "task_split", *CRI_BY_SPLIT_VALUES]
+    if len(cri) == 0 or not need <= set(cri.columns):
+        return pd.DataFrame(columns=columns)
+    splits = cri.groupby("datasets")["task_split"].nunique()
+    paired = cri[cri["datasets"].isin(splits[splits > 1].index)]
+    out = paired[[c for c in columns if c in paired.columns]].sort_values(
+        ["datasets", "head", "encoder", "fraction", "task_split", "task"]).reset_index(drop=True)
+    return out.reindex(columns=columns)
 
 
 def ece_slopes(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
@@ -145,7 +200,8 @@ def rank_transfer_table(runs: pd.DataFrame, ece_bins: int, metric: str = "macro_
     return pd.DataFrame(rows)
 
 
-def decoupling_table(runs: pd.DataFrame, ece_bins: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def decoupling_table(runs: pd.DataFrame, ece_bins: int,
+                     include_bound_temperatures: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """AUROC rank vs post-temperature ECE rank of encoders, per label fraction (PRISM decoupling).
 
     Per unit (task × source domain, in-domain) and fraction: Spearman ρ between AUROC and −ECE (ρ > 0: better
@@ -155,12 +211,13 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int) -> tuple[pd.DataFrame, p
     from scipy.stats import spearmanr
 
     raw = seed_means(runs, ece_bins, "raw")
-    ts = seed_means(runs, ece_bins, "source_ts")
+    ts = seed_means(runs, ece_bins, "source_ts", include_bound_temperatures=include_bound_temperatures)
     keys = ["task", "head", "fraction", "source_domain", "encoder"]
     ind = raw[raw["in_domain"]].set_index(keys)["auroc_ovr_macro"].to_frame().join(
         ts[ts["in_domain"]].set_index(keys)[ece_column(ece_bins)].rename("ece_after_source_ts")).reset_index()
     units = []
     for (task, head, frac, src), cell in ind.groupby(["task", "head", "fraction", "source_domain"]):
+        cell = cell.dropna(subset=["ece_after_source_ts"])  # every run of an encoder at a bound: no ECE to rank
         n = len(cell)
         if n < 2:
             continue
@@ -170,9 +227,9 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int) -> tuple[pd.DataFrame, p
         rho = np.nan if n <= 2 or constant else spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic
         units.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "n_encoders": n,
                       "spearman_auroc_vs_neg_ece": rho, "mean_abs_rank_gap": float(np.mean(np.abs(auroc_rank - ece_rank)))})
-    per_unit = pd.DataFrame(units)
-    if len(per_unit):
-        per_unit["ece_convention"] = ece_convention(ece_bins)
+    per_unit = pd.DataFrame(units, columns=["task", "head", "fraction", "source_domain", "n_encoders",
+                                            "spearman_auroc_vs_neg_ece", "mean_abs_rank_gap"])
+    per_unit["ece_convention"] = ece_convention(ece_bins)
     pooled = []
     for (head, frac), cell in per_unit.groupby(["head", "fraction"]) if len(per_unit) else []:
         ok = cell.dropna(subset=["spearman_auroc_vs_neg_ece"])
@@ -182,7 +239,9 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int) -> tuple[pd.DataFrame, p
                        "mean_abs_rank_gap": cell["mean_abs_rank_gap"].mean(),
                        **{k: meta.get(k, np.nan) for k in ("pooled_rho", "ci_lo", "ci_hi", "Q", "I2", "tau2")},
                        "ece_convention": ece_convention(ece_bins)})
-    return per_unit, pd.DataFrame(pooled)
+    columns = ["head", "fraction", "n_units", "mean_abs_rank_gap", "pooled_rho", "ci_lo", "ci_hi", "Q", "I2", "tau2",
+               "ece_convention"]
+    return per_unit, pd.DataFrame(pooled, columns=columns)
 
 
 def cross_dataset_leaderboard(board: pd.DataFrame) -> pd.DataFrame:

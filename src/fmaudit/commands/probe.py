@@ -33,11 +33,16 @@ def _labels(path: str | None, n: int | None = None, what: str = "labels") -> np.
 
 def wide_probe_rows(rows: pd.DataFrame, n_bins: int) -> pd.DataFrame:
     """One row per (fraction, seed): raw metrics, then ``<metric>__<stage>`` for each calibration stage; the
-    binned metrics are named at ``n_bins`` bins (``ece_top_<n_bins>_lohi``)."""
+    binned metrics are named at ``n_bins`` bins (``ece_top_<n_bins>_lohi``; PRISM's ``ece_prism_<n_bins>_fixed``
+    when asked for). Every row says how it was made (``subsample``, ``standardize``, ``calibration_mode``) and
+    what its intervals resample (``ci_resampling``: ``unit=item, n=...`` without ``--test-groups``)."""
     from fmaudit.metrics import summary_metric_keys
 
-    keys = ["head", "C", "fraction", "seed", "n_train", "n_val", "label_budget", "n_test"]
-    metrics = [m for m in summary_metric_keys(n_bins) if m in rows.columns] + ["temperature"]
+    keys = ["head", "C", "fraction", "seed", "n_train", "n_val", "label_budget", "n_test", "subsample", "standardize",
+            "calibration_mode", "source_val_macro_f1", "ci_unit", "ci_n_units", "ci_resampling"]
+    keys = [k for k in keys if k in rows.columns]
+    metrics = ([m for m in summary_metric_keys(n_bins, prism_ece=True) if m in rows.columns]
+               + ["temperature", "temperature_at_bound", "n_draws_at_bound"])
     out = []
     for key, cell in rows.groupby(keys, sort=True, dropna=False):
         rec = dict(zip(keys, key))
@@ -60,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from fmaudit.analyses.probe_suite import run_probe_suite
     from fmaudit.analyses.task_data import from_arrays
 
+    from fmaudit.datasets import GROUP_UNITS
+
+    if args.group_unit not in (*GROUP_UNITS, "group"):
+        raise FmauditInputError(f"--group-unit {args.group_unit!r}: expected one of {', '.join(GROUP_UNITS)} or group")
     xtr = load_feature_array(args.train_features, key=args.features_key)
     xte = load_feature_array(args.test_features, key=args.features_key)
     xva = load_feature_array(args.val_features, key=args.features_key) if args.val_features else None
@@ -68,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         train_groups=_labels(args.train_groups, len(xtr), "groups"),
         test_groups=_labels(args.test_groups, len(xte), "groups"),
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
+        group_unit=args.group_unit,
     )
     from fmaudit.validation import validate_task_splits
 
@@ -75,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
         "item_id": data.item_ids, "label": data.labels, "group": data.groups, "domain": data.domains,
         "split": data.splits}}, allow_group_overlap=args.allow_group_overlap)
     probe = fill_section("probe", {"heads": args.heads, "C": args.C[0] if len(args.C) == 1 else args.C,
-                                   "fractions": args.fractions, "seeds": args.seeds, "val_fraction": args.val_fraction},
+                                   "fractions": args.fractions, "seeds": args.seeds, "val_fraction": args.val_fraction,
+                                   "standardize": args.standardize, "subsample": args.subsample},
                          source="fmaudit probe options")
     calibration = fill_section("calibration", {"kshot_k": args.kshot_k, "kshot_draws": args.kshot_draws,
-                                               "ece_bins": args.ece_bins}, source="fmaudit probe options")
+                                               "ece_bins": args.ece_bins, "validation_labels": args.validation_labels,
+                                               "budget_validation_share": args.budget_validation_share,
+                                               "include_bound_temperatures": args.include_bound_temperatures,
+                                               "prism_ece": args.prism_ece}, source="fmaudit probe options")
     bootstrap = fill_section("bootstrap", {"n_boot": args.n_boot, "seed": args.bootstrap_seed},
                              source="fmaudit probe options")
     task = {"datasets": ["arrays"], "domains": ["all"], "transfer": False}
@@ -105,7 +119,11 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "(default: hold out --val-fraction of the training groups)")
     pr.add_argument("--val-labels")
     pr.add_argument("--train-groups", help="patient/slide id per training item (grouped val split)")
-    pr.add_argument("--test-groups", help="patient/slide id per test item (cluster bootstrap)")
+    pr.add_argument("--test-groups", help="patient/slide id per test item: intervals resample these groups "
+                    "(without it they resample items, and every row says unit=item)")
+    pr.add_argument("--group-unit", default="group",
+                    help="what the groups are, named in every interval (unit=patient, n=...): patient, slide, "
+                         "biopsy, section, item; default 'group' (not said)")
     pr.add_argument("--allow-group-overlap", action="store_true",
                     help="accept groups on both the training and the test side (an error otherwise: leakage)")
     pr.add_argument("--features-key", help="array name inside .npz/.h5 files (default 'features')")
@@ -118,9 +136,26 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="inverse L2 strength of the logistic head; several values fit one probe each, e.g. '0.01,1,100'")
     pr.add_argument("--heads", type=words, default=default("probe", "heads"), help="comma-separated heads")
     pr.add_argument("--val-fraction", type=float, default=default("probe", "val_fraction"))
+    pr.add_argument("--no-standardize", dest="standardize", action="store_false", default=default("probe", "standardize"),
+                    help="fit the probes on unscaled features (PRISM) instead of standardising them with each "
+                         "training subset's statistics")
+    pr.add_argument("--subsample", choices=["label_fraction", "prism"], default=default("probe", "subsample"),
+                    help="how a label fraction's subset is drawn: label_fraction (nested across fractions) or prism "
+                         "(PRISM's own draw; with --seeds 42,123,456 PRISM's subsets)")
     pr.add_argument("--kshot-k", type=ints, default=default("calibration", "kshot_k"))
     pr.add_argument("--kshot-draws", type=int, default=default("calibration", "kshot_draws"))
     pr.add_argument("--ece-bins", type=int, default=default("calibration", "ece_bins"))
+    pr.add_argument("--validation-labels", choices=["full", "proportional", "budget"],
+                    default=default("calibration", "validation_labels"),
+                    help="labels of the source temperature: the full validation split (published), the split "
+                         "subsampled by the fraction, or a share of the fraction's own label budget")
+    pr.add_argument("--budget-validation-share", type=float, default=default("calibration", "budget_validation_share"),
+                    help="with --validation-labels budget: share of the fraction's labels that fit the temperature")
+    pr.add_argument("--include-bound-temperatures", action="store_true",
+                    default=default("calibration", "include_bound_temperatures"),
+                    help="keep K-shot draws whose temperature sits at a search bound in the K-shot means")
+    pr.add_argument("--prism-ece", action="store_true", default=default("calibration", "prism_ece"),
+                    help="also report PRISM's ECE (ece_prism_<bins>_fixed: [lo,hi) bins, binary p(class 1))")
     pr.add_argument("--n-boot", type=int, default=default("bootstrap", "n_boot"))
     pr.add_argument("--bootstrap-seed", type=int, default=default("bootstrap", "seed"))
     pr.add_argument("--long", action="store_true", help="one row per calibration stage instead of one per run")

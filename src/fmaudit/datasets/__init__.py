@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
 from fmaudit.io import FmauditInputError
+
+#: What a manifest's ``group`` column can hold: the unit that grouped splits keep whole and that cluster-bootstrap
+#: intervals resample. ``item``: the release identifies no patient, slide or biopsy, so each item is its own
+#: group and its intervals are item-level.
+GROUP_UNITS = ("patient", "slide", "biopsy", "section", "item")
+# a preparer's ``group_by`` parameter names its unit (``image`` and ``patch`` are items)
+_GROUP_BY_UNITS = {"patient": "patient", "slide": "slide", "biopsy": "biopsy", "section": "section",
+                   "image": "item", "patch": "item", "item": "item"}
 
 Preparer = Callable[[str, Path, dict[str, Any]], pd.DataFrame]
 PREPARERS: dict[str, Preparer] = {}
@@ -55,12 +63,38 @@ def get_preparer(name: str) -> Preparer:
     raise FmauditInputError(f"unknown preparer {name!r}; known: {sorted(PREPARERS)}")
 
 
-def prepare_dataset(dataset: str, preparer: str, data_root: str | Path, params: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Run a data set's preparer and return its validated manifest."""
+def dataset_group_unit(entry: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> str:
+    """The unit of a data set's ``group`` column (one of :data:`GROUP_UNITS`) under preparer ``params``: the
+    preparer's ``group_by`` parameter where it has one (``group_by: image`` is ``item``), else the registry
+    entry's ``group_unit``."""
+    params = dict(entry.get("params") or {}, **dict(params or {}))
+    by = params.get("group_by")
+    if by is not None:
+        unit = _GROUP_BY_UNITS.get(str(by).lower())
+        if unit is None:
+            raise FmauditInputError(f"group_by {by!r}: not a known group unit (known: {sorted(_GROUP_BY_UNITS)})")
+        return unit
+    if "group_unit" not in entry:
+        raise FmauditInputError("data-set registry entry without group_unit: say what its group column is "
+                                f"({', '.join(GROUP_UNITS)})")
+    return str(entry["group_unit"])
+
+
+def prepare_dataset(dataset: str, preparer: str, data_root: str | Path, params: dict[str, Any] | None = None,
+                    group_unit: str | None = None) -> pd.DataFrame:
+    """Run a data set's preparer and return its validated manifest.
+
+    ``group_unit`` (see :func:`dataset_group_unit`) fills the manifest's ``group_unit`` column where the
+    preparer left it empty (a preparer sets it itself where its data decide, e.g. PCam without slide names)."""
     from fmaudit.datasets.manifest import make_manifest, validate_manifest
 
     fn = get_preparer(preparer)
     raw = fn(dataset, Path(data_root), dict(params or {}))
     df = make_manifest(raw)
     df.attrs = dict(raw.attrs)  # preparer provenance (duplicates removed, split mode) travels to the parquet
+    if group_unit is not None:
+        if group_unit not in GROUP_UNITS:
+            raise FmauditInputError(f"{dataset}: group_unit {group_unit!r} is not one of {GROUP_UNITS}")
+        given = df["group_unit"] if "group_unit" in df.columns else pd.Series(pd.NA, index=df.index)
+        df["group_unit"] = given.astype("string").fillna(group_unit)
     return validate_manifest(df, name=f"manifest of {dataset}")

@@ -14,6 +14,14 @@ Columns (see ``MANIFEST_COLUMNS``):
 - ``domain``     scanner / hospital / site: the unit of transfer
 - ``split``      ``train``, ``val``, ``test`` or ``unassigned``
 
+Optional columns with a meaning downstream:
+
+- ``group_unit``  what ``group`` is: patient, slide, biopsy, section, or item where the release identifies
+  none (then intervals are item-level); written by the workflow from the registry's ``group_unit``
+  (:func:`fmaudit.datasets.dataset_group_unit`), or by a preparer where its data decide
+- ``split_patch`` PRISM's patch-level split (Camelyon17), used by tasks with ``split: patch (leaky, as
+  published)``; it puts a patient's items on several splits
+
 Extra columns are kept (e.g. ``mpp``, ``sha256``). Rows are in a stable order, and embeddings store item ids in
 that order.
 """
@@ -74,6 +82,14 @@ def validate_manifest(df: pd.DataFrame, name: str = "manifest") -> pd.DataFrame:
     if dup.any():
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise FmauditInputError(f"{name}: item_id {df['item_id'].iloc[i]!r} occurs more than once (row {i})")
+    if "group_unit" in df.columns:
+        from fmaudit.datasets import GROUP_UNITS
+
+        bad_unit = ~df["group_unit"].isin(GROUP_UNITS)
+        if bad_unit.any():
+            i = int(np.flatnonzero(bad_unit.to_numpy())[0])
+            raise FmauditInputError(f"{name}: row {i} has group_unit {df['group_unit'].iloc[i]!r}; "
+                                    f"expected one of {GROUP_UNITS}")
     bad_split = ~df["split"].isin(SPLITS)
     if bad_split.any():
         i = int(np.flatnonzero(bad_split.to_numpy())[0])

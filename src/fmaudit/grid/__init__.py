@@ -74,6 +74,7 @@ from fmaudit.grid.studies import (
     study_of,
     study_parts,
     task_domains,
+    task_group_units,
 )
 from fmaudit.grid.summary import summarize
 
@@ -118,4 +119,5 @@ __all__ = [
     "study_parts",
     "summarize",
     "task_domains",
+    "task_group_units",
 ]

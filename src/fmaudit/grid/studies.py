@@ -38,6 +38,7 @@ __all__ = [
     "study_of",
     "study_parts",
     "task_domains",
+    "task_group_units",
     "tile_tasks",
 ]
 
@@ -75,6 +76,23 @@ def task_domains(config: Mapping[str, Any], task: str, dataset_registry: Mapping
             if d not in domains:
                 domains.append(d)
     return domains or [POOLED_DOMAIN]
+
+
+def task_group_units(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> dict[str, str]:
+    """``{task: the unit its intervals resample}`` for every tile-level task, from the registry's ``group_unit``
+    of its data sets under the config's parameters (``patient``; ``item`` for data sets without patient ids;
+    ``patient+item`` for a task pooling both). The report's captions state it; the tables carry the unit
+    each row's data really had."""
+    from fmaudit.config import dataset_params
+    from fmaudit.datasets import dataset_group_unit
+
+    units = {}
+    for _, part in study_parts(config):
+        for task in tile_tasks(part):
+            found = {dataset_group_unit(dataset_registry[ds], dataset_params(config, dataset_registry, ds))
+                     for ds in config["tasks"][task]["datasets"]}
+            units[task] = "+".join(sorted(found))
+    return units
 
 
 def study_of(config: Mapping[str, Any], task: str) -> str | None:

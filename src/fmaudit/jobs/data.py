@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from fmaudit.datasets import prepare_dataset
+from fmaudit.datasets import dataset_group_unit, prepare_dataset
 from fmaudit.io import dataframe_hash, provenance, read_table, write_json, write_table
 from fmaudit.logs import setup_logging
 from fmaudit.validation import SplitValidationError, SplitValidationReport, validate_task_splits
@@ -16,10 +16,12 @@ __all__ = ["download_job", "prepare_manifest_job", "validate_job", "validate_man
 def prepare_manifest_job(dataset: str, entry: Mapping[str, Any], data_root: str, out: str,
                          log: str | None = None) -> None:
     """Run the data set's preparer with ``entry["params"]`` (registry defaults with the config's overrides) and
-    write the manifest with its provenance."""
+    write the manifest with its provenance; its ``group_unit`` column says what ``group`` is (the registry's
+    ``group_unit``, or the preparer's ``group_by``), so every interval downstream can name its unit."""
     logger = setup_logging(log)
     params = dict(entry["params"])
-    manifest = prepare_dataset(dataset, entry["preparer"], data_root, params)
+    manifest = prepare_dataset(dataset, entry["preparer"], data_root, params,
+                               group_unit=dataset_group_unit(entry, params))
     prov = provenance(dataset=dataset, preparer=entry["preparer"], params=params,
                       manifest_hash=dataframe_hash(manifest), preparation=manifest.attrs.get("provenance", {}))
     write_table(out, manifest, provenance=prov)

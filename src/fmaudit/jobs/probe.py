@@ -16,11 +16,13 @@ __all__ = ["aggregate_job", "load_task_data", "probe_shard_job"]
 
 def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[pd.DataFrame],
                    embeddings: Sequence[str], readout: str) -> TaskData:
-    """A task's manifests and one encoder's embeddings of them (checked by ``read_embeddings``) as a TaskData."""
+    """A task's manifests and one encoder's embeddings of them (checked by ``read_embeddings``) as a TaskData,
+    split as the task says (``task_spec["split"]``)."""
     from fmaudit.embed import read_embeddings
 
     feats = [read_embeddings(p, readout) for p in embeddings]
-    return assemble_task_data(manifests, feats, task=task, domains=task_spec.get("domains"), sources=list(embeddings))
+    return assemble_task_data(manifests, feats, task=task, domains=task_spec.get("domains"), sources=list(embeddings),
+                              split=task_spec["split"])
 
 
 def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manifests: Sequence[str],

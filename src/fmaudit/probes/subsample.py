@@ -64,7 +64,7 @@ def prism_subsample(labels, fraction: float, seed: int, per_class: bool = True) 
     class-agnostic draw of the per-dataset notebooks behind the submitted paper
     (``np.random.choice(n, int(n * fraction), replace=False)``, replaced by the per-class draw in the
     rebuttal revision, CHANGELOG_REBUTTAL section 3). PRISM's seeds are 42, 123 and 456. Unlike
-    ``stratified_subsample`` the subsets of one seed are not nested across fractions.
+    ``label_fraction_subsample`` the subsets of one seed are not nested across fractions.
 
     How PRISM fits and scores a run (``PRISMEvaluator.evaluate``, ``prism_bench/metrics.py``), for reproducing
     it: ``LogisticRegression(C=1.0, max_iter=1000, random_state=seed)`` (lbfgs, scikit-learn's default
@@ -103,6 +103,7 @@ def prism_subsample(labels, fraction: float, seed: int, per_class: bool = True) 
         members = rows[labels == c]
         picked.append(generator.choice(members, size=max(1, int(members.size * fraction)), replace=False))
     return np.sort(np.concatenate(picked))
+
 
 def split_train_val(
     labels,

@@ -21,6 +21,7 @@ TABLES = {
     "cross_domain_leaderboard": ACCURACY,
     "paired_differences": ACCURACY,
     "cri": COMPOSITE,
+    "cri_by_split": COMPOSITE,
     "rank_transfer": RANKS,
     "decoupling_units": RANKS,
     "decoupling": RANKS,
@@ -30,27 +31,79 @@ TABLES = {
 FIGURES = {"reliability": CALIBRATION, "rank_transfer": RANKS, "ece_vs_fraction": CALIBRATION}
 NOTE = "no probe runs were planned by this config"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "leaderboard_markdown"]
+__all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "cri_by_split_markdown", "interval_units_text",
+           "leaderboard_markdown"]
+
+
+LEAKY = "leaky"
+
+
+def _split_flag(cell: pd.DataFrame) -> str:
+    """`` Split: patch (leaky, as published): ...`` for a task whose split leaks, else ``""``."""
+    split = str(cell["task_split"].iloc[0]) if "task_split" in cell.columns else "manifest"
+    if LEAKY not in split:
+        return ""
+    return (f" **Split: {split}**: the test items share patients with the training items, so in-domain numbers "
+            "are inflated.")
 
 
 def leaderboard_markdown(board: pd.DataFrame) -> str:
-    """One table per (task, head, source): encoders × (in-domain, each target) macro-F1 [95% CI]."""
+    """One table per (task, head, source): encoders × (in-domain, each target) macro-F1 [95% CI]; each target's
+    column names the unit its intervals resample and how many (``unit=patient, n=6``)."""
     parts = []
     for (task, head, frac, source), cell in board.groupby(["task", "head", "fraction", "source_domain"], sort=True):
         targets = [source] + sorted(t for t in cell["target_domain"].unique() if t != source)
+        labels = {}
+        for t in targets:
+            r = cell[cell["target_domain"] == t]
+            unit = f"; {r['ci_resampling'].iloc[0]}" if "ci_resampling" in r.columns and len(r) else ""
+            labels[t] = f"{t} (in-domain{unit})" if t == source else (f"{t} ({unit[2:]})" if unit else t)
         wide = []
         for enc, er in cell.groupby("encoder"):
             row = {"encoder": enc}
             for t in targets:
                 r = er[er["target_domain"] == t]
-                label = f"{t} (in-domain)" if t == source else t
-                row[label] = fmt_ci(*r[["macro_f1", "macro_f1_ci_lo", "macro_f1_ci_hi"]].iloc[0]) if len(r) else "n/a"
+                row[labels[t]] = fmt_ci(*r[["macro_f1", "macro_f1_ci_lo", "macro_f1_ci_hi"]].iloc[0]) if len(r) else "n/a"
                 if t == source and len(r):
                     row["_sort"] = float(r["macro_f1"].iloc[0])
             wide.append(row)
         table = pd.DataFrame(wide).sort_values("_sort", ascending=False).drop(columns="_sort")
+        mode = (f" Calibration: {cell['calibration_mode'].iloc[0]}." if "calibration_mode" in cell.columns else "")
         parts.append(f"### {task}: source {source}, {head} probe, label fraction {frac:g}\n\n"
-                     f"Macro-F1, mean over seeds [95% CI].\n\n{dataframe_to_markdown(table)}\n")
+                     "Macro-F1, mean over seeds [95% CI; cluster bootstrap of the unit in the column header]."
+                     f"{mode}{_split_flag(cell)}\n\n{dataframe_to_markdown(table)}\n")
+    return "\n".join(parts)
+
+
+def interval_units_text(board: pd.DataFrame) -> str:
+    """Per task, what its intervals resample: ``task demo: unit=patient, n=2-3 per test set``; item-level tasks
+    say that their data set has no patient ids."""
+    if "ci_unit" not in board.columns or len(board) == 0:
+        return "each interval's unit and count are in its table's ci_resampling column"
+    parts = []
+    for task, cell in board.groupby("task", sort=True):
+        unit = "+".join(sorted(set("+".join(cell["ci_unit"].astype(str)).split("+"))))
+        lo, hi = int(cell["ci_n_units"].min()), int(cell["ci_n_units"].max())
+        n = f"n={lo}" if lo == hi else f"n={lo}-{hi}"
+        note = " (no patient ids: item-level)" if unit == "item" else ""
+        parts.append(f"task {task}: unit={unit}, {n} per test set{note}")
+    return "; ".join(parts)
+
+
+def cri_by_split_markdown(table: pd.DataFrame) -> str:
+    """OOD_Stability and CRI of each encoder under every split of the same data sets, side by side (largest
+    label fraction); the leaky split is named as such in its column."""
+    if len(table) == 0 or "task_split" not in table.columns:
+        return "No task is run under two splits of the same data sets."
+    parts = ["The same data sets under each task split: a leaky split (items of one patient in train and test) "
+             "inflates in-domain AUROC, the denominator of OOD_Stability.\n"]
+    for (datasets, head), cell in table.groupby(["datasets", "head"], sort=True):
+        cell = cell[cell["fraction"] == cell["fraction"].max()]
+        cell = cell.assign(column=cell["task_split"].astype(str) + " [" + cell["task"].astype(str) + "]")
+        wide = cell.pivot_table(index="encoder", columns="column", values=["ood_stability", "cri"], sort=True)
+        wide.columns = [f"{metric}: {split}" for metric, split in wide.columns]
+        parts.append(f"### {datasets}: {head} probe, label fraction {cell['fraction'].iloc[0]:g}\n\n"
+                     f"{dataframe_to_markdown(wide.reset_index())}\n")
     return "\n".join(parts)
 
 
@@ -69,9 +122,15 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
         order = ["encoder", "source_domain", "target_domain"] + [c for c in ["raw", "source_ts", "oracle_ts"] if c in wide]
         order += sorted((c for c in wide.columns if str(c).startswith("kshot")),
                         key=lambda c: int(str(c).split("K=")[1].rstrip(")")))
+        counts = ""
+        if "n_at_bound" in cell.columns and "bound_temperatures" in cell.columns:
+            fitted = cell[cell["stage"] != "raw"]
+            counts = (f" {int(fitted['n_at_bound'].sum())} of {int(fitted['n_temperatures'].sum())} fitted temperatures"
+                      f" sit at a search bound; {cell['bound_temperatures'].iloc[0]}.")
+        mode = f" Source temperature: {cell['calibration_mode'].iloc[0]}." if "calibration_mode" in cell.columns else ""
         parts.append(f"### {task}: {head} probe, label fraction {frac:g}\n\nTop-label ECE ({bins} bins, (lo,hi]) "
-                     "by temperature stage; oracle_ts is fitted on the evaluated target (not deployable).\n\n"
-                     f"{dataframe_to_markdown(wide[order])}\n")
+                     "by temperature stage; oracle_ts is fitted on the evaluated target (not deployable)."
+                     f"{mode}{counts}\n\n{dataframe_to_markdown(wide[order])}\n")
     return "\n".join(parts)
 
 
@@ -98,23 +157,32 @@ def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     writer.figure("ece_vs_fraction", lambda path: figures.ece_vs_fraction_figure(
         curves, "target_ece", f"target ECE ({settings_text(groups, '{ece_bins} bins')})", path))
     t = results
+    bound = settings_text([({**g, "bound": "included" if g["include_bound_temperatures"] else "left out and counted"},
+                            tasks) for g, tasks in groups], "{bound}")
+    modes = ", ".join(sorted(set(t["leaderboard"]["calibration_mode"].astype(str)))) if (
+        "calibration_mode" in t["leaderboard"].columns) else "full validation split (published)"
     return [
         "Conventions: macro-F1 with `labels=range(K)`; top-label ECE with "
         f"{settings_text(groups, '{ece_bins} equal-width bins')} closed as (lo, hi]; "
-        "Brier summed over classes (range [0, 2]); intervals are 95% percentile cluster-bootstrap intervals over "
-        f"patients/slides ({settings_text(groups, 'B={n_boot}')}) of the mean over seeds.", "",
+        "Brier summed over classes (range [0, 2]); intervals are 95% percentile cluster-bootstrap intervals "
+        f"({settings_text(groups, 'B={n_boot}')}) of the mean over seeds, each naming the unit it resamples and "
+        f"how many ({interval_units_text(t['leaderboard'])}). Source temperatures: {modes}; temperatures at a "
+        f"search bound in post-temperature means: {bound}.", "",
         "## In-domain vs off-domain", "", dataframe_to_markdown(t["shift_summary"]), "",
         "## Leaderboards", "", leaderboard_markdown(t["leaderboard"]), "",
         "## Calibration ladder", "", calibration_markdown(t["calibration"]), "",
-        "## Paired differences to the in-domain best encoder", "",
-        "Macro-F1 difference (encoder − reference), paired cluster bootstrap over patients/slides "
-        f"({settings_text(groups, 'B={paired_n_boot}')}).", "",
+        "## Paired differences to the reference encoder", "",
+        "Macro-F1 difference (encoder − reference), paired cluster bootstrap of the unit in `ci_resampling` "
+        f"({settings_text(groups, 'B={paired_n_boot}')}); the reference is the best encoder on the source "
+        "validation split (`reference_chosen_on`), not on the test set the intervals describe.", "",
         dataframe_to_markdown(t["paired_differences"].drop(columns=["resampling"], errors="ignore")), "",
         "## Cross-domain leaderboard (sorted by the most shifted target)", "",
         dataframe_to_markdown(t["cross_domain_leaderboard"]), "",
         "## CRI per label fraction", "",
         "CRI = AUROC_id × (1 − clip(ECE after source TS)) × OOD_Stability (PRISM, as corrected).", "",
         dataframe_to_markdown(t["cri"].drop(columns=["cri_convention"], errors="ignore")), "",
+        "## OOD_Stability and CRI by split", "",
+        cri_by_split_markdown(t["cri_by_split"]), "",
         "## Rank transfer", "", dataframe_to_markdown(t["rank_transfer"]), "",
         "## AUROC-rank vs ECE-rank decoupling (Fisher-z pooled per fraction)", "",
         dataframe_to_markdown(t["decoupling"]), "",

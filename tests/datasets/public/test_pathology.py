@@ -79,6 +79,14 @@ def test_nct_official_test_set_labels_and_duplicates(tmp_path):
     names = df.drop_duplicates("label").set_index("label")["label_name"].sort_index()
     assert list(names) == list(NCT)
     assert (df["group"] == df["item_id"]).all() and (df["domain"] == "nct-crc-he-100k").all()
+    # with the registry's entry, the manifest says its groups are items (no patient ids are released)
+    from fmaudit.datasets import dataset_group_unit
+    from fmaudit.registry import load_dataset_registry
+
+    entry = load_dataset_registry()["nct-crc-he-100k"]
+    assert dataset_group_unit(entry) == "item"
+    named = prepare_dataset("nct-crc-he-100k", "nct_crc_he", tmp_path, {"seed": 0}, group_unit=dataset_group_unit(entry))
+    assert (named["group_unit"] == "item").all()
 
 
 def test_nct_without_test_set_and_subsample(tmp_path):
@@ -220,6 +228,7 @@ def test_pcam_without_slide_names_uses_patches_as_groups(tmp_path):
     pd.read_csv(meta_path, index_col=0).drop(columns="wsi").to_csv(meta_path)
     df = prep("pcam", "pcam", tmp_path, png_dir="pcam/png_noslide")
     assert (df["group"] == df["item_id"]).all() and len(df) == 23
+    assert (df["group_unit"] == "item").all()  # the preparer says so: the registry's "slide" does not apply
     assert (tmp_path / "pcam" / "png_noslide" / "test" / "test_000007.png").exists()
 
 
@@ -430,43 +439,62 @@ def test_bracs_official_split_wsi_groups_and_taxonomies(tmp_path):
 
 
 def make_camelyon(root: Path) -> pd.DataFrame:
+    """Two patients per hospital, two slides (nodes) each, eight patches per slide (three tumour)."""
     base = root / "camelyon17_v1.0"
     rows = []
     slide = 0
     for center in range(5):
         for p in range(2):
-            patient, node = f"{center * 20 + p + 4:03d}", p + 1
-            for k in range(8):
-                x, y = 1000 + 96 * k, 2000 + 32 * k
-                rows.append({"patient": patient, "node": node, "x_coord": x, "y_coord": y, "tumor": int(k < 3),
-                             "slide": slide, "center": center, "split": 0})
-                img(base / "patches" / f"patient_{patient}_node_{node}" / f"patch_patient_{patient}_node_{node}_x_{x}_y_{y}.png")
-            slide += 1
+            patient = f"{center * 20 + p + 4:03d}"
+            for node in (p + 1, p + 3):
+                for k in range(8):
+                    x, y = 1000 + 96 * k, 2000 + 32 * k
+                    rows.append({"patient": patient, "node": node, "x_coord": x, "y_coord": y, "tumor": int(k < 3),
+                                 "slide": slide, "center": center, "split": 0})
+                    img(base / "patches" / f"patient_{patient}_node_{node}" / f"patch_patient_{patient}_node_{node}_x_{x}_y_{y}.png")
+                slide += 1
     meta = pd.DataFrame(rows)
     meta.to_csv(base / "metadata.csv")  # WILDS writes an index column; patient keeps its zeros as text
     return meta
 
 
-def test_camelyon17_balanced_per_hospital_slide_disjoint(tmp_path):
+def test_camelyon17_balanced_per_hospital_patient_disjoint(tmp_path):
     make_camelyon(tmp_path)
-    df = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=6, fractions=[0.5, 0.0, 0.5])
+    df = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=12, fractions=[0.5, 0.0, 0.5])
     assert sorted(df["domain"].unique()) == [f"hospital{c}" for c in range(5)]
     counts = df.groupby(["domain", "label"]).size()
-    assert counts.eq(3).all()  # 50/50 per hospital
-    assert df.loc[df["domain"] == "hospital0", "group"].str.match(r"patient_00[45]_node_[12]").all()
+    assert counts.eq(6).all()  # 50/50 per hospital
+    assert df.loc[df["domain"] == "hospital0", "group"].isin(["patient_004", "patient_005"]).all()
+    assert (df["group"] == df["patient"]).all() and (df["group_unit"] == "patient").all()
+    assert df["slide"].str.match(r"patient_\d{3}_node_\d").all()
     per_hospital = df.groupby(["domain", "split"])["group"].nunique()
-    assert per_hospital.eq(1).all()  # each hospital: one slide train, one test
+    assert per_hospital.eq(1).all()  # each hospital: one patient train, one test (both of its slides)
     assert Path(df["source"].iloc[0]).exists()
-    assert df.equals(prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=6, fractions=[0.5, 0.0, 0.5]))
+    assert df.equals(prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=12, fractions=[0.5, 0.0, 0.5]))
+    by_slide = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=None, group_by="slide",
+                    fractions=[0.5, 0.0, 0.5])
+    assert (by_slide["group"] == by_slide["slide"]).all() and (by_slide["group_unit"] == "slide").all()
+    assert by_slide.groupby("domain")["group"].nunique().eq(4).all()
 
 
-def test_camelyon17_patch_and_official_modes_and_missing_patch(tmp_path):
+def test_camelyon17_carries_prisms_leaky_patch_split_and_official_mode(tmp_path):
     make_camelyon(tmp_path)
-    patch = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=None, split_mode="patch")
-    assert (patch["group"] == patch["item_id"]).all() and patch["slide"].nunique() == 10
+    df = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=None)
+    # PRISM's split, patch by patch: label-stratified 70/15/15 per hospital, patients on several sides
+    assert set(df["split_patch"]) == {"train", "val", "test"}
+    assert (df.groupby(["domain", "group"])["split_patch"].nunique() > 1).any()
+    assert (df.groupby(["domain", "split_patch"])["label"].mean().between(0.25, 0.5)).all()
+    assert df.attrs["provenance"]["split_patch"].startswith("patch-level")
     official = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=None, split_mode="official")
     assert official.groupby("domain")["split"].first().to_dict() == {
         "hospital0": "train", "hospital1": "val", "hospital2": "test", "hospital3": "train", "hospital4": "train"}
+    assert "split_patch" in official.columns
+    with pytest.raises(FmauditInputError, match="split_patch"):
+        prepare_dataset("c17", "camelyon17_wilds", tmp_path, {"split_mode": "patch"})
+    with pytest.raises(FmauditInputError, match="group_by 'slide'"):
+        prepare_dataset("c17", "camelyon17_wilds", tmp_path, {"split_mode": "slide"})
+    with pytest.raises(FmauditInputError, match="'group_by' must be one of"):
+        prepare_dataset("c17", "camelyon17_wilds", tmp_path, {"group_by": "hospital"})
     next((tmp_path / "camelyon17_v1.0" / "patches").rglob("*.png")).unlink()
     with pytest.raises(FmauditInputError, match="1 patch file"):
         prepare_dataset("c17", "camelyon17_wilds", tmp_path, {"n_per_hospital": None})

@@ -277,6 +277,7 @@ def prepare_pcam(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.Da
             item = safe_id(s, name)
             rows.append({"item_id": item, "source": str((png_root / s / f"{name}.png").resolve()),
                          "label": int(lab), "label_name": PCAM_CLASSES[int(lab)], "group": wsi or item,
+                         "group_unit": "slide" if wsi is not None else "item",
                          "split": _PCAM_SPLITS[s], "pcam_split": s, "pcam_index": i,
                          "coord_x": meta["coord_x"].iloc[i] if "coord_x" in meta else pd.NA,
                          "coord_y": meta["coord_y"].iloc[i] if "coord_y" in meta else pd.NA})
@@ -555,24 +556,36 @@ def prepare_bracs(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
 
 CAMELYON_CLASSES = ("normal", "tumor")
 _CAMELYON_DEFAULTS = {
-    "seed": 0, "n_per_hospital": 20000, "split_mode": "slide", "fractions": [0.7, 0.15, 0.15],
-    "dedup": "bytes", "val_fraction": 0.0,
+    "seed": 0, "n_per_hospital": 20000, "split_mode": "grouped", "group_by": "patient",
+    "fractions": [0.7, 0.15, 0.15], "dedup": "bytes", "val_fraction": 0.0,
+}
+_CAMELYON_OLD_MODES = {
+    "slide": "split_mode 'slide' is now split_mode 'grouped' with group_by 'slide'",
+    "patch": "PRISM's patch-level split is no longer a split_mode: every manifest of this data set carries it as "
+             "the column split_patch, and a task uses it with `split: patch (leaky, as published)`",
 }
 
 
 @register_preparer("camelyon17_wilds")
 def prepare_camelyon17_wilds(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Camelyon17-WILDS ``camelyon17_v1.0/{metadata.csv, patches/}``: ``domain`` the hospital
-    (``hospital0``..``hospital4``, WILDS' 0-indexed centers), ``group`` the slide (patient_XXX_node_Y).
+    (``hospital0``..``hospital4``, WILDS' 0-indexed centers); ``group`` the patient (``patient_XXX``;
+    ``group_by: slide`` makes it the slide, ``patient_XXX_node_Y``), kept in ``patient`` and ``slide`` too.
 
-    PRISM's protocol: ``n_per_hospital`` patches per hospital, label-stratified 50/50 (all of a class that has
-    fewer), drawn with ``seed``; then split per hospital by ``fractions`` (70/15/15). ``split_mode``:
-    slide (slide-disjoint within each hospital; the default), patch (PRISM's patch-level split; ``group`` is
-    then the patch, the slide kept in ``slide``), official (WILDS: hospital 2 test, hospital 1 val, the rest
-    train; WILDS' in-distribution val patches stay in train to keep slides on one side).
+    PRISM's sample: ``n_per_hospital`` patches per hospital, label-stratified 50/50 (all of a class that has
+    fewer), drawn with ``seed``. ``split_mode``: grouped (the default: ``fractions`` 70/15/15 within each
+    hospital, group-disjoint, so no patient, or slide, is on two sides) or official (WILDS: hospital 2 test,
+    hospital 1 val, the rest train; WILDS' in-distribution val patches stay in train to keep slides on one
+    side). Every manifest also carries ``split_patch``: PRISM's split of the same sample, patch by patch
+    (label-stratified ``fractions`` per hospital, ``seed``), which puts one patient's patches in train,
+    validation and test; a task uses it with ``split: patch (leaky, as published)``. Groups stay patients
+    (or slides) there too, so its intervals resample patients.
     """
     p = resolve_params("camelyon17_wilds", params, _CAMELYON_DEFAULTS)
-    split_mode = choice("camelyon17_wilds", p, "split_mode", ["slide", "patch", "official"])
+    if str(p["split_mode"]).lower() in _CAMELYON_OLD_MODES:
+        raise FmauditInputError(f"preparer 'camelyon17_wilds': {_CAMELYON_OLD_MODES[str(p['split_mode']).lower()]}")
+    split_mode = choice("camelyon17_wilds", p, "split_mode", ["grouped", "official"])
+    group_by = choice("camelyon17_wilds", p, "group_by", ["patient", "slide"])
     root = require(dataset, SOURCES["camelyon17"], data_root, "camelyon17_v1.0/metadata.csv").parent
     meta = pd.read_csv(root / "metadata.csv", dtype={"patient": str})
     meta = meta.drop(columns=[c for c in meta.columns if c.startswith("Unnamed")])
@@ -588,10 +601,12 @@ def prepare_camelyon17_wilds(dataset: str, data_root: Path, params: dict[str, An
     df = pd.DataFrame({
         "item_id": fname.str.split("/").str[-1].str.removesuffix(".png").str.removeprefix("patch_"),
         "source": [str((root / f).resolve()) for f in fname],
-        "label": meta["tumor"].astype(int), "group": slide, "slide": slide,
+        "label": meta["tumor"].astype(int), "patient": "patient_" + patient, "slide": slide,
         "domain": "hospital" + meta["center"].astype(int).astype(str), "center": meta["center"].astype(int),
         "wilds_split": meta["split"].astype(int) if "split" in meta.columns else pd.NA,
     })
+    df["group"] = df[group_by]
+    df["group_unit"] = group_by
     df["label_name"] = df["label"].map(dict(enumerate(CAMELYON_CLASSES)))
     if p["n_per_hospital"] is not None:
         parts = [balanced_subsample(d, int(p["n_per_hospital"]), int(p["seed"]))
@@ -602,13 +617,15 @@ def prepare_camelyon17_wilds(dataset: str, data_root: Path, params: dict[str, An
     n_missing, first = first_missing(df["source"])
     if n_missing:
         raise FmauditInputError(f"{dataset}: {n_missing} patch file(s) listed in metadata.csv are missing, e.g. {first}")
-    fractions = p["fractions"]
+    fractions, seed = p["fractions"], int(p["seed"])
+    # PRISM's patch-level split (v0.3 resplit): every patch its own group, label-stratified per hospital
+    df = pd.concat([grouped_split(d, fractions, seed, group_col="item_id", split_col="split_patch")
+                    for _, d in df.groupby("domain", sort=True)])
     if split_mode == "official":
         df["split"] = np.where(df["center"] == 2, "test", np.where(df["center"] == 1, "val", "train"))
     else:
-        if split_mode == "patch":
-            df["group"] = df["item_id"]
-        df = pd.concat([grouped_split(d, fractions, int(p["seed"])) for _, d in df.groupby("domain", sort=True)])
-    mode = "official (WILDS centers)" if split_mode == "official" else f"{split_mode}-level, per hospital"
+        df = pd.concat([grouped_split(d, fractions, seed) for _, d in df.groupby("domain", sort=True)])
+    mode = "official (WILDS centers)" if split_mode == "official" else f"{group_by}-disjoint, per hospital"
     return finish(df, dataset, dict(p, subsample=None), official_split=True,
-                  extra_provenance={"split_mode": mode, "n_per_hospital": p["n_per_hospital"]})
+                  extra_provenance={"split_mode": mode, "group_by": group_by, "n_per_hospital": p["n_per_hospital"],
+                                    "split_patch": "patch-level per hospital (PRISM; leaky)"})
