@@ -296,3 +296,18 @@ def test_config_schema_takes_allow_missing_classes_per_task():
     config["tasks"]["t"]["allow_missing_classes"] = "immune"
     with pytest.raises(jsonschema.ValidationError, match="is not of type 'array'"):
         jsonschema.validate(config, schema)
+
+
+def test_a_task_on_prisms_leaky_patch_split_checks_that_column_and_allows_its_declared_leak():
+    df = manifest()
+    df["split_patch"] = df["split"]
+    df.loc[(df["group"] == "a-p0") & (df["label"] == 2), "split_patch"] = "test"  # PRISM's patch split leaks
+    leaky = task(split="patch (leaky, as published)")
+    report = validate_task_splits({"ds": df}, leaky)
+    assert list(report.to_frame().query("status == 'allowed'")["check"]) == ["group_disjoint"]
+    validate_task_splits({"ds": df}, task())  # the manifest's own split stays clean
+    df.loc[df["label"] == 1, "split_patch"] = "test"  # a class absent from the patch split's training
+    with pytest.raises(SplitValidationError, match="stroma"):
+        validate_task_splits({"ds": df}, leaky)
+    with pytest.raises(SplitValidationError, match="split_patch"):
+        validate_task_splits({"ds": df.drop(columns="split_patch")}, leaky)

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 CHECKS = ("columns", "duplicate_item_ids", "duplicate_files", "task_domains", "group_disjoint", "label_range",
           "training_classes", "evaluated_classes")
 REQUIRED_COLUMNS = ("item_id", "label", "group", "domain", "split")
+# a task's ``split`` setting -> the manifest column holding its splits (as fmaudit.analyses.task_data reads them)
+SPLIT_COLUMNS = {"manifest": "split", "patch (leaky, as published)": "split_patch"}
 SPLIT_VALUES = ("train", "val", "test", "unassigned")
 EVALUATED_SPLITS = ("train", "val", "test")
 POOLED_DOMAIN = "all"
@@ -169,7 +171,21 @@ def validate_task_splits(
         datasets = [d for d in spec.get("datasets", []) if d in usable]
         if len(datasets) < len(spec.get("datasets", [])):
             continue  # the manifest-level error above already names the data set
-        _check_task(report, task, spec, {d: usable[d] for d in datasets}, scope_of, allow_group_overlap, max_examples)
+        task_frames = {d: usable[d] for d in datasets}
+        split = spec.get("split", "manifest")
+        if split != "manifest":
+            # a declared leaky split (PRISM's Camelyon17 patch split, flagged in every table): its split column
+            # is checked, and its group overlap is the declared leak, not an error
+            column = SPLIT_COLUMNS.get(split)
+            missing = [d for d, df in task_frames.items() if column is None or column not in df.columns]
+            if missing:
+                report.add(task, "columns", ", ".join(scope_of(d) for d in missing),
+                           [f"split {split!r} needs the column {column!r}, which the manifest lacks"], "")
+                continue
+            task_frames = {d: df.assign(split=df[column]) for d, df in task_frames.items()}
+            _check_task(report, task, spec, task_frames, scope_of, True, max_examples)
+            continue
+        _check_task(report, task, spec, task_frames, scope_of, allow_group_overlap, max_examples)
 
     if not report.ok:
         problems = report.problems

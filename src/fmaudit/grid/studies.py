@@ -217,12 +217,13 @@ def resolved_tile_tasks(config: Mapping[str, Any], dataset_registry: Mapping[str
                         ) -> dict[str, dict[str, Any]]:
     """Every tile-level task of the config (all studies) as the split checks take it
     (:func:`fmaudit.validation.validate_task_splits`): its ``datasets``, resolved ``domains``
-    (:func:`task_domains`), ``transfer`` and ``allow_missing_classes``."""
+    (:func:`task_domains`), ``transfer``, ``allow_missing_classes`` and ``split``."""
     out: dict[str, dict[str, Any]] = {}
     for _, part in study_parts(config):
         for task in tile_tasks(part):
             spec = part["tasks"][task]
             out[task] = {"datasets": list(spec["datasets"]), "domains": task_domains(part, task, dataset_registry),
                          "transfer": bool(spec["transfer"]),
-                         "allow_missing_classes": list(spec["allow_missing_classes"])}
+                         "allow_missing_classes": list(spec["allow_missing_classes"]),
+                         "split": spec.get("split", "manifest")}
     return out
