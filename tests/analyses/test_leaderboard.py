@@ -79,12 +79,37 @@ def test_reliability_curves_count_every_item_once(suite_results):
     curves = lb.reliability_curves(preds, n_bins=10)
     for (enc, part, calib), c in curves.groupby(["encoder", "part", "calibration"]):
         assert len(c) == 10 and c["count"].sum() == c["n_items"].iloc[0]
+        # the ECE of the panel is the count-weighted gap of its bins
+        filled = c[c["count"] > 0]
+        gap = (filled["count"] * (filled["accuracy"] - filled["confidence"]).abs()).sum() / filled["count"].sum()
+        assert c["ece"].nunique() == 1 and c["ece"].iloc[0] == pytest.approx(gap, abs=1e-9)
 
 
-def test_ece_by_fraction_is_off_domain_seed_means(suite_results):
-    rows, _ = suite_results
-    data = lb.ece_by_fraction(rows, ece_bins=15)
+def test_ece_by_fraction_is_off_domain_seed_means_with_cluster_intervals(suite_results):
+    rows, preds = suite_results
+    data = lb.ece_by_fraction(rows, preds, ece_bins=15, n_boot=40, seed=3)
     assert not data["in_domain"].any() and set(data["fraction"]) == {0.5, 1.0}
+    assert (data["ece_ci_lo"] < data["ece_ci_hi"]).all() and data["ci_convention"].str.contains("B=40").all()
+    # one cell by hand: resample whole patients (np.repeat of the drawn items), ECE per seed, mean over seeds
+    r = data.iloc[5]
+    cell = preds[(preds["encoder"] == r["encoder"]) & (preds["fraction"] == r["fraction"])
+                 & (preds["source_domain"] == r["source_domain"]) & (preds["target_domain"] == r["target_domain"])]
+    items = cell.drop_duplicates("item_id").set_index("item_id")
+    counts = stats.bootstrap_counts(len(items), groups=items["group"].to_numpy(), n_boot=40, random_state=3)
+    draws = []
+    for b in range(40):
+        per_seed = []
+        for _, one in cell.groupby("seed"):
+            one = one.set_index("item_id").loc[items.index]
+            probs = metrics.softmax(np.stack(one["logits"].to_numpy()).astype(np.float64))
+            take = np.repeat(np.arange(len(items)), counts[b])
+            per_seed.append(metrics.ece(probs[take], items["label"].to_numpy()[take], n_bins=15))
+        draws.append(np.mean(per_seed))
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    assert r["ece_ci_lo"] == pytest.approx(lo, abs=1e-9) and r["ece_ci_hi"] == pytest.approx(hi, abs=1e-9)
+    raw = rows[(rows["stage"] == "raw") & (rows["encoder"] == r["encoder"]) & (rows["fraction"] == r["fraction"])
+               & (rows["source_domain"] == r["source_domain"]) & (rows["target_domain"] == r["target_domain"])]
+    assert r["ece_top_15_lohi"] == pytest.approx(raw["ece_top_15_lohi"].mean())  # the point: the runs' seed mean
 
 
 def test_the_reference_is_chosen_on_validation_not_on_the_evaluated_test_set(suite_results):

@@ -1,6 +1,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.metrics import f1_score
 
 from fmaudit.analyses import transfer
 
@@ -78,6 +79,51 @@ def test_cross_dataset_leaderboard_sorted_by_most_shifted_target(suite_results):
     target = rank_col.removeprefix("rank_on_")
     assert list(one[target]) == sorted(one[target], reverse=True)
     assert list(one[rank_col]) == sorted(one[rank_col])
+
+
+def test_rank_transfer_interval_resamples_test_patients_of_both_domains(suite_results):
+    import warnings
+
+    from scipy.stats import ConstantInputWarning, spearmanr
+
+    from fmaudit.stats import bootstrap_counts
+
+    _, preds = suite_results
+    out = transfer.rank_transfer_intervals(preds, n_boot=30, seed=2)
+    assert len(out) == 2 * 6
+    undefined = out["spearman_rho_ci_lo"].isna()
+    assert (out.loc[undefined, "rho_n_valid"] == 0).all()  # every draw tied (a saturated toy encoder): no interval
+    ok = out[~undefined]
+    assert len(ok) >= 6 and (ok["spearman_rho_ci_lo"] <= ok["spearman_rho_ci_hi"]).all()
+    assert ok[["spearman_rho_ci_lo", "spearman_rho_ci_hi"]].stack().between(-1, 1).all()
+    assert (out["rho_n_valid"] <= 30).all() and out["rho_ci_convention"].str.contains("test patients").all()
+    # one cell by hand: sklearn macro-F1 on patient resamples of each side (independent draws), scipy's ρ
+    r = out.iloc[3]
+
+    def side_draws(target, random_state):
+        cell = preds[(preds["fraction"] == r["fraction"]) & (preds["source_domain"] == r["source_domain"])
+                     & (preds["target_domain"] == target)]
+        items = cell.drop_duplicates("item_id").set_index("item_id")
+        counts = bootstrap_counts(len(items), groups=items["group"].to_numpy(), n_boot=30, random_state=random_state)
+        scores = {}
+        for enc, e in cell.groupby("encoder"):
+            per_seed = []
+            for _, one in e.groupby("seed"):
+                pred = np.stack(one.set_index("item_id").loc[items.index, "logits"].to_numpy()).argmax(1)
+                per_seed.append([f1_score(items["label"], pred, average="macro", labels=range(3), sample_weight=w,
+                                          zero_division=0) for w in counts])
+            scores[enc] = np.mean(per_seed, axis=0)
+        return scores
+
+    src, tgt = side_draws(r["source_domain"], 2), side_draws(r["target_domain"], [2, 1])
+    encs = sorted(src)
+    with warnings.catch_warnings():  # a resample in which every encoder ties has no ρ (NaN), as in the analysis
+        warnings.simplefilter("ignore", ConstantInputWarning)
+        rho = [spearmanr([src[e][b] for e in encs], [tgt[e][b] for e in encs]).statistic for b in range(30)]
+    rho = np.array(rho)[np.isfinite(rho)]
+    lo, hi = np.percentile(rho, [2.5, 97.5])
+    assert r["rho_n_valid"] == len(rho)
+    assert r["spearman_rho_ci_lo"] == pytest.approx(lo, abs=1e-9) and r["spearman_rho_ci_hi"] == pytest.approx(hi, abs=1e-9)
 
 
 def test_cri_leaves_bound_source_temperatures_out_of_the_ece_and_counts_them(suite_results):

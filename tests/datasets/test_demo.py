@@ -186,3 +186,124 @@ def test_jpeg_like_quantisation():
 def test_bad_parameters(tmp_path, params, match):
     with pytest.raises(FmauditInputError, match=match):
         _demo(tmp_path, **{**SMALL, **params})
+
+
+# ---------------------------------------------------------------------------------------- grading levers
+def test_registry_repeats_the_generator_defaults():
+    from fmaudit.datasets.demo import DEMO_DEFAULTS
+    from fmaudit.registry import load_dataset_registry
+    from fmaudit.schema import REPO_ROOT
+
+    registry = load_dataset_registry(REPO_ROOT / "resources" / "datasets.yaml")
+    assert registry["demo-tiles"]["params"] == DEMO_DEFAULTS
+
+
+def test_levers_at_zero_give_the_clean_tiles_and_labels(tmp_path):
+    clean = _demo(tmp_path / "clean", **SMALL)
+    graded = _demo(tmp_path / "graded", **SMALL, tissue_mixing=0.0, label_noise=0.0)
+    assert (clean["pixel_sha256"] == graded["pixel_sha256"]).all()
+    assert (clean["label"] == clean["tissue_class"]).all() and (clean["second_class"] == -1).all()
+    assert (clean["second_share"] == 0).all()
+
+
+def test_tissue_mixing_lays_a_second_class_over_a_share_of_the_tile(tmp_path):
+    clean = _demo(tmp_path / "clean", **SMALL)
+    mixed = _demo(tmp_path / "mixed", **SMALL, tissue_mixing=0.4)
+    assert mixed["second_share"].between(0, 0.4).all() and mixed["second_share"].max() > 0.2
+    assert (mixed["second_class"] != mixed["tissue_class"]).all() and mixed["second_class"].between(0, 4).all()
+    # the label stays the dominant class, and the clean tissue is what the second one is laid over
+    assert (mixed["label"] == mixed["tissue_class"]).all()
+    assert (mixed["pixel_sha256"] != clean["pixel_sha256"]).all()
+    # fat mixed with a nucleus-dense class is darker than the same fat tile without it
+    dense = mixed["label_name"].eq("adipose") & mixed["second_class"].isin([0, 2]) & (mixed["second_share"] > 0.15)
+    assert dense.any()
+    for i in np.flatnonzero(dense.to_numpy()):
+        darker = np.asarray(Image.open(mixed["source"].iloc[i])).mean()
+        assert darker < np.asarray(Image.open(clean["source"].iloc[i])).mean() - 5
+
+
+def test_label_noise_relabels_about_its_share_and_only_the_label(tmp_path):
+    params = {**SMALL, "image_size": 16, "n_patients_per_domain": 4, "tiles_per_patient_per_class": 10}
+    clean = _demo(tmp_path / "clean", **params)
+    noisy = _demo(tmp_path / "noisy", **params, label_noise=0.2)
+    flipped = noisy["label"] != noisy["tissue_class"]
+    n = len(noisy)  # 600 tiles: the share is within 4 binomial standard errors of 0.2
+    assert abs(flipped.mean() - 0.2) < 4 * np.sqrt(0.2 * 0.8 / n)
+    assert (noisy["pixel_sha256"] == clean["pixel_sha256"]).all()  # annotation error, not other pixels
+    names = dict(enumerate(CLASS_NAMES))
+    assert (noisy["label_name"] == noisy["label"].astype(int).map(names)).all()
+
+
+def test_patient_variability_scales_how_patients_differ():
+    from fmaudit.datasets.demo import _patient
+
+    same = [_patient(0, 1, p, variability=0.0) for p in range(5)]
+    assert all(p.hematoxylin_gain == p.eosin_gain == p.nucleus_scale == 1.0 for p in same)
+    assert all(not p.od_jitter.any() for p in same)
+
+    def spread(v):
+        return np.std([_patient(0, 1, p, variability=v).hematoxylin_gain for p in range(40)])
+
+    assert spread(2.0) == pytest.approx(2 * spread(1.0), rel=1e-6)
+
+
+def test_shift_strength_moves_domains_towards_the_reference():
+    from dataclasses import astuple
+
+    ref, b = DOMAINS[0], DOMAINS[1]
+    assert b.shifted_from(ref, 1.0) is b
+    at_ref = b.shifted_from(ref, 0.0)
+    assert at_ref.name == "scanner-b" and astuple(at_ref)[1:] == astuple(ref)[1:]
+    half = b.shifted_from(ref, 0.5)
+    assert half.blur_sigma == pytest.approx(0.5 * b.blur_sigma)
+    assert half.gamma == pytest.approx((ref.gamma + b.gamma) / 2)
+    np.testing.assert_allclose(half.eosin_od, (np.asarray(ref.eosin_od) + b.eosin_od) / 2)
+    assert half.jpeg_quality == 65  # lossless counts as quality 100
+
+
+@pytest.fixture(scope="module")
+def graded_demo(tmp_path_factory):
+    """The demo at its default size with every lever moved: mixed tissue, no acquisition shift."""
+    manifest = _demo(tmp_path_factory.mktemp("graded"), tissue_mixing=0.5, shift_strength=0.0)
+    return manifest, np.stack([np.asarray(Image.open(p)) for p in manifest["source"]])
+
+
+def _colour_probe_f1(manifest, images) -> dict[str, float]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    features = _colour_features(images)
+    labels = manifest["label"].astype(int).to_numpy()
+    train = ((manifest["domain"] == "scanner-a") & (manifest["split"] != "test")).to_numpy()
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000)).fit(features[train], labels[train])
+    out = {}
+    for domain in ("scanner-a", "scanner-b", "scanner-c"):
+        test = ((manifest["domain"] == domain) & (manifest["split"] == "test")).to_numpy()
+        out[domain] = f1_score(labels[test], probe.predict(features[test]), average="macro")
+    return out
+
+
+def test_mixing_makes_classes_harder_and_no_shift_keeps_domains_alike(default_demo, graded_demo):
+    clean, graded = _colour_probe_f1(*default_demo), _colour_probe_f1(*graded_demo)
+    assert graded["scanner-a"] < clean["scanner-a"] - 0.05  # scanner-a is the reference: only mixing differs
+    clean_drop = clean["scanner-a"] - min(clean["scanner-b"], clean["scanner-c"])
+    graded_drop = graded["scanner-a"] - min(graded["scanner-b"], graded["scanner-c"])
+    assert graded_drop < clean_drop - 0.2
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"tissue_mixing": 0.6}, "tissue_mixing"),
+        ({"tissue_mixing": "lots"}, "number"),
+        ({"label_noise": 1.5}, "label_noise"),
+        ({"patient_variability": -0.1}, "patient_variability"),
+        ({"shift_strength": float("nan")}, "number"),
+        ({"shift_strength": True}, "number"),
+    ],
+)
+def test_bad_grading_parameters(tmp_path, params, match):
+    with pytest.raises(FmauditInputError, match=match):
+        _demo(tmp_path, **{**SMALL, **params})

@@ -47,6 +47,42 @@ def test_empty_section_says_so(tmp_path):
     assert pd.read_csv(tmp_path / "tables" / "cri.csv").columns.tolist() == ["note"]
 
 
+def test_index_captions_every_figure_with_its_settings(summary, tmp_path):
+    lines = probe.write_probe_section(summary, ReportWriter(tmp_path))
+    text = "\n".join(lines)
+    captions = probe.figure_captions(summary["settings"])
+    assert set(captions) == set(probe.FIGURES)
+    for name, caption in captions.items():
+        assert f"](figures/{name}.png)" in text and f"*{caption}*" in text
+    assert "15 equal-width bins" in captions["reliability"] and "B=30" in captions["rank_transfer"]
+    assert "B=30" in captions["ece_vs_fraction"] and "test patients" in captions["rank_transfer"]
+
+
+def test_rank_transfer_markdown_shows_rho_with_its_interval_or_says_why_not(summary):
+    rank = summary["rank_transfer"]
+    md = probe.rank_transfer_markdown(rank)
+    defined = rank.dropna(subset=["spearman_rho_ci_lo"]).iloc[0]
+    assert (f"{defined['spearman_rho']:.3f} [{defined['spearman_rho_ci_lo']:.3f}, "
+            f"{defined['spearman_rho_ci_hi']:.3f}]") in md
+    tied = rank.assign(spearman_rho=float("nan"), spearman_rho_ci_lo=float("nan"))
+    assert "n/a (ties)" in probe.rank_transfer_markdown(tied)
+    assert "at least two encoders" in probe.rank_transfer_markdown(rank.iloc[0:0])
+
+
+def test_figures_draw_from_the_computed_data_only(summary, tmp_path):
+    """Each figure draws from its table alone (intervals and ECE arrive computed) and degrades to a message."""
+    from fmaudit.report import figures
+
+    figures.rank_transfer_heatmap(summary["rank_transfer"].drop(columns=["spearman_rho_ci_lo", "spearman_rho_ci_hi"]),
+                                  tmp_path / "no_interval.png")
+    figures.rank_transfer_heatmap(summary["rank_transfer"].iloc[0:0], tmp_path / "empty.png")
+    curves = summary["ece_by_fraction"]
+    figures.ece_vs_fraction_figure(curves.drop(columns=["ece_ci_lo", "ece_ci_hi"]), "ece_top_15_lohi", "ECE",
+                                   tmp_path / "no_band.png")
+    for name in ("no_interval", "empty", "no_band"):
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+
+
 def test_leaderboard_headers_name_the_unit_and_count_of_each_target(summary):
     md = probe.leaderboard_markdown(summary["leaderboard"])
     one = summary["leaderboard"].iloc[0]

@@ -52,3 +52,32 @@ def test_wilcoxon_win():
     assert stats.wilcoxon_win(a_nan, b)["n_pairs"] == 17
     ties = stats.wilcoxon_win(b, b)
     assert np.isnan(ties["p"]) and not ties["win"] and ties["n_nonzero"] == 0
+
+
+def test_spearman_rows_matches_scipy_row_by_row():
+    from scipy.stats import spearmanr
+
+    from fmaudit.stats import spearman_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 4, size=(200, 5)).astype(float)  # small integers: many ties within rows
+    y = rng.normal(size=(200, 5))
+    y[:5] = x[:5]  # identical rankings
+    rho = spearman_rows(x, y)
+    for i in range(len(x)):
+        if np.ptp(x[i]) == 0:
+            assert np.isnan(rho[i])  # a constant row ranks nothing
+        else:
+            assert rho[i] == pytest.approx(spearmanr(x[i], y[i]).statistic, abs=1e-12)
+    assert np.allclose(rho[:5][np.isfinite(rho[:5])], 1.0)
+
+
+def test_spearman_rows_rejects_bad_shapes():
+    from fmaudit.stats import spearman_rows
+
+    with pytest.raises(FmauditInputError, match="one shape"):
+        spearman_rows(np.zeros((3, 4)), np.zeros((3, 5)))
+    with pytest.raises(FmauditInputError, match="at least 2"):
+        spearman_rows(np.zeros((3, 1)), np.zeros((3, 1)))
+    with pytest.raises(FmauditInputError, match="finite"):
+        spearman_rows(np.array([[1.0, np.nan]]), np.array([[1.0, 2.0]]))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.analyses.transfer import seed_means
-from fmaudit.metrics import binned_metric_columns, ece_column, ece_convention, reliability_bins, softmax
+from fmaudit.metrics import binned_metric_columns, ece, ece_column, ece_convention, reliability_bins, softmax
 from fmaudit.stats import cell_resample_counts, percentile_interval, seed_mean_bootstrap
 
 RUN_KEYS = ["task", "head", "fraction", "encoder", "source_domain", "target_domain"]
@@ -206,7 +206,8 @@ def shift_summary(board: pd.DataFrame, *, ece_bins: int) -> pd.DataFrame:
 def reliability_curves(preds: pd.DataFrame, *, n_bins: int) -> pd.DataFrame:
     """Reliability-diagram data of each encoder (first head, first seed, largest fraction), in-domain and
     off-domain, raw and after the source temperature: one row per (encoder, part, calibration, bin) with
-    ``confidence``, ``accuracy`` and ``count`` (:func:`fmaudit.metrics.reliability_bins`) and ``n_items``."""
+    ``confidence``, ``accuracy`` and ``count`` (:func:`fmaudit.metrics.reliability_bins`), ``n_items`` and the
+    ``ece`` of those bins (top-label, ``n_bins`` equal-width bins)."""
     top = preds["fraction"].max()
     sel = preds[(preds["fraction"] == top) & (preds["seed"] == preds["seed"].min())]
     sel = sel[sel["head"] == sel["head"].iloc[0]]
@@ -223,13 +224,31 @@ def reliability_curves(preds: pd.DataFrame, *, n_bins: int) -> pd.DataFrame:
             for name, temp in (("raw", np.ones(len(part))), ("source TS", part["temperature_source"].to_numpy())):
                 if not np.isfinite(temp).all():  # no source temperature (a budget without validation items)
                     continue
-                bins = reliability_bins(softmax(logits / temp[:, None]), labels, n_bins=n_bins)
-                frames.append(bins.assign(encoder=enc, part=part_name, calibration=name, n_items=len(part)))
+                probs = softmax(logits / temp[:, None])
+                bins = reliability_bins(probs, labels, n_bins=n_bins)
+                frames.append(bins.assign(encoder=enc, part=part_name, calibration=name, n_items=len(part),
+                                          ece=ece(probs, labels, n_bins=n_bins)))
     return pd.concat(frames, ignore_index=True)
 
 
-def ece_by_fraction(runs: pd.DataFrame, *, ece_bins: int) -> pd.DataFrame:
-    """Target ECE (raw, seed mean) per label fraction on each transfer pair (in-domain when there is none)."""
+def ece_by_fraction(runs: pd.DataFrame, preds: pd.DataFrame, *, ece_bins: int, n_boot: int, seed: int,
+                    alpha: float = 0.05) -> pd.DataFrame:
+    """Target ECE (raw, seed mean) per label fraction on each transfer pair (in-domain when there is none), with
+    its cluster-bootstrap interval at every fraction (``ece_ci_lo``, ``ece_ci_hi``: resampling the target's test
+    patients/slides, one draw shared by the seeds of a cell, as the leaderboard's)."""
     means = seed_means(runs, ece_bins)
     off = means[~means["in_domain"]]
-    return (off if len(off) else means).reset_index(drop=True)
+    out = (off if len(off) else means).reset_index(drop=True)
+    cells = dict(tuple(preds.groupby(RUN_KEYS)))
+    lo, hi, groups = [], [], []
+    for r in out[RUN_KEYS].itertuples(index=False):
+        sel = cells[tuple(r)]
+        order, labels, counts = cell_resample_counts(sel, n_boot, seed)
+        _, draws = seed_mean_bootstrap(sel, "ece", counts, order, labels, n_bins=ece_bins)
+        interval = percentile_interval(draws, alpha)
+        lo.append(interval[0])
+        hi.append(interval[1])
+        groups.append(sel["group"].nunique())
+    out["ece_ci_lo"], out["ece_ci_hi"], out["n_test_groups"] = lo, hi, groups
+    out["ci_convention"] = ci_convention(n_boot, alpha)
+    return out

@@ -41,6 +41,17 @@ def settings_groups(tasks: list[str], calibration: Mapping[str, Mapping[str, Any
     return [(dict(zip(names, key)), tasks_) for key, tasks_ in groups.items()]
 
 
+def _rank_transfer(runs: pd.DataFrame, preds: pd.DataFrame, s: Mapping[str, Any]) -> pd.DataFrame:
+    """Rank transfer with the bootstrap interval of ρ (test patients resampled; see
+    :func:`fmaudit.analyses.transfer.rank_transfer_intervals`)."""
+    table = transfer.rank_transfer_table(runs, s["ece_bins"])
+    if len(table) == 0:
+        return table
+    keys = ["task", "head", "fraction", "source_domain", "target_domain"]
+    intervals = transfer.rank_transfer_intervals(preds, n_boot=s["n_boot"], seed=s["seed"])
+    return table.merge(intervals, on=keys, how="left") if len(intervals) else table
+
+
 def _group_tables(runs: pd.DataFrame, preds: pd.DataFrame, s: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
     bins, bound = s["ece_bins"], s["include_bound_temperatures"]
     board = lb.leaderboard(runs, preds, n_boot=s["n_boot"], seed=s["seed"], ece_bins=bins)
@@ -55,13 +66,13 @@ def _group_tables(runs: pd.DataFrame, preds: pd.DataFrame, s: Mapping[str, Any])
         "paired_differences": lb.paired_differences(board, preds, n_boot=s["paired_n_boot"], seed=s["seed"]),
         "cri": cri,
         "cri_by_split": transfer.cri_by_split(cri),
-        "rank_transfer": transfer.rank_transfer_table(runs, bins),
+        "rank_transfer": _rank_transfer(runs, preds, s),
         "decoupling_units": per_unit,
         "decoupling": pooled,
         "ece_slopes": slopes,
         "ece_slope_by_auroc_bin": transfer.ece_slope_by_auroc_bin(slopes),
         "reliability_curves": lb.reliability_curves(preds, n_bins=bins),
-        "ece_by_fraction": lb.ece_by_fraction(runs, ece_bins=bins),
+        "ece_by_fraction": lb.ece_by_fraction(runs, preds, ece_bins=bins, n_boot=s["n_boot"], seed=s["seed"]),
     }
 
 

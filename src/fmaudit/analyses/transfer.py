@@ -24,13 +24,17 @@ import pandas as pd
 from scipy.stats import ConstantInputWarning
 
 from fmaudit.metrics import ece_column, ece_convention
-from fmaudit.stats import fisher_z_meta, rank_transfer
+from fmaudit.stats import (cell_resample_counts, fisher_z_meta, percentile_interval, rank_transfer, seed_mean_bootstrap,
+                           spearman_rows)
 
 log = logging.getLogger(__name__)
 
 AUROC_BINS = (0.0, 0.55, 0.70, 0.85, 0.95, 1.0 + 1e-9)
 AUROC_BIN_LABELS = ("<0.55", "0.55-0.70", "0.70-0.85", "0.85-0.95", ">0.95")
 CELL = ["task", "head", "fraction", "encoder", "source_domain", "target_domain"]
+#: The resampling unit of the rank-transfer interval, in words (see :func:`rank_transfer_intervals`).
+RHO_RESAMPLING = ("test patients/slides, source and target resampled independently, shared by every encoder "
+                  "and seed")
 
 
 def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
@@ -197,6 +201,53 @@ def rank_transfer_table(runs: pd.DataFrame, ece_bins: int, metric: str = "macro_
             rows.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "target_domain": tgt,
                          "metric": metric, **res,
                          "ranking_defined": bool(ind[common].nunique() > 1 and tgt_scores[common].nunique() > 1)})
+    return pd.DataFrame(rows)
+
+
+def rank_transfer_intervals(preds: pd.DataFrame, *, n_boot: int, seed: int, metric: str = "macro_f1",
+                            alpha: float = 0.05) -> pd.DataFrame:
+    """Percentile bootstrap interval of the rank-transfer Spearman ρ, per (task, head, fraction, s→t).
+
+    Resampling unit: the test patients (or slides). What would change if the audit were rerun on other
+    patients is the two test sets the encoders are scored on; the encoders themselves are the fixed set being
+    compared (and four or so of them are too few to resample: most encoder resamples would tie). So each draw
+    resamples the source domain's test groups and, independently, the target's (they are other people), and
+    applies the same draw to every encoder and seed: ``metric`` (mean over seeds) of every encoder on both
+    sides, then ρ of the two rankings (:func:`fmaudit.stats.spearman_rows`). Draws in which either ranking is
+    constant have no ρ and are left out (``rho_n_valid`` counts the rest). Intervals need the same encoders on
+    both sides; cells with fewer than two are skipped.
+    """
+    keys = ["task", "head", "fraction", "source_domain"]
+    rows = []
+    for key, block in preds.groupby(keys, sort=True):
+        in_domain = (block["target_domain"] == key[3]).to_numpy()
+        source_cell = block[in_domain]
+        if len(source_cell) == 0:
+            continue
+        src_order, src_labels, src_counts = cell_resample_counts(source_cell, n_boot, seed)
+        src_draws = {enc: seed_mean_bootstrap(p, metric, src_counts, src_order, src_labels)[1]
+                     for enc, p in source_cell.groupby("encoder", sort=True)}
+        for target, cell in block[~in_domain].groupby("target_domain", sort=True):
+            # an independent draw for the target's patients: another stream than the source's
+            tgt_order, tgt_labels, tgt_counts = cell_resample_counts(cell, n_boot, [seed, 1])
+            tgt_draws = {enc: seed_mean_bootstrap(p, metric, tgt_counts, tgt_order, tgt_labels)[1]
+                         for enc, p in cell.groupby("encoder", sort=True)}
+            common = sorted(set(src_draws) & set(tgt_draws))
+            if len(common) < 2:
+                continue
+            x = np.stack([src_draws[e] for e in common], axis=1)
+            y = np.stack([tgt_draws[e] for e in common], axis=1)
+            finite = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1)
+            rho = np.full(n_boot, np.nan)
+            if finite.any():
+                rho[finite] = spearman_rows(x[finite], y[finite])
+            lo, hi, n_valid = percentile_interval(rho, alpha)
+            rows.append({**dict(zip(keys, key)), "target_domain": target, "spearman_rho_ci_lo": lo,
+                         "spearman_rho_ci_hi": hi, "rho_n_valid": n_valid, "n_boot": n_boot,
+                         "n_source_test_groups": int(source_cell["group"].nunique()),
+                         "n_target_test_groups": int(cell["group"].nunique()),
+                         "rho_ci_convention": f"{100 * (1 - alpha):g}% percentile bootstrap, unit: {RHO_RESAMPLING}, "
+                                              f"B={n_boot}"})
     return pd.DataFrame(rows)
 
 

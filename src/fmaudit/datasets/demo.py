@@ -7,13 +7,34 @@ colour cast, gamma, sensor noise and JPEG-like 8×8 DCT quantisation. Patients a
 carry their own stain strength and nucleus size, so tiles of one patient are correlated (the reason for
 grouped splits and cluster bootstrap).
 
+How hard the task is, and how far the domains are apart, is set by four parameters (``dataset_params``;
+the defaults draw clean, fully separable tiles, the demo config grades them):
+
+- ``tissue_mixing`` (0 to 0.5): a tile of class c also shows a second, randomly chosen class in a blob
+  covering a share drawn uniformly from [0, tissue_mixing] of it, as tiles cut across tissue borders do. The
+  label stays the dominant class c, so tiles near 0.5 are genuinely ambiguous; this grades separability.
+- ``label_noise`` (0 to 1): that share of tiles (in every split) carries another class's label, drawn
+  uniformly: annotation error, which no encoder can learn past.
+- ``patient_variability`` (>= 0): scales how much patients differ in stain strength, stain hue and nucleus
+  size (1 = ±15 % stain gain, ±10 % nucleus size, 0.03 hue jitter); it grows within-class variability and the
+  correlation of a patient's tiles.
+- ``shift_strength`` (>= 0): how far each domain's acquisition (stain vectors and gains, blur, white balance,
+  gamma, noise, JPEG quality) lies from the reference ``scanner-a``; 1 is the domains as ``DOMAINS`` defines
+  them, 0 makes every domain acquire like ``scanner-a`` (patients still differ).
+
 Conventions
 - ``group`` is the patient id ``"<domain>_p<NN>"``; ``domain`` is ``scanner-a``, ``scanner-b`` ...
 - Splits are group-disjoint within each domain: of ``n`` patients, ``max(1, round(0.2 n))`` are test,
   as many are val, the rest train (6 patients: 4 / 1 / 1), by a seeded permutation.
-- Every tile is drawn from its own generator seeded by (seed, domain, patient, class, tile index), so a
-  tile does not depend on how many others are drawn. Same seed, same pixels; the PNGs and the manifest are
-  byte-identical on the same platform (numpy's exp and zlib may round differently elsewhere).
+- Every tile is drawn from its own generators seeded by (seed, domain, patient, class, tile index), so a
+  tile does not depend on how many others are drawn; its main tissue and acquisition noise do not depend on
+  the grading either (the second tissue and the label flip have a generator of their own), so
+  ``tissue_mixing: 0`` and ``label_noise: 0`` give the clean tiles of the same seed. Same seed, same pixels;
+  the PNGs and the manifest are byte-identical on the same platform (numpy's exp and zlib may round
+  differently elsewhere).
+- Manifest columns beyond the standard ones: ``tissue_class`` (the drawn, dominant class; differs from
+  ``label`` where the label is noisy), ``second_class`` and ``second_share`` (the mixed-in tissue, -1 and 0
+  for none), ``pixel_sha256``.
 - Files: ``data_root/<dataset>/<domain>/<item_id>.png``. A file whose decoded pixels already match is
   not rewritten (``pixel_sha256`` in the manifest is the SHA-256 of the RGB bytes, format-independent).
 """
@@ -22,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,13 +56,20 @@ from fmaudit.io import FmauditInputError, atomic_path
 
 CLASS_NAMES = ("tumour", "stroma", "lymphocytes", "adipose", "mucus")
 
+#: The preparer's parameters and their defaults (``resources/datasets.yaml`` repeats them for the config;
+#: a test keeps the two equal). Integers, then the four grading levers (floats).
 DEMO_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "image_size": 64,
     "n_patients_per_domain": 6,
     "tiles_per_patient_per_class": 4,
     "n_domains": 3,
+    "tissue_mixing": 0.0,
+    "label_noise": 0.0,
+    "patient_variability": 1.0,
+    "shift_strength": 1.0,
 }
+_FLOAT_PARAMS = ("tissue_mixing", "label_noise", "patient_variability", "shift_strength")
 
 # Ruifrok & Johnston optical-density vectors of hematoxylin and eosin (RGB)
 _H_REF = (0.65, 0.70, 0.29)
@@ -62,6 +90,24 @@ class AcquisitionDomain:
     gamma: float  # applied to [0, 1] intensities
     noise_sigma: float  # gaussian sensor noise, 8-bit units
     jpeg_quality: int | None  # IJG quality of the 8×8 DCT quantisation; None = lossless
+
+    def shifted_from(self, reference: "AcquisitionDomain", strength: float) -> "AcquisitionDomain":
+        """This domain moved to ``strength`` × its distance from ``reference`` (0: acquires like the reference,
+        1: itself; other values extrapolate). Lossless counts as JPEG quality 100."""
+        if strength == 1.0:
+            return self
+        values = {}
+        for f in fields(self):
+            if f.name in ("name", "jpeg_quality"):
+                continue
+            ref, own = np.asarray(getattr(reference, f.name), float), np.asarray(getattr(self, f.name), float)
+            mixed = ref + strength * (own - ref)
+            values[f.name] = tuple(float(v) for v in mixed) if mixed.ndim else float(mixed)
+        q_ref, q_own = reference.jpeg_quality or 100, self.jpeg_quality or 100
+        quality = int(round(np.clip(q_ref + strength * (q_own - q_ref), 1, 100)))
+        values["blur_sigma"] = max(0.0, values["blur_sigma"])
+        values["noise_sigma"] = max(0.0, values["noise_sigma"])
+        return replace(self, **values, jpeg_quality=None if quality >= 100 else quality)
 
 
 DOMAINS: tuple[AcquisitionDomain, ...] = (
@@ -94,60 +140,102 @@ def _smooth_noise(rng: np.random.Generator, size: int, sigma: float) -> np.ndarr
     return (field - field.mean()) / (field.std() + 1e-6)
 
 
+@dataclass(frozen=True)
+class _Nuclei:
+    """How a population of nuclei looks: size (px, before the patient's scale), shape and staining."""
+
+    radius: tuple[float, float]  # uniform range of the mean radius
+    elongation: tuple[float, float]  # uniform range of the axis ratio
+    irregularity: float  # sd of the boundary's 2nd-4th harmonics
+    intensity: float  # hematoxylin concentration at the centre
+    texture_amount: float = 0.0  # chromatin: relative modulation by the tile's texture field
+    scales_with_patient: bool = True
+
+
 def _draw_nuclei(
     canvas: np.ndarray,
     rng: np.random.Generator,
     n: int,
-    radius: tuple[float, float],
-    elongation: tuple[float, float],
-    irregularity: float,
-    intensity: float,
-    texture: np.ndarray,
-    texture_amount: float,
+    look: _Nuclei,
+    scale: float = 1.0,
+    texture: np.ndarray | None = None,
     angles: np.ndarray | None = None,
     centres: np.ndarray | None = None,
 ) -> None:
-    """Stamp ``n`` soft-edged, optionally irregular ellipses into ``canvas`` (max-composited)."""
+    """Stamp ``n`` soft-edged, optionally irregular ellipses into ``canvas`` (max-composited), all at once."""
     size = canvas.shape[0]
+    if n <= 0:
+        return
     if centres is None:
         centres = rng.uniform(-4, size + 4, size=(n, 2))
-    radii = rng.uniform(*radius, size=n)
-    ratios = rng.uniform(*elongation, size=n)
+    radii = rng.uniform(*look.radius, size=n) * scale
+    ratios = rng.uniform(*look.elongation, size=n)
     if angles is None:
         angles = rng.uniform(0, np.pi, size=n)
-    harmonics = rng.normal(0, irregularity, size=(n, 3))
+    harmonics = rng.normal(0, look.irregularity, size=(n, 3))
     phases = rng.uniform(0, 2 * np.pi, size=(n, 3))
     gains = rng.uniform(0.85, 1.15, size=n)
-    for (cx, cy), r, ratio, ang, harm, ph, g in zip(centres, radii, ratios, angles, harmonics, phases, gains):
-        a, b = r * np.sqrt(ratio), r / np.sqrt(ratio)
-        reach = int(np.ceil(a * (1 + 3 * irregularity) + 2))
-        x0, x1 = max(0, int(cx) - reach), min(size, int(cx) + reach + 1)
-        y0, y1 = max(0, int(cy) - reach), min(size, int(cy) + reach + 1)
-        if x0 >= x1 or y0 >= y1:
-            continue
-        yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
-        dx, dy = xx - cx, yy - cy
-        u = (dx * np.cos(ang) + dy * np.sin(ang)) / a
-        v = (-dx * np.sin(ang) + dy * np.cos(ang)) / b
-        rho = np.hypot(u, v)
-        theta = np.arctan2(v, u)
-        boundary = 1 + sum(h * np.cos((k + 2) * theta + p) for k, (h, p) in enumerate(zip(harm, ph)))
-        coverage = np.clip((boundary - rho) * b + 0.5, 0, 1)
-        value = coverage * intensity * g * (1 + texture_amount * texture[y0:y1, x0:x1])
-        np.maximum(canvas[y0:y1, x0:x1], value, out=canvas[y0:y1, x0:x1])
+    a, b = radii * np.sqrt(ratios), radii / np.sqrt(ratios)
+    reach = int(np.ceil(a.max() * (1 + 3 * look.irregularity) + 2))
+    offsets = np.arange(-reach, reach + 1)
+    # one (n, w, w) window per nucleus around its centre pixel
+    xs = np.floor(centres[:, 0]).astype(int)[:, None] + offsets
+    ys = np.floor(centres[:, 1]).astype(int)[:, None] + offsets
+    dx = (xs - centres[:, :1])[:, None, :]
+    dy = (ys - centres[:, 1:])[:, :, None]
+    cos, sin = np.cos(angles)[:, None, None], np.sin(angles)[:, None, None]
+    u = (dx * cos + dy * sin) / a[:, None, None]
+    v = (-dx * sin + dy * cos) / b[:, None, None]
+    rho = np.hypot(u, v)
+    # the boundary's harmonics only where a nucleus can reach (its radius is at most 1 + sum |harmonics|) and
+    # on the canvas: most of a square window is neither
+    reach_rho = 1 + np.abs(harmonics).sum(axis=1) + 0.5 / b
+    on_canvas = ((ys >= 0) & (ys < size))[:, :, None] & ((xs >= 0) & (xs < size))[:, None, :]
+    nucleus, wy, wx = np.nonzero(on_canvas & (rho < reach_rho[:, None, None]))
+    u, v, rho = u[nucleus, wy, wx], v[nucleus, wy, wx], rho[nucleus, wy, wx]
+    theta = np.arctan2(v, u)
+    boundary = 1 + sum(harmonics[nucleus, k] * np.cos((k + 2) * theta + phases[nucleus, k]) for k in range(3))
+    coverage = np.clip((boundary - rho) * b[nucleus] + 0.5, 0, 1)
+    keep = coverage > 0
+    nucleus, yy, xx = nucleus[keep], ys[nucleus[keep], wy[keep]], xs[nucleus[keep], wx[keep]]
+    value = coverage[keep] * look.intensity * gains[nucleus]
+    if texture is not None and look.texture_amount:
+        value = value * (1 + look.texture_amount * texture[yy, xx])
+    np.maximum.at(canvas.reshape(-1), yy * size + xx, value.astype(canvas.dtype))
 
 
-def _tumour(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.ndarray, np.ndarray]:
-    """Crowded, large, irregular nuclei with coarse chromatin and nucleoli in purplish cytoplasm."""
-    texture = _smooth_noise(rng, size, 0.7)
-    h = 0.12 + 0.04 * _smooth_noise(rng, size, 3)
-    e = 0.42 + 0.08 * _smooth_noise(rng, size, 4)
-    n = int(size * size / 85)
-    s = patient.nucleus_scale
-    _draw_nuclei(h, rng, n, (3.8 * s, 6.2 * s), (1.0, 1.8), 0.14, 0.95, texture, 0.45)
-    # nucleoli: small dark dots inside some nuclei
-    _draw_nuclei(h, rng, n // 3, (0.8, 1.2), (1.0, 1.2), 0.0, 1.5, texture, 0.0)
-    return h, e
+@dataclass(frozen=True)
+class _CellSheet:
+    """A tissue that is a background stain under a sheet of nuclei (tumour, lymphocytes): background
+    concentrations ``(mean, smooth-noise amplitude)``, nuclei at one per ``area_per_nucleus`` px², and
+    optional small inclusions (nucleoli) in a third of them."""
+
+    hematoxylin: tuple[float, float]
+    eosin: tuple[float, float]
+    texture_sigma: float
+    area_per_nucleus: float
+    nuclei: _Nuclei
+    inclusions: _Nuclei | None = None
+
+    def paint(self, rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.ndarray, np.ndarray]:
+        texture = _smooth_noise(rng, size, self.texture_sigma)
+        h = self.hematoxylin[0] + self.hematoxylin[1] * _smooth_noise(rng, size, 3)
+        e = self.eosin[0] + self.eosin[1] * _smooth_noise(rng, size, 4)
+        n = int(size * size / self.area_per_nucleus)
+        _draw_nuclei(h, rng, n, self.nuclei, patient.nucleus_scale, texture)
+        if self.inclusions is not None:
+            _draw_nuclei(h, rng, n // 3, self.inclusions)
+        return h, e
+
+
+# crowded, large, irregular nuclei with coarse chromatin and nucleoli in purplish cytoplasm
+_TUMOUR = _CellSheet((0.12, 0.04), (0.42, 0.08), 0.7, 85, _Nuclei((3.8, 6.2), (1.0, 1.8), 0.14, 0.95, 0.45),
+                     inclusions=_Nuclei((0.8, 1.2), (1.0, 1.2), 0.0, 1.5))
+# sheets of small, round, uniformly dark nuclei with little cytoplasm
+_LYMPHOCYTES = _CellSheet((0.10, 0.03), (0.20, 0.05), 0.6, 26, _Nuclei((2.0, 2.7), (1.0, 1.15), 0.03, 1.65, 0.1))
+_SPINDLE = _Nuclei((3.0, 4.0), (5.0, 8.0), 0.03, 0.9)
+_FLAT_ON_MEMBRANE = _Nuclei((2.5, 3.2), (3.0, 4.0), 0.0, 0.8)
+_FLOATING = _Nuclei((2.5, 3.5), (1.0, 1.4), 0.1, 0.8)
 
 
 def _stroma(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.ndarray, np.ndarray]:
@@ -164,20 +252,7 @@ def _stroma(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.
     e = 0.22 + 0.6 * fibres
     h = 0.03 + 0.02 * _smooth_noise(rng, size, 3)
     n = int(size * size / 450)
-    s = patient.nucleus_scale
-    _draw_nuclei(h, rng, n, (3.0 * s, 4.0 * s), (5.0, 8.0), 0.03, 0.9, np.zeros((size, size), np.float32),
-                 0.0, angles=np.full(n, angle))
-    return h, e
-
-
-def _lymphocytes(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.ndarray, np.ndarray]:
-    """Sheets of small, round, uniformly dark nuclei with little cytoplasm."""
-    texture = _smooth_noise(rng, size, 0.6)
-    h = 0.10 + 0.03 * _smooth_noise(rng, size, 3)
-    e = 0.20 + 0.05 * _smooth_noise(rng, size, 4)
-    n = int(size * size / 26)
-    s = patient.nucleus_scale
-    _draw_nuclei(h, rng, n, (2.0 * s, 2.7 * s), (1.0, 1.15), 0.03, 1.65, texture, 0.1)
+    _draw_nuclei(h, rng, n, _SPINDLE, patient.nucleus_scale, angles=np.full(n, angle))
     return h, e
 
 
@@ -203,8 +278,7 @@ def _adipose(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np
     n = min(len(on_membrane), int(size * size / 1500) + 1)
     if n:
         pick = on_membrane[rng.choice(len(on_membrane), size=n, replace=False)][:, ::-1].astype(np.float64)
-        _draw_nuclei(h, rng, n, (2.5, 3.2), (3.0, 4.0), 0.0, 0.8, np.zeros((size, size), np.float32), 0.0,
-                     centres=pick)
+        _draw_nuclei(h, rng, n, _FLAT_ON_MEMBRANE, centres=pick)
     return h, e
 
 
@@ -213,16 +287,15 @@ def _mucus(rng: np.random.Generator, size: int, patient: _Patient) -> tuple[np.n
     wisps = np.clip(_smooth_noise(rng, size, 5), 0, None)
     h = 0.10 + 0.10 * wisps
     e = 0.07 + 0.05 * np.clip(_smooth_noise(rng, size, 6), -1, None)
-    n = int(rng.integers(0, 3))
-    _draw_nuclei(h, rng, n, (2.5, 3.5), (1.0, 1.4), 0.1, 0.8, np.zeros((size, size), np.float32), 0.0)
+    _draw_nuclei(h, rng, int(rng.integers(0, 3)), _FLOATING)
     return h, e
 
 
 # one painter per class, in CLASS_NAMES order: hematoxylin and eosin concentration maps
 _PAINTERS: tuple[Callable[[np.random.Generator, int, _Patient], tuple[np.ndarray, np.ndarray]], ...] = (
-    _tumour,
+    _TUMOUR.paint,
     _stroma,
-    _lymphocytes,
+    _LYMPHOCYTES.paint,
     _adipose,
     _mucus,
 )
@@ -269,13 +342,48 @@ def jpeg_like(rgb: np.ndarray, quality: int) -> np.ndarray:
     return np.stack([y + 1.402 * cr, y - 0.344136 * cb - 0.714136 * cr, y + 1.772 * cb], axis=-1)
 
 
-def render_tile(
-    class_index: int, domain: AcquisitionDomain, patient: _Patient, rng: np.random.Generator, size: int
-) -> np.ndarray:
-    """One ``size``×``size`` RGB uint8 tile of class ``class_index`` as ``domain`` acquires it."""
+@dataclass(frozen=True)
+class TileComposition:
+    """What one tile shows and how it is labelled: the dominant ``tissue_class``, a ``second_class`` (-1 for
+    none) covering ``second_share`` of it, and the annotated ``label`` (another class where it is noisy)."""
+
+    tissue_class: int
+    second_class: int
+    second_share: float
+    label: int
+
+
+def draw_composition(rng: np.random.Generator, tissue_class: int, tissue_mixing: float,
+                     label_noise: float, n_classes: int = len(CLASS_NAMES)) -> TileComposition:
+    """A tile's composition: second class uniform among the others at a share uniform in [0, tissue_mixing];
+    with probability ``label_noise`` the label is another class, uniform among the others. The draws are the
+    same whatever the levers, so a lever changes how much, not which tiles."""
+    others = [c for c in range(n_classes) if c != tissue_class]
+    share_u, second, flip_u, noisy = rng.uniform(), int(rng.choice(others)), rng.uniform(), int(rng.choice(others))
+    share = float(share_u * tissue_mixing)
+    return TileComposition(tissue_class, second if share > 0 else -1, share,
+                           noisy if flip_u < label_noise else tissue_class)
+
+
+def tissue_stains(composition: TileComposition, patient: _Patient, rng: np.random.Generator,
+                  second_rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hematoxylin and eosin concentration maps of a tile: the dominant tissue drawn with ``rng``, the second
+    one (if any) drawn with ``second_rng`` and laid over a smooth blob covering ``second_share`` of the tile."""
+    h, e = _PAINTERS[composition.tissue_class](rng, size, patient)
+    if composition.second_class < 0:
+        return h, e
+    h2, e2 = _PAINTERS[composition.second_class](second_rng, size, patient)
+    field = _smooth_noise(second_rng, size, size / 6)
+    threshold = np.quantile(field, 1 - composition.second_share)
+    blob = np.clip((field - threshold) / 0.3 + 0.5, 0, 1)  # a soft border of a few pixels
+    return h + blob * (h2 - h), e + blob * (e2 - e)
+
+
+def acquire(h: np.ndarray, e: np.ndarray, domain: AcquisitionDomain, patient: _Patient,
+            rng: np.random.Generator) -> np.ndarray:
+    """Stain concentration maps as ``domain`` images them for ``patient``: RGB uint8."""
     from scipy import ndimage
 
-    h, e = _PAINTERS[class_index](rng, size, patient)
     h = np.clip(h, 0, None) * domain.hematoxylin_gain * patient.hematoxylin_gain
     e = np.clip(e, 0, None) * domain.eosin_gain * patient.eosin_gain
     h_od = _unit(np.asarray(domain.hematoxylin_od) + patient.od_jitter[0])
@@ -291,13 +399,22 @@ def render_tile(
     return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
 
 
-def _patient(seed: int, d: int, p: int) -> _Patient:
+def render_tile(
+    class_index: int, domain: AcquisitionDomain, patient: _Patient, rng: np.random.Generator, size: int
+) -> np.ndarray:
+    """One clean ``size``×``size`` RGB uint8 tile of class ``class_index`` as ``domain`` acquires it."""
+    h, e = _PAINTERS[class_index](rng, size, patient)
+    return acquire(h, e, domain, patient, rng)
+
+
+def _patient(seed: int, d: int, p: int, variability: float = 1.0) -> _Patient:
     rng = np.random.default_rng([seed, d, p, 1_000_003])
+    h_u, e_u, n_u = rng.uniform(-1, 1, size=3)
     return _Patient(
-        hematoxylin_gain=float(rng.uniform(0.85, 1.15)),
-        eosin_gain=float(rng.uniform(0.85, 1.15)),
-        nucleus_scale=float(rng.uniform(0.9, 1.1)),
-        od_jitter=rng.normal(0, 0.03, size=(2, 3)).astype(np.float32),
+        hematoxylin_gain=float(max(0.1, 1 + 0.15 * variability * h_u)),
+        eosin_gain=float(max(0.1, 1 + 0.15 * variability * e_u)),
+        nucleus_scale=float(max(0.3, 1 + 0.10 * variability * n_u)),
+        od_jitter=(variability * rng.normal(0, 0.03, size=(2, 3))).astype(np.float32),
     )
 
 
@@ -345,9 +462,15 @@ def _check_params(dataset: str, params: dict[str, Any]) -> dict[str, Any]:
     p = {**DEMO_DEFAULTS, **params}
     for key in DEMO_DEFAULTS:
         value = p[key]
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if key in _FLOAT_PARAMS:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not np.isfinite(value):
+                raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be a number, got {value!r}")
+            p[key] = float(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be an integer, got {value!r}")
-        p[key] = int(value)
+        else:
+            p[key] = int(value)
     if p["seed"] < 0:
         raise FmauditInputError(f"dataset {dataset!r}: seed must be >= 0, got {p['seed']}")
     if p["image_size"] < 16:
@@ -356,6 +479,14 @@ def _check_params(dataset: str, params: dict[str, Any]) -> dict[str, Any]:
         raise FmauditInputError(f"dataset {dataset!r}: tiles_per_patient_per_class must be at least 1")
     if not 1 <= p["n_domains"] <= len(DOMAINS):
         raise FmauditInputError(f"dataset {dataset!r}: n_domains must be between 1 and {len(DOMAINS)}, got {p['n_domains']}")
+    if not 0 <= p["tissue_mixing"] <= 0.5:
+        raise FmauditInputError(f"dataset {dataset!r}: tissue_mixing must be in [0, 0.5] (a tile's label is its "
+                                f"dominant class), got {p['tissue_mixing']}")
+    if not 0 <= p["label_noise"] <= 1:
+        raise FmauditInputError(f"dataset {dataset!r}: label_noise must be in [0, 1], got {p['label_noise']}")
+    for key in ("patient_variability", "shift_strength"):
+        if p[key] < 0:
+            raise FmauditInputError(f"dataset {dataset!r}: {key} must be >= 0, got {p[key]}")
     return p
 
 
@@ -364,21 +495,29 @@ def prepare_demo_tiles(dataset: str, data_root: Path, params: dict[str, Any]) ->
     """Generate (or reuse) the demo tiles under ``data_root/<dataset>/`` and return their manifest.
 
     ``params``: ``seed``, ``image_size`` (px), ``n_patients_per_domain`` (>= 3),
-    ``tiles_per_patient_per_class``, ``n_domains`` (1 to 4); defaults in ``DEMO_DEFAULTS``. Default size:
-    5 classes × 3 domains × 6 patients × 4 tiles = 360 tiles of 64 px.
+    ``tiles_per_patient_per_class``, ``n_domains`` (1 to 4), and the grading levers ``tissue_mixing``,
+    ``label_noise``, ``patient_variability``, ``shift_strength`` (module docstring); defaults in
+    ``DEMO_DEFAULTS``. Default size: 5 classes × 3 domains × 6 patients × 4 tiles = 360 tiles of 64 px.
     """
     p = _check_params(dataset, params)
     seed, size = p["seed"], p["image_size"]
     root = Path(data_root) / dataset
     rows = []
     for d, domain in enumerate(DOMAINS[: p["n_domains"]]):
+        acquisition = domain.shifted_from(DOMAINS[0], p["shift_strength"])
         splits = patient_splits(p["n_patients_per_domain"], np.random.default_rng([seed, d, 2_000_003]))
         for pi in range(p["n_patients_per_domain"]):
-            patient = _patient(seed, d, pi)
+            patient = _patient(seed, d, pi, p["patient_variability"])
             group = f"{domain.name}_p{pi:02d}"
             for c, class_name in enumerate(CLASS_NAMES):
                 for k in range(p["tiles_per_patient_per_class"]):
-                    rgb = render_tile(c, domain, patient, np.random.default_rng([seed, d, pi, c, k]), size)
+                    # the dominant tissue and the acquisition noise draw from one generator, the grading from
+                    # another: the levers never change the rest of a tile
+                    grading_rng = np.random.default_rng([seed, d, pi, c, k, 3_000_017])
+                    comp = draw_composition(grading_rng, c, p["tissue_mixing"], p["label_noise"])
+                    rng = np.random.default_rng([seed, d, pi, c, k])
+                    h, e = tissue_stains(comp, patient, rng, grading_rng, size)
+                    rgb = acquire(h, e, acquisition, patient, rng)
                     item_id = f"{group}_{class_name}_{k:02d}"
                     path = root / domain.name / f"{item_id}.png"
                     digest = pixel_sha256(rgb)
@@ -389,11 +528,14 @@ def prepare_demo_tiles(dataset: str, data_root: Path, params: dict[str, Any]) ->
                             "dataset": dataset,
                             "item_id": item_id,
                             "source": str(path),
-                            "label": c,
-                            "label_name": class_name,
+                            "label": comp.label,
+                            "label_name": CLASS_NAMES[comp.label],
                             "group": group,
                             "domain": domain.name,
                             "split": splits[pi],
+                            "tissue_class": c,
+                            "second_class": comp.second_class,
+                            "second_share": comp.second_share,
                             "pixel_sha256": digest,
                         }
                     )

@@ -31,8 +31,8 @@ TABLES = {
 FIGURES = {"reliability": CALIBRATION, "rank_transfer": RANKS, "ece_vs_fraction": CALIBRATION}
 NOTE = "no probe runs were planned by this config"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "cri_by_split_markdown", "interval_units_text",
-           "leaderboard_markdown"]
+__all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "cri_by_split_markdown", "figure_captions",
+           "interval_units_text", "leaderboard_markdown", "rank_transfer_markdown"]
 
 
 LEAKY = "leaky"
@@ -134,6 +134,49 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+def rank_transfer_markdown(rank: pd.DataFrame) -> str:
+    """Rank transfer, one row per (task, head, fraction, s→t): ρ with its interval, τ-b, the in-domain best and
+    its rank on the target."""
+    if len(rank) == 0:
+        return "Rank transfer needs at least two encoders scored on two domains."
+    lo = rank["spearman_rho_ci_lo"] if "spearman_rho_ci_lo" in rank else pd.Series(float("nan"), index=rank.index)
+    hi = rank["spearman_rho_ci_hi"] if "spearman_rho_ci_hi" in rank else pd.Series(float("nan"), index=rank.index)
+    table = pd.DataFrame({
+        "task": rank["task"], "head": rank["head"], "fraction": rank["fraction"],
+        "source → target": rank["source_domain"] + " → " + rank["target_domain"],
+        "Spearman ρ [95% CI]": [fmt_ci(r, a, b) if pd.notna(a) else ("n/a (ties)" if pd.isna(r) else f"{r:.3f}")
+                                for r, a, b in zip(rank["spearman_rho"], lo, hi)],
+        "Kendall τ-b": rank["kendall_tau_b"].map(lambda v: "n/a" if pd.isna(v) else f"{v:.3f}"),
+        "in-domain best": rank["source_best"], "its rank on target": rank["target_rank_of_source_best"],
+        "dethroned": rank["dethroned"],
+    })
+    return dataframe_to_markdown(table)
+
+
+def figure_captions(groups: list) -> dict[str, str]:
+    """Captions of the section's figures in index.md, with the settings they were made with (the HTML report's
+    come from ``resources/report/figures/<name>.rst``)."""
+    bins = settings_text(groups, "{ece_bins} equal-width bins")
+    boot = settings_text(groups, "B={n_boot}")
+    return {
+        "reliability": (
+            "Reliability diagrams of each encoder's probe (rows), in-domain and off-domain, raw and after "
+            "source-validation temperature scaling (columns); first head and first seed at the largest label "
+            f"fraction. Bars: accuracy per confidence bin ({bins}, (lo, hi]); hatched red: the gap to the bin's mean "
+            "confidence (above a bar: overconfident, inside it: underconfident); dashed: perfect calibration; lower "
+            "panels: items per bin; corner: the ECE of those bins."),
+        "rank_transfer": (
+            "Spearman ρ between the in-domain ranking of encoders by macro-F1 (rows: source) and their ranking on "
+            "each target (columns), per task, head and label fraction, with its 95% percentile bootstrap interval. "
+            "Resampling unit: test patients/slides, source and target resampled independently, one draw shared by "
+            f"every encoder and seed ({boot}); encoders are the fixed set compared, not resampled."),
+        "ece_vs_fraction": (
+            f"Target top-label ECE (raw, {bins}, mean over seeds) against the label fraction of the source training "
+            "split (log scale), one line per encoder, one panel per transfer pair; bands: 95% percentile "
+            f"cluster-bootstrap intervals over the target's test patients/slides at each fraction ({boot})."),
+    }
+
+
 def _write_empty(writer: ReportWriter) -> list[str]:
     for name in TABLES:
         writer.table(name, pd.DataFrame({"note": [NOTE]}))
@@ -155,7 +198,7 @@ def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     writer.figure("reliability", lambda path: figures.reliability_figure(results["reliability_curves"], path))
     writer.figure("rank_transfer", lambda path: figures.rank_transfer_heatmap(results["rank_transfer"], path))
     writer.figure("ece_vs_fraction", lambda path: figures.ece_vs_fraction_figure(
-        curves, "target_ece", f"target ECE ({settings_text(groups, '{ece_bins} bins')})", path))
+        curves, "target_ece", f"target top-label ECE, raw ({settings_text(groups, '{ece_bins} bins')})", path))
     t = results
     bound = settings_text([({**g, "bound": "included" if g["include_bound_temperatures"] else "left out and counted"},
                             tasks) for g, tasks in groups], "{bound}")
@@ -183,14 +226,24 @@ def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter)
         dataframe_to_markdown(t["cri"].drop(columns=["cri_convention"], errors="ignore")), "",
         "## OOD_Stability and CRI by split", "",
         cri_by_split_markdown(t["cri_by_split"]), "",
-        "## Rank transfer", "", dataframe_to_markdown(t["rank_transfer"]), "",
+        "## Rank transfer", "",
+        "Spearman ρ of the in-domain and target rankings of encoders (macro-F1), with a 95% percentile bootstrap "
+        "interval over test patients/slides, source and target resampled independently "
+        f"({settings_text(groups, 'B={n_boot}')}).", "",
+        rank_transfer_markdown(t["rank_transfer"]), "",
         "## AUROC-rank vs ECE-rank decoupling (Fisher-z pooled per fraction)", "",
         dataframe_to_markdown(t["decoupling"]), "",
         "## Target ECE against label fraction, by transfer AUROC", "",
         dataframe_to_markdown(t["ece_slope_by_auroc_bin"]), "",
-        "## Figures", "", "![reliability](figures/reliability.png)", "",
-        "![rank transfer](figures/rank_transfer.png)", "", "![ECE vs fraction](figures/ece_vs_fraction.png)", "",
-    ]
+        "## Figures", "",
+    ] + _figure_lines(figure_captions(groups))
+
+
+def _figure_lines(captions: Mapping[str, str]) -> list[str]:
+    lines = []
+    for name, caption in captions.items():
+        lines += [f"![{name.replace('_', ' ')}](figures/{name}.png)", "", f"*{caption}*", ""]
+    return lines
 
 
 SECTION = Section("probe", TABLES, FIGURES, write_probe_section)

@@ -6,7 +6,7 @@ meta-analysis and structured (two-way, hierarchical) bootstraps.
 - :mod:`fmaudit.stats.intervals`: ``percentile_interval``, ``cluster_bootstrap_ci``, paired differences,
   per-model tables, and the seed-mean bootstrap of a prediction cell (``cell_resample_counts``,
   ``seed_mean_bootstrap``).
-- :mod:`fmaudit.stats.ranking`: ``rank_transfer``, ``wilcoxon_win``.
+- :mod:`fmaudit.stats.ranking`: ``rank_transfer``, ``spearman_rows``, ``wilcoxon_win``.
 - :mod:`fmaudit.stats.meta`: ``fisher_z_meta`` (DerSimonian-Laird on Fisher z).
 - :mod:`fmaudit.stats.hierarchical`: ``two_way_cluster_bootstrap``, ``hierarchical_bootstrap_mean``.
 
@@ -33,7 +33,7 @@ from fmaudit.stats.intervals import (
     seed_mean_bootstrap,
 )
 from fmaudit.stats.meta import fisher_z_meta
-from fmaudit.stats.ranking import rank_transfer, wilcoxon_win
+from fmaudit.stats.ranking import rank_transfer, spearman_rows, wilcoxon_win
 
 __all__ = [
     "BOOTSTRAP_METRICS",
@@ -53,6 +53,7 @@ __all__ = [
     "rank_transfer",
     "resolve_metric",
     "seed_mean_bootstrap",
+    "spearman_rows",
     "two_way_cluster_bootstrap",
     "validated_models",
     "wilcoxon_win",

@@ -1,5 +1,6 @@
-"""Rankings of models across domains: rank transfer (Spearman, Kendall, dethroning) and the paired Wilcoxon
-"significant win" of CellPath-Bench (METHODS 7)."""
+"""Rankings of models across domains: rank transfer (Spearman, Kendall, dethroning), Spearman ρ of many
+resampled score pairs at once (for bootstrap intervals of ρ), and the paired Wilcoxon "significant win" of
+CellPath-Bench (METHODS 7)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fmaudit.io import FmauditInputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["rank_transfer", "wilcoxon_win"]
+__all__ = ["rank_transfer", "spearman_rows", "wilcoxon_win"]
 
 
 def rank_transfer(
@@ -57,6 +58,27 @@ def rank_transfer(
     }
 
 
+
+def spearman_rows(x: Any, y: Any) -> np.ndarray:
+    """Spearman ρ of each row pair: ``x`` and ``y`` are (B, M) scores of M models in B resamples; returns (B,).
+
+    Average ranks for ties within a row (as ``scipy.stats.spearmanr``); a row in which either side is
+    constant has no ranking, and its ρ is NaN. NaN scores are not allowed.
+    """
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise FmauditInputError(f"spearman_rows: x and y must be 2-D of one shape, got {a.shape} and {b.shape}")
+    if a.shape[1] < 2:
+        raise FmauditInputError(f"spearman_rows: need at least 2 models per row, got {a.shape[1]}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise FmauditInputError("spearman_rows: scores must be finite")
+    ra = sps.rankdata(a, axis=1) - (a.shape[1] + 1) / 2
+    rb = sps.rankdata(b, axis=1) - (a.shape[1] + 1) / 2
+    denom = np.sqrt((ra * ra).sum(axis=1) * (rb * rb).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (ra * rb).sum(axis=1) / denom
+    rho[denom == 0] = np.nan
+    return np.clip(rho, -1.0, 1.0)
 
 
 def wilcoxon_win(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
