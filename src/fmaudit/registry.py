@@ -109,11 +109,12 @@ def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "enc
     An entry with ``trust_remote_code: true`` runs Python code from its hub repo, so it must pin the commit
     of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key to set:
     ``config_key`` (the config's ``encoder_revisions.<name>``) when given, and the registry's
-    ``weights.revision``. The workflow calls it for every encoder it is about to embed, before the first job,
+    ``weights.revision`` (entries without an ``hf_hub_id`` fetch no code). The workflow calls it for every encoder it is about to embed, before the first job,
     and the encoder builder calls it before building a network with remote code.
     """
     weights = entry.get("weights") or {}
-    if entry.get("trust_remote_code") and not weights.get("revision"):
+    # only code fetched from a hub repo is someone else's: random-init and local weights run no downloaded code
+    if entry.get("trust_remote_code") and weights.get("hf_hub_id") and not weights.get("revision"):
         repo = weights.get("hf_hub_id", "its hub repo")
         where = (f"set `{config_key}: <commit>` in your config (or weights.revision in {source})" if config_key
                  else "set weights.revision")
