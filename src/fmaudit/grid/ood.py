@@ -243,8 +243,8 @@ def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
             gate["settings"] = gate_settings
         settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS}
         for key in EXTRA_KEYS:
-            extra = ood.get(key) or {}
-            applies = bool(extra) and task in (extra.get("tasks") or (part["tasks"] if key == "sensitivity" else []))
+            extra = ood.get(key)
+            applies = extra is not None and task in (extra.get("tasks") or (part["tasks"] if key == "sensitivity" else []))
             settings[key] = {k: v for k, v in extra.items() if k != "tasks"} if applies else None
         return {"conditions": conds, "gate": gate, "settings": settings}
     known = [t for _, part in study_parts(config) for t in part["tasks"]]
