@@ -243,6 +243,7 @@ def report_ood_settings():
         gate = plan["gate"] or {}
         out[task] = canonical({
             "scorers": plan["settings"]["scorers"], "n_boot": section(config, "bootstrap", task=task)["n_boot"],
+            "ece_bins": section(config, "calibration", task=task)["ece_bins"],
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),

@@ -53,6 +53,7 @@ rule ood_shard:
         plan=ood_plan,
         settings=ood_settings,
         bootstrap=bootstrap_settings,
+        calibration=calibration_settings,
         derived=ood_derived_embeddings,
     threads: 1
     resources:

@@ -70,7 +70,7 @@ def ood_chain(job_chain, tmp_path_factory):
     task_spec = dict(config["tasks"]["demo"])
     out = {name: str(root / "shard" / f"{name}.parquet") for name in SHARD_TABLES}
     bootstrap = {"n_boot": 20, "seed": 0}
-    kwargs = dict(encoder="enc-a", task="demo", task_spec=task_spec, settings=settings, bootstrap=bootstrap,
+    kwargs = dict(encoder="enc-a", task="demo", task_spec=task_spec, settings=settings, bootstrap=bootstrap, ece_bins=10,
                   manifests=[str(job_chain["manifest"])], embeddings=[str(emb)], far_manifests=[str(donor_man)],
                   far_embeddings=[str(donor_emb)], derived_embeddings=derived)
     ood_shard_job(plan={"conditions": plan["conditions"], "gate": plan["gate"]}, out=out,
@@ -112,6 +112,8 @@ def test_shard_runs_every_planned_condition_and_gate_setting(ood_chain):
     probe_sens = read_table(ood_chain["out"]["probe_sensitivity"])
     assert set(probe_sens["analysis"]) == {"fixed_C", "selection"}
     assert len(read_table(ood_chain["out"]["slides"])) == 0  # not declared for this task
+    assert "ece_top_10_lohi" in read_table(ood_chain["out"]["selective"]).columns  # calibration.ece_bins
+    assert "ece_top_10_lohi" in probe_sens.columns
     blur = read_table(ood_chain["out"]["blur"])
     assert blur["sigma"].tolist() == [0.0, 2.0] and (blur["ci_unit"] == "group (patient/slide)").all()
 

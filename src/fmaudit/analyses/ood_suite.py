@@ -29,7 +29,7 @@ import pandas as pd
 
 from fmaudit.analyses.task_data import TaskData
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import detection_auroc, fpr_at_tpr, softmax
+from fmaudit.metrics import DEFAULT_N_BINS, detection_auroc, fpr_at_tpr, softmax
 from fmaudit.ood.conditions import hold_out_classes
 from fmaudit.ood.gate import DEFAULT_CS, AbstentionGate, GateSet, gate_operating_points
 from fmaudit.ood.scorers import FEATURE_SCORERS, LOGIT_SCORERS, energy_score, make_feature_scorer, msp_score
@@ -237,10 +237,12 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                   covariance: str = "ledoit_wolf", coverages: Sequence[float] = DEFAULT_COVERAGES,
                   n_boot: int = 300, bootstrap_seed: int = 0, alpha: float = 0.05,
                   gate_params: Mapping[str, Any] | None = None, gate_splits: int = 5, gate_near: bool = False,
-                  hist_bins: int = 30, random_state: int = 0, probe: ProbeSettings | None = None) -> OODSuiteResult:
+                  hist_bins: int = 30, random_state: int = 0, probe: ProbeSettings | None = None,
+                  ece_bins: int = DEFAULT_N_BINS) -> OODSuiteResult:
     """Every OOD analysis of one (encoder, task); see the module doc.
 
-    ``probe``: the probe of the shard and of the gate (:class:`ProbeSettings`; ``probe_C`` is shorthand for
+    ``ece_bins``: equal-width bins of the selective table's top-label ECE. ``probe``: the probe of the shard and
+    of the gate (:class:`ProbeSettings`; ``probe_C`` is shorthand for
     ``ProbeSettings(C=probe_C)``). ``gate_params``: keyword arguments of :class:`fmaudit.ood.gate.AbstentionGate`
     (id_reject, retain, validation_fraction, random_state = the config's ``gate.seed``, scorer,
     scorer_params ...); None skips the gate. The gate is evaluated on the task's own split (setting
@@ -317,7 +319,8 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                      for h in _histogram_rows(s_id[name], s_ood[name], int(hist_bins))]
 
     probs_test = softmax(logits_test)
-    summary = selective_summary(probs_test, y[test], ordinal=ordinal, coverages=coverages, groups=groups[test],
+    summary = selective_summary(probs_test, y[test], ordinal=ordinal, coverages=coverages, n_bins=int(ece_bins),
+                                groups=groups[test],
                                 n_boot=int(n_boot), random_state=int(bootstrap_seed), alpha=alpha, unit=CI_UNIT)
     selective = pd.DataFrame([{**meta, "set": "test", **summary, "probe_C": probe_C_value}])
     curves = risk_coverage_curve(probs_test, y[test], coverages=CURVE_COVERAGES)

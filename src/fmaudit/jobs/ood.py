@@ -129,7 +129,7 @@ def _meta(df: pd.DataFrame, encoder: str, task: str, readout: str) -> pd.DataFra
 
 
 def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: bool, manifests: Sequence[pd.DataFrame],
-            n_boot: int, seed: int, logger) -> dict[str, pd.DataFrame]:
+            n_boot: int, seed: int, ece_bins: int, logger) -> dict[str, pd.DataFrame]:
     """The sensitivity tables, slide aggregation and the coarsening controls the section declares for the task."""
     from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
     from fmaudit.ood.slides import label_coarsening, slide_aggregation, without_classes
@@ -146,7 +146,8 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         out["probe_sensitivity"] = probe_sensitivity(
             X[train], y[train], groups[train], X[test], y[test], n_classes=data.n_classes, groups_test=groups[test],
             Cs=sens["Cs"], protocols=[PROTOCOL_NAMES[p] for p in sens["protocols"]],
-            n_folds=settings["probe"]["cv_folds"], random_state=seed, ordinal=ordinal, coverages=coverages)
+            n_folds=settings["probe"]["cv_folds"], random_state=seed, ordinal=ordinal, coverages=coverages,
+            n_bins=ece_bins)
         sets = {c.name: (c.tier, c.features) for c in conditions if c.features is not None}
         if sets:
             out["scorer_sensitivity"] = scorer_sensitivity(
@@ -160,7 +161,7 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
             X[train], y[train], slide[train], X[test], y[test], slide[test], n_classes=data.n_classes,
             ordinal=ordinal, groups_train=groups[train], slide_groups_test=groups[test] if slides["slide_column"] != "group" else None,
             probe_C=probe_C, aggregators=slides["aggregators"], mil_params=slides["mil"], coverages=coverages,
-            n_boot=n_boot, bootstrap_seed=seed, random_state=seed)
+            n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
     coarse = settings.get("coarsening")
     if coarse:
         logger.info("label coarsening over %r", coarse["slide_column"])
@@ -168,14 +169,14 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         keep = train | test
         table = label_coarsening(X[keep], y[keep], slide[keep], groups[keep], test[keep], n_classes=data.n_classes,
                                  ordinal=ordinal, probe_C=probe_C, mil_params=coarse["mil"], coverages=coverages,
-                                 n_boot=n_boot, bootstrap_seed=seed, random_state=seed)
+                                 n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
         table.insert(0, "control", "label_coarsening")
         parts = [table]
         if coarse["without"]:
             row = without_classes(X[train], y[train], groups[train], X[test], y[test], groups[test],
                                   class_names=data.class_names, removed=coarse["without"], ordinal=ordinal,
                                   probe_C=probe_C, coverages=coverages, n_boot=n_boot, bootstrap_seed=seed,
-                                  random_state=seed)
+                                  random_state=seed, n_bins=ece_bins)
             parts.append(pd.DataFrame([{"control": "without_classes", "arm": f"without {row['removed']}",
                                         "evaluation": "patch_labels", "level": "tile", **row}]))
         out["coarsening"] = pd.concat(parts, ignore_index=True)
@@ -192,7 +193,7 @@ def _data_hash(manifests: Sequence[pd.DataFrame], embeddings: Sequence[str]) -> 
 
 
 def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: Mapping[str, Any],
-                  settings: Mapping[str, Any], bootstrap: Mapping[str, Any], manifests: Sequence[str],
+                  settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int, manifests: Sequence[str],
                   embeddings: Sequence[str], far_manifests: Sequence[str], far_embeddings: Sequence[str],
                   derived_embeddings: Mapping[str, str], out: Mapping[str, str], gate_dir: str,
                   log: str | None = None) -> None:
@@ -201,7 +202,8 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
 
     ``task_spec``: the task's config entry with its resolved domains; ``plan``: :func:`fmaudit.grid.ood_shard_plan`
     of the task; ``settings``: the task's filled ``ood`` section, ``readout`` resolved for the encoder;
-    ``bootstrap``: ``n_boot`` and ``seed``; ``derived_embeddings``: derived data set -> its embedding file.
+    ``bootstrap``: ``n_boot`` and ``seed``; ``ece_bins``: the task's ``calibration.ece_bins`` (the top-label ECE
+    of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.
     An ungated task's ``gate_dir`` holds only ``no_gate.json``, saying so.
     """
     from fmaudit.analyses.ood_suite import OODCondition, ProbeSettings, run_ood_suite
@@ -241,11 +243,12 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
                         coverages=settings["coverages"], n_boot=int(bootstrap["n_boot"]),
                         bootstrap_seed=int(bootstrap["seed"]), gate_params=gate_params,
                         gate_splits=int(gate["n_splits"]) if gate else 1, gate_near=bool(gate and gate["near"]),
-                        hist_bins=settings["hist_bins"], random_state=int(bootstrap["seed"]), probe=probe)
+                        hist_bins=settings["hist_bins"], random_state=int(bootstrap["seed"]), probe=probe,
+                        ece_bins=int(ece_bins))
     tables = {"detection": res.detection, "selective": res.selective, "curves": res.curves, "blur": res.blur,
               "gate": res.gate, "histograms": res.histograms}
     tables.update(_extras(data, conditions, settings, task, ordinal, mans, int(bootstrap["n_boot"]),
-                          int(bootstrap["seed"]), logger))
+                          int(bootstrap["seed"]), int(ece_bins), logger))
     tier = {c.name: c.tier for c in conditions}
     data_hash = _data_hash(mans, embeddings)
     prov = provenance(encoder=encoder, task=task, readout=readout, data_hash=data_hash,
