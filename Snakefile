@@ -19,6 +19,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/embed.smk"
 include: "rules/probe.smk"
+include: "rules/ood.smk"
 include: "rules/report.smk"
 
 
@@ -30,6 +31,7 @@ localrules:
     download_dataset,
     validate,
     aggregate_probe,
+    aggregate_ood,
     report,
 
 

@@ -1,5 +1,6 @@
 # Input functions and helpers of every rule. Rules themselves hold no Python logic.
 
+import copy
 import sys
 from pathlib import Path
 
@@ -9,6 +10,8 @@ from fmaudit.config import check_config, dataset_params, fill_config, manifest_f
 from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
+from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
+from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
 from fmaudit.report import report_outputs
 
 try:
@@ -139,7 +142,8 @@ def embedding_path(encoder, dataset):
 def embed_encoder(wildcards):
     """The encoder of an embedding job, checked against the config and the key in the requested path."""
     encoder = config_name("encoder", wildcards.encoder, "encoders")
-    config_name("dataset", wildcards.dataset, "datasets")
+    if wildcards.dataset not in DERIVED:  # a derived data set (OOD perturbations) is named by its plan, not the config
+        config_name("dataset", wildcards.dataset, "datasets")
     if wildcards.key != EMBEDDING_KEY[encoder]:
         raise FmauditInputError(
             f"embeddings of {encoder!r} with key {wildcards.key} were asked for, but the config gives encoder "
@@ -237,6 +241,105 @@ def all_embeddings():
 
 def all_targets():
     return [f"{REPORT}/index.md"]
+
+
+# ---- OOD detection and the abstention gate (seed 003) ----------------------------------------------------
+
+# (encoder, task) of every OOD shard, and every perturbed copy of a test split (`<dataset>__<tag>`, blur
+# sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
+OOD_SHARDS = ood_shards(config)
+OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
+DERIVED = derived_datasets(config)
+# tags of perturbations (fmaudit.ood.perturb.perturbation_tag): what a derived manifest's name ends with
+PERTURBATION_KINDS = r"(?:blur_s|jpeg_q|exposure_f|pen_seed|bubble_seed|fold_seed)"
+PERTURBATION_TAG = rf"{PERTURBATION_KINDS}[0-9.]+(?:_[0-9a-f]{{6}})?"
+# a data set prepared from its source: a slug without `__<perturbation>` in it (a derived copy's name)
+SOURCE_DATASET = rf"[A-Za-z0-9](?:(?!__{PERTURBATION_KINDS})[A-Za-z0-9._-])*"
+
+
+def derived_spec(wildcards):
+    """The perturbation spec of a derived data set (a change to it re-derives and re-embeds only that copy)."""
+    name = f"{wildcards.dataset}__{wildcards.tag}"
+    if name not in DERIVED:
+        raise WorkflowError(f"{name}: no OOD condition of the config perturbs {wildcards.dataset} as {wildcards.tag!r}")
+    return DERIVED[name]["spec"]
+
+
+def ood_plan(wildcards):
+    """The task's OOD conditions and gate (fmaudit.grid.ood_shard_plan), settings apart."""
+    plan = OOD_PLANS[wildcards.task]
+    return canonical({"conditions": plan["conditions"], "gate": plan["gate"]})
+
+
+def ood_settings(wildcards):
+    """The task's OOD settings, with readout `default` resolved to this encoder's own default readout."""
+    settings = copy.deepcopy(OOD_PLANS[wildcards.task]["settings"])
+    if settings["readout"] == "default":
+        settings["readout"] = ENCODERS[wildcards.encoder].get("default_readout", "cls")
+    return canonical(settings)
+
+
+def ood_task(wildcards):
+    """The task's config entry with its resolved domains (the OOD shard pools them)."""
+    return probe_task(wildcards)
+
+
+def _ood_derived(wildcards):
+    plan = OOD_PLANS[wildcards.task]
+    return [name for cond in plan["conditions"] for name in cond.get("derived", [])]
+
+
+def ood_shard_inputs(wildcards):
+    """The task's manifests and this encoder's embeddings of them, of its far donor's data sets, and of the
+    perturbed copies of its test split: nothing about other encoders or tasks."""
+    plan = OOD_PLANS[wildcards.task]
+    datasets = config["tasks"][wildcards.task]["datasets"]
+    donors = [ds for cond in plan["conditions"] if cond["tier"] == "far" for ds in cond["donor"]["datasets"]]
+    return {
+        "manifests": [manifest_path(ds) for ds in datasets],
+        "embeddings": [embedding_path(wildcards.encoder, ds) for ds in datasets],
+        "far_manifests": [manifest_path(ds) for ds in donors],
+        "far_embeddings": [embedding_path(wildcards.encoder, ds) for ds in donors],
+        "derived": [embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)],
+    }
+
+
+def ood_derived_embeddings(wildcards):
+    """Derived data set -> this encoder's embedding file of it (the shard's `derived` inputs, by name)."""
+    return {name: embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)}
+
+
+def ood_shard_path(task, encoder, table):
+    return f"{RESULTS}/shards/ood/{task}/{encoder}.{table}.parquet"
+
+
+def ood_aggregate_inputs(wildcards):
+    """Each table of every OOD shard, by table."""
+    return {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+
+
+def ood_aggregate_path(table):
+    return f"{RESULTS}/aggregate/ood_{table}.parquet"
+
+
+def ood_report_inputs(wildcards):
+    """The aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)."""
+    return [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+
+
+def report_ood_settings():
+    """{task: its OOD shard's reported settings}: what the OOD captions state."""
+    out = {}
+    for task, plan in OOD_PLANS.items():
+        gate = plan["gate"] or {}
+        out[task] = canonical({
+            "scorers": plan["settings"]["scorers"], "n_boot": section(config, "bootstrap", task=task)["n_boot"],
+            "ece_bins": section(config, "calibration", task=task)["ece_bins"],
+            "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
+            "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
+            "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+        })
+    return out
 
 
 # ---- report --------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ rule prepare_manifest:
     resources:
         mem_mb=4000,
         runtime=60,
+    wildcard_constraints:
+        dataset=SOURCE_DATASET,
     conda:
         "../envs/slides.yaml"
     script:

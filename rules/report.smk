@@ -8,6 +8,7 @@ rule report:
         runs=f"{RESULTS}/aggregate/probe_runs.parquet",
         predictions=all_probe_shards("predictions"),
         embeddings=all_embeddings(),
+        ood=ood_report_inputs,
     output:
         index=f"{REPORT}/index.md",
         tables=report_tables(),
@@ -19,6 +20,7 @@ rule report:
         calibration=report_settings("calibration"),
         bootstrap=report_settings("bootstrap"),
         units=report_units(),
+        ood=report_ood_settings(),
     conda:
         "../envs/analysis.yaml"
     script:

@@ -13,5 +13,7 @@ report_job(
     out_dir=str(Path(snakemake.output.index).parent),  # noqa: F821
     calibration=snakemake.params.calibration,  # noqa: F821
     bootstrap=snakemake.params.bootstrap,  # noqa: F821
+    ood=list(snakemake.input.ood),  # noqa: F821
+    ood_settings=snakemake.params.ood,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
 )

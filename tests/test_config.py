@@ -124,7 +124,9 @@ def test_declared_sections_get_their_defaults_when_present(demo_config):
     demo_config["prior_shift"] = {"task": "demo-tissue", "priors": {"flat": {"a": 0.5, "b": 0.5}}, "sample_size": 10}
     cfg = fill_config(demo_config)
     assert cfg["prior_shift"]["draws"] == 25 and cfg["prior_shift"]["seeds"] == [0]
-    assert "ood" not in cfg  # an analysis the config does not ask for stays absent
+    assert "cells" not in cfg  # an analysis the config does not ask for stays absent
+    assert cfg["ood"]["gate"]["n_splits"] == 2 and cfg["ood"]["gate"]["scorer"] == "maha"  # the demo's, filled
+    assert cfg["ood"]["knn_k"] == 50 and cfg["ood"]["probe"]["Cs"][0] == 1e-6 and "sensitivity" not in cfg["ood"]
 
 
 def test_check_config_is_the_workflows_checks(demo_config, monkeypatch):

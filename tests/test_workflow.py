@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -57,7 +59,7 @@ def test_demo_report_is_graded_not_saturated(demo_run):
     than zero, every rank-transfer cell and decoupling unit has a ranking, at both label fractions; in-domain
     macro-F1 sits below the ceiling and off-domain above chance without collapsing onto one class."""
     work, _ = demo_run
-    tables = work / "results" / "report" / "tables"
+    tables = work / DEMO / "report" / "tables"
     checked = 0
     for path in sorted(tables.glob("*.csv")):
         table = pd.read_csv(path)
@@ -82,7 +84,7 @@ def test_demo_report_is_graded_not_saturated(demo_run):
     chance = 1 / 5
     assert (summary["macro_f1_off_domain"] > chance + 0.1).all(), summary
     assert summary["macro_f1_in_domain"].nunique() == len(summary)  # the encoders differ
-    runs = pd.read_parquet(work / "results" / "aggregate" / "probe_runs.parquet")
+    runs = pd.read_parquet(work / DEMO / "aggregate" / "probe_runs.parquet")
     raw = runs[runs["stage"] == "raw"]
     per_fraction = raw[raw["in_domain"]].groupby(["fraction", "encoder"])["macro_f1"].mean()
     assert per_fraction.between(0.6, 0.97).all(), per_fraction
@@ -91,6 +93,32 @@ def test_demo_report_is_graded_not_saturated(demo_run):
     assert (off.groupby(["fraction", "encoder"])["macro_f1"].mean() > chance).all()
     # enough test patients per domain for cluster intervals
     assert (raw["n_test_groups"] >= 5).all()
+
+
+def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
+    from fmaudit import grid
+    from fmaudit.config import load_config
+
+    work, _ = demo_run
+    config = load_config(work / "config.yaml")
+    report = work / DEMO / "report"
+    detection = pd.read_csv(report / "tables" / "ood_detection.csv")
+    planned = grid.ood_runs(config)
+    assert set(zip(detection["encoder"], detection["condition"], detection["scorer"])) == set(
+        zip(planned["encoder"], planned["condition"], planned["scorer"]))
+    assert set(detection["tier"]) == {"far", "blur", "near", "artefact", "image_artefact"}
+    assert (detection["ci_unit"] == "group (patient/slide)").all() and (detection["n_boot"] == 200).all()
+    far = detection[(detection["tier"] == "far") & (detection["scorer"] == "maha")]
+    assert (far["auroc"] > 0.9).all(), far  # real H&E slide tiles against the synthetic tiles
+    for name in ("ood_detection_by_tier", "ood_gate", "ood_gate_summary", "ood_selective", "ood_blur"):
+        assert "note" not in pd.read_csv(report / "tables" / f"{name}.csv").columns, name
+    blur = pd.read_csv(report / "tables" / "ood_blur.csv")
+    assert sorted(blur["sigma"].unique()) == [0.0, 4.0] and blur["accuracy_change_ci_lo"].notna().any()
+    for enc in config["encoders"]:
+        card = json.loads((work / DEMO / "ood" / "gates" / "demo-tissue" / enc / "gate.json").read_text())
+        assert card["encoder"] == enc and card["class_names"] == ["tumour", "stroma", "lymphocytes", "adipose", "mucus"]
+    index = (report / "index.md").read_text()
+    assert "## OOD detection and abstention" in index and "unit=group (patient/slide), n=" in index
 
 
 def test_second_run_has_nothing_to_do(demo_run):
@@ -117,10 +145,11 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     (work / "more.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(work, "-n", "--configfile", "more.yaml")
     jobs = planned_jobs(proc.stdout)
-    assert jobs.get("embed") == len(cfg["datasets"]), jobs
-    assert jobs.get("probe_shard") == len(cfg["tasks"]), jobs
-    assert "prepare_manifest" not in jobs
-    assert jobs.get("aggregate_probe") == 1 and jobs.get("report") == 1
+    copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
+    assert jobs.get("embed") == len(cfg["datasets"]) + copies, jobs
+    assert jobs.get("probe_shard") == len(cfg["tasks"]) == jobs.get("ood_shard"), jobs
+    assert "prepare_manifest" not in jobs and "derive_manifest" not in jobs
+    assert jobs.get("aggregate_probe") == 1 and jobs.get("aggregate_ood") == 1 and jobs.get("report") == 1
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -129,7 +158,7 @@ def test_removing_an_encoder_reaggregates_only(demo_run):
     cfg["encoders"] = cfg["encoders"][:1]
     (work / "fewer.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", "fewer.yaml").stdout)
-    assert set(jobs) == {"aggregate_probe", "report", "all"}, jobs
+    assert set(jobs) == {"aggregate_probe", "aggregate_ood", "report", "all"}, jobs
 
 
 def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
@@ -261,7 +290,7 @@ def settings_run(demo_run, tmp_path_factory):
 
 def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
     _, planned = settings_run
-    assert set(planned) == {"probe_shard", "aggregate_probe", "report", "all"}, planned
+    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "report", "all"}, planned
 
 
 def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
@@ -281,6 +310,9 @@ def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_
                  "ece_slope_by_auroc_bin"):
         assert table(name)["ece_convention"].str.contains("10 equal-width bins").all(), name
     assert table("cri")["cri_convention"].str.contains("ECE_10 ").all()
+    ood = table("ood_selective")
+    assert "ece_top_10_lohi" in ood and not any("_15" in c for c in ood.columns) and (ood["n_boot"] == 50).all()
+    assert (table("ood_detection")["n_boot"] == 50).all()
     assert (table("paired_differences")["n_boot"] == 60).all()
     runs = pd.read_parquet(work / DEMO / "aggregate" / "probe_runs.parquet")
     assert "ece_top_10_lohi" in runs and (runs["n_boot"] == 50).all()
@@ -507,3 +539,127 @@ def test_studies_live_side_by_side_and_a_report_shows_only_its_own(second_study)
 def test_the_demo_is_still_done_after_another_study_ran(second_study):
     proc = snakemake(second_study[0], "-n")
     assert "Nothing to be done" in proc.stdout + proc.stderr
+# ---- OOD: the exported gate, a near set, one more tier, the audit preset's plan ---------------------------
+
+
+def _quantities(decisions: pd.DataFrame, labels) -> dict[str, float]:
+    """The gate table's quantities of one set, from `fmaudit gate apply`'s decisions (an independent count)."""
+    d = decisions["decision"].to_numpy()
+    accept, novel = d == "accept", d == "reject_novel"
+    out = {"coverage": accept.mean(), "coverage_novelty_gate": 1 - novel.mean(), "reject_novel": novel.mean(),
+           "reject_unconfident": (d == "reject_unconfident").mean(), "reject_any": 1 - accept.mean()}
+    if labels is not None:
+        correct = decisions["prediction"].to_numpy() == np.asarray(labels)
+        out.update(accuracy_ungated=correct.mean(), accuracy_novelty_gate=correct[~novel].mean(),
+                   accuracy_accepted=correct[accept].mean() if accept.any() else np.nan)
+    return out
+
+
+def _apply(gate_dir, features, readout, tmp_path, name):
+    from fmaudit.cli import main
+
+    np.save(tmp_path / f"{name}.npy", features)
+    out = tmp_path / f"{name}.csv"
+    assert main(["gate", "apply", "--gate", str(gate_dir), "--features", str(tmp_path / f"{name}.npy"),
+                 "--readout", readout, "--out", str(out)]) == 0
+    return pd.read_csv(out)
+
+
+def _check(table, setting, set_name, decisions, labels):
+    rows = table[(table["setting"] == setting) & (table["set"] == set_name)].set_index("quantity")["value"]
+    mine = _quantities(decisions, labels)
+    assert set(mine) <= set(rows.index), (set(mine), rows)
+    for q, v in mine.items():
+        np.testing.assert_allclose(v, rows[q], rtol=0, atol=1e-9, err_msg=f"{setting} {set_name} {q}")
+    return mine
+
+
+def test_exported_gate_applied_with_the_cli_reproduces_the_operating_points(demo_run, tmp_path):
+    """Each encoder's gate, as the workflow exported it, applied with `fmaudit gate apply` to the demo's test split
+    and every OOD set, gives the workflow's operating-point table (the exported gate's `value`) to 1e-9; a gate
+    exported with `fmaudit gate export` without the near class rejects the near set more often than the ID set."""
+    from fmaudit.cli import main
+    from fmaudit.embed import read_embeddings
+    from fmaudit.io import read_table
+    from fmaudit.ood.conditions import align_perturbed
+
+    work, _ = demo_run
+    res = work / DEMO
+    table = read_table(res / "aggregate" / "ood_gate.parquet")
+    man = read_table(res / "manifests" / "demo-tiles.parquet")
+    names = man.drop_duplicates("label").sort_values("label")["label_name"].tolist()
+    near = "mucus"
+    rates = []
+    for enc in yaml.safe_load((work / "config.yaml").read_text())["encoders"]:
+        gate_dir = res / "ood" / "gates" / "demo-tissue" / enc
+        readout = json.loads((gate_dir / "gate.json").read_text())["readout"]
+        ids, X = read_embeddings(next((res / "embeddings" / enc).glob("*/demo-tiles.npz")), readout)
+        pos = {i: n for n, i in enumerate(ids)}
+        test = man[man["split"] == "test"]
+        x_test = X[[pos[i] for i in test["item_id"]]]
+        y_test = test["label"].to_numpy().astype(int)
+        table_enc = table[table["encoder"] == enc]
+        _check(table_enc, "demo-tissue", "test", _apply(gate_dir, x_test, readout, tmp_path, f"{enc}_test"), y_test)
+        _, far = read_embeddings(next((res / "embeddings" / enc).glob("*/cmu-small-region.npz")), readout)
+        _check(table_enc, "demo-tissue", "far_cmu-small-region", _apply(gate_dir, far, readout, tmp_path, f"{enc}_far"),
+               None)
+        for tag in ("blur_s4", "pen_seed0"):
+            d_ids, d_X = read_embeddings(next((res / "embeddings" / enc).glob(f"*/demo-tiles__{tag}.npz")), readout)
+            x = align_perturbed(test["item_id"].tolist(), d_ids, d_X, tag)
+            _check(table_enc, "demo-tissue", tag, _apply(gate_dir, x, readout, tmp_path, f"{enc}_{tag}"), y_test)
+
+        # the near setting: a gate exported by the CLI from the training split without the near class
+        train = man[man["split"].isin(["train", "val"]) & (man["label_name"] != near)]
+        keep = [n for n in names if n != near]
+        np.save(tmp_path / "x.npy", X[[pos[i] for i in train["item_id"]]])
+        np.save(tmp_path / "y.npy", np.array([keep.index(n) for n in train["label_name"]]))
+        np.save(tmp_path / "g.npy", train["group"].to_numpy().astype(str))
+        cli_gate = tmp_path / f"{enc}_near_gate"
+        assert main(["gate", "export", "--features", str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y.npy"),
+                     "--groups", str(tmp_path / "g.npy"), "--encoder", enc, "--readout", readout, "--C", "1.0",
+                     "--out", str(cli_gate)]) == 0
+        id_test = test[test["label_name"] != near]
+        y_id = np.array([keep.index(n) for n in id_test["label_name"]])
+        setting = f"demo-tissue:holdout_{near}"
+        id_rates = _check(table_enc, setting, "test", _apply(cli_gate, X[[pos[i] for i in id_test["item_id"]]], readout,
+                                                              tmp_path, f"{enc}_id"), y_id)
+        near_items = test[test["label_name"] == near]["item_id"]
+        near_rates = _check(table_enc, setting, f"holdout_{near}",
+                            _apply(cli_gate, X[[pos[i] for i in near_items]], readout, tmp_path, f"{enc}_near"), None)
+        rates.append((near_rates["reject_any"], id_rates["reject_any"]))
+    near_mean, id_mean = np.mean(rates, axis=0)
+    assert near_mean > id_mean, rates
+
+
+def test_adding_an_ood_tier_embeds_only_its_copies(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    n_enc = len(cfg["encoders"])
+    for name, change in (("sigma", lambda c: c["ood"]["blur"]["sigmas"].append(8.0)),
+                         ("jpeg", lambda c: c["ood"]["image_artefact"]["specs"].append({"kind": "jpeg", "quality": 20}))):
+        more = yaml.safe_load((work / "config.yaml").read_text())
+        change(more)
+        (work / f"ood-{name}.yaml").write_text(yaml.safe_dump(more))
+        proc = snakemake(work, "-n", "--configfile", f"ood-{name}.yaml")
+        jobs = planned_jobs(proc.stdout)
+        assert jobs == {"derive_manifest": 1, "embed": n_enc, "ood_shard": n_enc, "aggregate_ood": 1, "report": 1,
+                        "all": 1}, (name, jobs)
+        tag = "blur_s8" if name == "sigma" else "jpeg_q20"
+        assert f"demo-tiles__{tag}.npz" in proc.stdout
+
+
+def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
+    from fmaudit import grid
+    from fmaudit.config import load_config
+    from fmaudit.registry import load_dataset_registry
+
+    work = copy_repo(tmp_path / "audit")
+    preset = work / "resources" / "presets" / "audit.yaml"
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
+    config = load_config(preset)
+    tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
+    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
+    assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
+    assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
+    assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
+    assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1

@@ -21,7 +21,9 @@ def test_outputs_are_the_sections_declarations():
     assert list(outputs["tables"]) == [t for s in SECTIONS for t in s.tables]
     assert outputs["tables"]["leaderboard"] == "Accuracy under shift"
     assert outputs["tables"]["embeddings"] == "Provenance"
-    assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction"}
+    assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction", "ood_risk_coverage",
+                                       "ood_score_histograms", "ood_blur_accuracy"}
+    assert outputs["tables"]["ood_gate"] == "Abstention gate"
 
 
 def test_a_config_without_probe_runs_still_writes_every_declared_output(tmp_path):
@@ -37,14 +39,14 @@ def test_a_config_without_probe_runs_still_writes_every_declared_output(tmp_path
 
 def test_a_new_section_is_one_module_and_one_registration(tmp_path):
     def write(results, writer: ReportWriter):
-        writer.table("ood_detection", pd.DataFrame({"auroc": [results]}))
-        return ["## OOD", "", f"AUROC {results}", ""]
+        writer.table("drift_scores", pd.DataFrame({"auroc": [results]}))
+        return ["## Drift", "", f"AUROC {results}", ""]
 
-    ood = Section("ood", {"ood_detection": "OOD"}, {}, write)
-    write_report(tmp_path, {"ood": 0.9, "embeddings": None}, sections=(*SECTIONS[1:], ood))
-    assert "tables/ood_detection.csv" in _files(tmp_path)
+    drift = Section("drift", {"drift_scores": "Drift"}, {}, write)
+    write_report(tmp_path, {"drift": 0.9, "embeddings": None}, sections=(*SECTIONS[1:], drift))
+    assert "tables/drift_scores.csv" in _files(tmp_path)
     assert "AUROC 0.9" in (tmp_path / "index.md").read_text()
-    assert report_outputs((*SECTIONS, ood))["tables"]["ood_detection"] == "OOD"
+    assert report_outputs((*SECTIONS, drift))["tables"]["drift_scores"] == "Drift"
 
 
 def test_sections_must_write_what_they_declare(tmp_path):

@@ -10,8 +10,8 @@ the task are pooled. Conditions (:class:`OODCondition`), in seed 003's tiers:
 - ``near`` (one class) and ``artefact`` (several classes jointly): held out from the task; probe and feature
   scorers are refitted on the remaining training items; ID = remaining test items, OOD = held-out test items.
 
-Probe: seed 003's (standardised multinomial logistic, C by grouped 3-fold CV on log-loss over
-``logspace(-6, 0, 7)``) or a fixed ``probe_C``. Intervals are cluster-bootstrap percentile intervals over the
+Probe (:class:`ProbeSettings`): seed 003's (standardised multinomial logistic, C by grouped 3-fold CV on
+log-loss over ``logspace(-6, 0, 7)``) or a fixed C. Intervals are cluster-bootstrap percentile intervals over the
 task's groups (patients / slides): detection AUROC resamples the union of ID and OOD units, the selective
 metrics and the blur curve resample the test units, the gate pools ``n_boot`` resamples over
 ``gate_splits`` fit/validation divisions (seed 003). Every row names its unit and how many there were.
@@ -29,9 +29,9 @@ import pandas as pd
 
 from fmaudit.analyses.task_data import TaskData
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import detection_auroc, fpr_at_tpr, softmax
+from fmaudit.metrics import DEFAULT_N_BINS, detection_auroc, fpr_at_tpr, softmax
 from fmaudit.ood.conditions import hold_out_classes
-from fmaudit.ood.gate import AbstentionGate, GateSet, gate_operating_points
+from fmaudit.ood.gate import DEFAULT_CS, AbstentionGate, GateSet, gate_operating_points
 from fmaudit.ood.scorers import FEATURE_SCORERS, LOGIT_SCORERS, energy_score, make_feature_scorer, msp_score
 from fmaudit.ood.selective import DEFAULT_COVERAGES, blur_accuracy_curve, risk_coverage_curve, selective_summary
 from fmaudit.stats import bootstrap_counts, percentile_interval
@@ -44,7 +44,7 @@ CLASS_TIERS = ("near", "artefact")
 CURVE_COVERAGES = tuple(np.round(np.linspace(0.01, 1.0, 100), 2))
 FPR_COLUMN = "fpr_at_95tpr"
 
-__all__ = ["OODCondition", "OODSuiteResult", "TIERS", "bootstrap_detection_auroc", "run_ood_suite"]
+__all__ = ["OODCondition", "OODSuiteResult", "ProbeSettings", "TIERS", "bootstrap_detection_auroc", "run_ood_suite"]
 
 
 @dataclass
@@ -173,16 +173,36 @@ class _Detectors:
         return out, logits
 
 
+@dataclass(frozen=True)
+class ProbeSettings:
+    """The shard's probe (seed 003's by default): fixed ``C``, or C among ``Cs`` by grouped ``cv_folds``-fold CV
+    on held-out log-loss, every fold x C fitted in one batch (:class:`fmaudit.probes.LogisticCVProbe`)."""
+
+    C: float | None = None
+    Cs: tuple[float, ...] = DEFAULT_CS
+    cv_folds: int = 3
+    tol: float = 1e-6
+    max_iter: int = 10000
+
+    def gate_params(self) -> dict[str, Any]:
+        """The same probe as :class:`fmaudit.ood.gate.AbstentionGate` parameters."""
+        return {"C": self.C, "Cs": [float(c) for c in self.Cs], "cv_folds": int(self.cv_folds), "tol": float(self.tol),
+                "max_iter": int(self.max_iter)}
+
+
 def _fit_detectors(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_classes: int, scorers: Sequence[str],
-                   probe_C: float | None, knn_k: int, covariance: str, random_state: int) -> _Detectors:
+                   settings: ProbeSettings, knn_k: int, covariance: str, random_state: int) -> _Detectors:
     from fmaudit.probes import LogisticCVProbe, LogisticProbe
 
     if np.unique(y).size < 2:
         raise FmauditInputError("the training split holds a single class; the probe needs at least two")
-    if probe_C is not None:
-        probe = LogisticProbe(C=float(probe_C), max_iter=10000, tol=1e-6, n_classes=n_classes).fit(X, y)
+    if settings.C is not None:
+        probe = LogisticProbe(C=float(settings.C), max_iter=settings.max_iter, tol=settings.tol,
+                              n_classes=n_classes).fit(X, y)
     else:
-        probe = LogisticCVProbe(max_iter=10000, tol=1e-6, random_state=random_state, n_classes=n_classes)
+        probe = LogisticCVProbe(Cs=np.asarray(settings.Cs, dtype=float), n_folds=settings.cv_folds,
+                                max_iter=settings.max_iter, tol=settings.tol, random_state=random_state,
+                                n_classes=n_classes)
         probe.fit(X, y, groups=groups)
     params = {"maha": {"covariance": covariance}, "relative_maha": {}, "knn": {"k": knn_k}}
     feature = {}
@@ -215,14 +235,19 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                   ordinal: bool = False, probe_C: float | None = None, knn_k: int = 50,
                   covariance: str = "ledoit_wolf", coverages: Sequence[float] = DEFAULT_COVERAGES,
                   n_boot: int = 300, bootstrap_seed: int = 0, alpha: float = 0.05,
-                  gate_params: Mapping[str, Any] | None = None, gate_splits: int = 5,
-                  hist_bins: int = 30, random_state: int = 0) -> OODSuiteResult:
+                  gate_params: Mapping[str, Any] | None = None, gate_splits: int = 5, gate_near: bool = False,
+                  hist_bins: int = 30, random_state: int = 0, probe: ProbeSettings | None = None,
+                  ece_bins: int = DEFAULT_N_BINS) -> OODSuiteResult:
     """Every OOD analysis of one (encoder, task); see the module doc.
 
-    ``gate_params``: keyword arguments of :class:`fmaudit.ood.gate.AbstentionGate` (id_reject, retain,
-    validation_fraction, random_state = the config's ``gate.seed`` ...); None skips the gate. The gate is
-    evaluated on the task's own split (setting ``<task>``) with the far, blur and image-artefact sets, and,
-    for each ``artefact`` condition, on the task without those classes (setting ``<task>:artefact``).
+    ``ece_bins``: equal-width bins of the selective table's top-label ECE. ``probe``: the probe of the shard and
+    of the gate (:class:`ProbeSettings`; ``probe_C`` is shorthand for
+    ``ProbeSettings(C=probe_C)``). ``gate_params``: keyword arguments of :class:`fmaudit.ood.gate.AbstentionGate`
+    (id_reject, retain, validation_fraction, random_state = the config's ``gate.seed``, scorer,
+    scorer_params ...); None skips the gate. The gate is evaluated on the task's own split (setting
+    ``<task>``) with the far, blur and image-artefact sets, and, for each ``artefact`` condition (and each
+    ``near`` condition with ``gate_near``), on the task without those classes (setting ``<task>:<condition>``)
+    with the held-out classes' test items as the OOD set.
 
     Frames (all start with encoder, task, readout):
 
@@ -237,6 +262,10 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
     - histograms: tier, condition, scorer, set (id/ood), bin, lo, hi, count, share.
     """
     scorers = _check_scorers(scorers)
+    if probe is None:
+        probe = ProbeSettings(C=probe_C)
+    elif probe_C is not None:
+        raise FmauditInputError("give the probe's C in probe=ProbeSettings(C=...) or probe_C, not both")
     if covariance not in ("ledoit_wolf", "empirical"):
         raise FmauditInputError(f"covariance={covariance!r}: expected 'ledoit_wolf' or 'empirical'")
     X = np.asarray(data.features, dtype=np.float64)
@@ -256,8 +285,8 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
     meta = {"encoder": encoder, "task": task, "readout": readout}
     unit = data.group_unit(test)  # what the test items' groups are: patient, slide, ... or item
 
-    det = _fit_detectors(X[train], y[train], groups[train], k, scorers, probe_C, knn_k, covariance, random_state)
-    probe_C_value = float(getattr(det.probe, "C_", probe_C if probe_C is not None else np.nan))
+    det = _fit_detectors(X[train], y[train], groups[train], k, scorers, probe, knn_k, covariance, random_state)
+    probe_C_value = float(getattr(det.probe, "C_", probe.C if probe.C is not None else np.nan))
     s_test, logits_test = det.scores(X[test], scorers)
     detection, hist = [], []
     for i, cond in enumerate(conditions):
@@ -268,7 +297,7 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
             if te_ood.size == 0 or te_id.size == 0:
                 raise FmauditInputError(f"task {task}, condition {cond.name!r}: the test split has {te_id.size} ID and "
                                         f"{te_ood.size} held-out items; both sets must be non-empty")
-            sub = _fit_detectors(X[tr], held.labels[tr], groups[tr], len(held.class_names), scorers, probe_C,
+            sub = _fit_detectors(X[tr], held.labels[tr], groups[tr], len(held.class_names), scorers, probe,
                                  knn_k, covariance, random_state)
             s_id, _ = sub.scores(X[te_id], scorers)
             s_ood, _ = sub.scores(X[te_ood], scorers)
@@ -292,7 +321,8 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                      for h in _histogram_rows(s_id[name], s_ood[name], int(hist_bins))]
 
     probs_test = softmax(logits_test)
-    summary = selective_summary(probs_test, y[test], ordinal=ordinal, coverages=coverages, groups=groups[test],
+    summary = selective_summary(probs_test, y[test], ordinal=ordinal, coverages=coverages, n_bins=int(ece_bins),
+                                groups=groups[test],
                                 n_boot=int(n_boot), random_state=int(bootstrap_seed), alpha=alpha, unit=unit)
     selective = pd.DataFrame([{**meta, "set": "test", **summary, "probe_C": probe_C_value}])
     curves = risk_coverage_curve(probs_test, y[test], coverages=CURVE_COVERAGES)
@@ -318,7 +348,7 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
     if gate_params is not None:
         gate_table, gate_model = _run_gates(data, X, y, groups, train, test, conditions, task, readout, encoder,
                                             gate_params, gate_splits, n_boot, bootstrap_seed, ordinal, alpha,
-                                            probe_C)
+                                            probe, gate_near)
         for key, value in reversed(list(meta.items())):
             gate_table.insert(0, key, value)
     return OODSuiteResult(detection=pd.DataFrame(detection), selective=selective, curves=curves, blur=blur,
@@ -329,11 +359,9 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
 def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray, train: np.ndarray,
                test: np.ndarray, conditions: Sequence[OODCondition], task: str, readout: str, encoder: str,
                gate_params: Mapping[str, Any], gate_splits: int, n_boot: int, bootstrap_seed: int, ordinal: bool,
-               alpha: float, probe_C: float | None) -> tuple[pd.DataFrame, AbstentionGate]:
-    params = dict(gate_params)
+               alpha: float, probe: ProbeSettings, near: bool) -> tuple[pd.DataFrame, AbstentionGate]:
+    params = {**probe.gate_params(), **dict(gate_params)}
     params.setdefault("n_classes", data.n_classes)
-    if probe_C is not None and "C" not in params:
-        params["C"] = float(probe_C)
     sets = [GateSet("test", X[test], y[test], groups[test], "id")]
     for c in conditions:
         if c.tier == "far":
@@ -348,7 +376,7 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
     table.insert(0, "setting", task)
     frames = [table]
     for c in conditions:
-        if c.tier != "artefact":
+        if c.tier != "artefact" and not (near and c.tier == "near"):
             continue
         held = hold_out_classes(y, data.class_names, c.held_out, condition=c.name)
         tr, te_id, te_ood = train[held.keep[train]], test[held.keep[test]], test[held.held_out[test]]
@@ -356,9 +384,9 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
         sub, _ = gate_operating_points(
             X[tr], held.labels[tr], groups[tr],
             [GateSet("test", X[te_id], held.labels[te_id], groups[te_id], "id"),
-             GateSet(c.name, X[te_ood], None, groups[te_ood], "artefact")],
+             GateSet(c.name, X[te_ood], None, groups[te_ood], c.tier)],
             gate_params=reduced_params, n_splits=gate_splits, n_boot=n_boot, bootstrap_seed=bootstrap_seed,
             ordinal=False, alpha=alpha, unit=data.group_unit(test), encoder=encoder, readout=readout)
-        sub.insert(0, "setting", f"{task}:artefact")
+        sub.insert(0, "setting", f"{task}:{c.name}")
         frames.append(sub)
     return pd.concat(frames, ignore_index=True), gate

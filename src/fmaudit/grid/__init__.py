@@ -16,9 +16,12 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
 - ``head_sweep``: one fit of an extra source-only head or logistic C; a job per (encoder, task).
 - ``cross_dataset``: one probe fit of a source task evaluated on a target task; a job per (encoder, source
   task, target task).
-- ``ood``: one novelty scorer on one OOD condition (far, blur, near or artefact tier); a job per (encoder,
-  task), which also runs ``ood_gate``, the two-threshold abstention gate on one task setting.
-- ``ood_blur``: the embedding of a task's test split under one blur sigma; a job per (encoder, task).
+- ``ood``: one novelty scorer on one OOD condition (far, blur, near, artefact or image-artefact tier); a job
+  per (encoder, task), which also runs ``ood_gate``, the two-threshold abstention gate on one task setting.
+- ``ood_blur``: a data set's test split under one blur sigma, a derived data set embedded by the embedding
+  rule; a job per (encoder, data set, sigma).
+- ``ood_image_artefact``: a data set's test split with one synthetic image artefact, likewise; a job per
+  (encoder, data set, artefact).
 - ``prior_shift``: one target draw resampled to one class prior, every adaptation method evaluated on it; a
   job per (encoder, source domain, target domain).
 - ``cell_features``: one encoder's feature field of one section at one magnification, sampled at the
@@ -26,8 +29,8 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
 - ``cells``: one cell-level probe (unit x seed x readout x taxonomy at one magnification and protocol); a
   job per (encoder, magnification, protocol).
 
-Only ``embed`` and ``probe`` have rules today; the others are *declared*: their config sections are validated
-and counted now, and their rules plan exactly these jobs when they land. The one table of analyses (name,
+``embed``, ``probe`` and the OOD analyses have rules; the others are *declared*: their config sections are
+validated and counted now, and their rules plan exactly these jobs when they land. The one table of analyses (name,
 enumerator, job keys, ruled or declared) is :data:`fmaudit.grid.analyses.ANALYSES`.
 
 Tasks named by ``cells.taxonomies`` are label spaces of cells, not of tiles: they leave the tile probe grid,
@@ -46,7 +49,15 @@ grid, its shards and embeddings, head sweep, cross-data-set pairs), :mod:`~fmaud
 
 from fmaudit.grid.analyses import ANALYSES, JOB_KEYS, RULED_ANALYSES, Analysis, check_grid, enumerate_runs, jobs, ruled
 from fmaudit.grid.cells import CELL_PROTOCOLS, cell_feature_runs, cell_runs
-from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_runs
+from fmaudit.grid.ood import (
+    derived_datasets,
+    ood_blur_runs,
+    ood_gate_runs,
+    ood_image_artefact_runs,
+    ood_runs,
+    ood_shard_plan,
+    ood_shards,
+)
 from fmaudit.grid.prior_shift import check_priors, prior_shift_runs
 from fmaudit.grid.probe import (
     C_HEADS,
@@ -97,6 +108,7 @@ __all__ = [
     "check_priors",
     "check_studies",
     "cross_dataset_runs",
+    "derived_datasets",
     "embed_pairs",
     "embed_runs",
     "enumerate_runs",
@@ -104,7 +116,10 @@ __all__ = [
     "jobs",
     "ood_blur_runs",
     "ood_gate_runs",
+    "ood_image_artefact_runs",
     "ood_runs",
+    "ood_shard_plan",
+    "ood_shards",
     "parts_with",
     "prior_shift_runs",
     "probe_runs",

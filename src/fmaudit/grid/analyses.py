@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from fmaudit.grid.cells import cell_feature_runs, cell_runs, check_cell_protocols
-from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_runs
+from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs
 from fmaudit.grid.prior_shift import prior_shift_runs
 from fmaudit.grid.probe import cross_dataset_runs, embed_runs, head_sweep_runs, probe_runs
 from fmaudit.grid.studies import check_studies
@@ -58,15 +58,16 @@ def _cells_check(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] 
     check_cell_protocols(config)
 
 
-#: Every analysis, in summary order. Only ``embed`` and ``probe`` have rules today.
+#: Every analysis, in summary order.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("embed", embed_runs, ("encoder", "dataset"), ruled=True),
     Analysis("probe", probe_runs, ("encoder", "task"), ruled=True),
     Analysis("head_sweep", head_sweep_runs, ("encoder", "task")),
     Analysis("cross_dataset", cross_dataset_runs, ("encoder", "source_task", "target_task")),
-    Analysis("ood", ood_runs, ("encoder", "task")),
-    Analysis("ood_gate", ood_gate_runs, ("encoder", "task")),
-    Analysis("ood_blur", ood_blur_runs, ("encoder", "task")),
+    Analysis("ood", ood_runs, ("encoder", "task"), ruled=True),
+    Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), ruled=True),  # in the task's OOD shard
+    Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), ruled=True),  # embed jobs of copies
+    Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), ruled=True),
     Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain")),
     Analysis("cell_features", cell_feature_runs, ("encoder", "section"), checked=False),  # checked with cells
     Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), check=_cells_check),

@@ -1,6 +1,24 @@
-"""Out-of-distribution detection and the abstention gate (seed 003), declared ahead of their rules: novelty
-scorers on OOD conditions by tier (far, blur, near, artefact), the two-threshold gate per task setting, and
-the blurred test embeddings the blur tier needs."""
+"""Out-of-distribution detection and the abstention gate (seed 003): novelty scorers on OOD conditions by tier
+(far, blur, near, artefact, image_artefact), the two-threshold gate per task setting, and the perturbed copies
+of the test split (blur and image artefacts) the workflow embeds as derived data sets.
+
+Tiers, in the order a task's conditions are listed (seed 003's, then the image artefacts):
+
+- ``far``: ``ood.far.<task>`` names a donor, another task (its test split) or a data set of the config (all
+  its items, e.g. unlabelled slide tiles); condition ``far_<donor>``.
+- ``blur``: ``ood.blur.sigmas`` on ``ood.blur.tasks``; condition ``blur_s<sigma>``.
+- ``near``: ``ood.near.<task>``, each class held out in turn; condition ``holdout_<class>``.
+- ``artefact``: ``ood.artefact.<task>``, classes held out jointly; condition ``artefact``.
+- ``image_artefact``: ``ood.image_artefact.specs`` on its tasks; condition = the spec's tag (``pen_seed0``,
+  ``jpeg_q20`` ..., :func:`fmaudit.ood.perturb.perturbation_tag`).
+
+A blurred or artefact copy of a data set's test split is a *derived data set* ``<dataset>__<tag>`` (its
+manifest made by :func:`fmaudit.ood.perturb.derive_manifest`), embedded through the embedding rule like any
+other, so adding one sigma or spec embeds only that copy (:func:`derived_datasets`).
+
+:func:`ood_shard_plan` is everything one (encoder, task) shard needs from the config: its conditions with
+their donors and copies, and its settings, so the rule's inputs and params depend on that task alone.
+"""
 
 from __future__ import annotations
 
@@ -9,74 +27,225 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from fmaudit.grid.studies import parts_with, require_tasks
+from fmaudit.grid.studies import parts_with, require_tasks, study_parts
 from fmaudit.io import FmauditInputError
 
-__all__ = ["ood_blur_runs", "ood_gate_runs", "ood_runs"]
+DERIVED_SEPARATOR = "__"
+
+__all__ = [
+    "DERIVED_SEPARATOR",
+    "EXTRA_KEYS",
+    "TIER_KEYS",
+    "derived_datasets",
+    "ood_blur_runs",
+    "ood_gate_runs",
+    "ood_image_artefact_runs",
+    "ood_runs",
+    "ood_shard_plan",
+    "ood_shards",
+]
 
 
-def _ood_conditions(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> dict[str, list[tuple[str, str]]]:
-    """task -> [(tier, condition)] in seed 003's order: far, blur, near, artefact."""
-    conditions: dict[str, list[tuple[str, str]]] = {}
+def _perturbation(spec: Mapping[str, Any], where: str) -> tuple[str, str]:
+    """(tag, canonical spec string) of a perturbation spec; an error names the config key."""
+    from fmaudit.ood.perturb import perturbation_string, perturbation_tag
+
+    try:
+        return perturbation_tag(spec), perturbation_string(spec)
+    except FmauditInputError as err:
+        raise FmauditInputError(f"config {where!r}: {err}") from err
+
+
+def _image_artefacts(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """(tasks, [(tag, spec string)]) of the image-artefact tier."""
+    section = ood.get("image_artefact") or {}
+    if not section:
+        return [], []
+    tasks = list(section.get("tasks") or part["tasks"])
+    require_tasks(part, tasks, f"{where}.image_artefact.tasks")
+    specs = [_perturbation(s, f"{where}.image_artefact.specs[{i}]") for i, s in enumerate(section["specs"])]
+    tags = [t for t, _ in specs]
+    if len(set(tags)) != len(tags):
+        raise FmauditInputError(f"config '{where}.image_artefact.specs': two specs make the same artefact ({tags})")
+    return tasks, specs
+
+
+def _far_donor(part: Mapping[str, Any], task: str, donor: str, where: str) -> dict[str, Any]:
+    """The far-OOD donor of a task: another task (its test split) or a data set of the config (all items)."""
+    if donor == task:
+        raise FmauditInputError(f"config '{where}.far.{task}': the donor must be another task or a data set")
+    if donor in part["tasks"]:
+        return {"kind": "task", "name": donor, "datasets": list(part["tasks"][donor]["datasets"])}
+    if donor in part["datasets"]:
+        return {"kind": "dataset", "name": donor, "datasets": [donor]}
+    raise FmauditInputError(f"config '{where}.far.{task}': unknown donor {donor!r}; a donor is a task "
+                            f"({', '.join(part['tasks'])}) or a data set ({', '.join(part['datasets'])})")
+
+
+def _conditions(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> dict[str, list[dict[str, Any]]]:
+    """task -> its conditions, each a dict with tier, name and what the tier needs (donor, sigma, tag, spec,
+    held_out), in tier order (module doc)."""
     far = ood.get("far") or {}
-    require_tasks(part, list(far) + list(far.values()), f"{where}.far")
+    require_tasks(part, far, f"{where}.far")
     blur = ood.get("blur") or {}
     require_tasks(part, blur.get("tasks") or [], f"{where}.blur.tasks")
     near = ood.get("near") or {}
     require_tasks(part, near, f"{where}.near")
     artefact = ood.get("artefact") or {}
     require_tasks(part, artefact, f"{where}.artefact")
+    artefact_tasks, artefact_specs = _image_artefacts(part, ood, where)
+    for key in EXTRA_KEYS:
+        require_tasks(part, (ood.get(key) or {}).get("tasks") or [], f"{where}.{key}.tasks")
+    out: dict[str, list[dict[str, Any]]] = {}
     for task in part["tasks"]:
-        conds = []
+        conds: list[dict[str, Any]] = []
         if task in far:
-            if far[task] == task:
-                raise FmauditInputError(f"config '{where}.far.{task}': the donor must be another task")
-            conds.append(("far", f"far_{far[task]}"))
+            donor = _far_donor(part, task, far[task], where)
+            conds.append({"tier": "far", "name": f"far_{far[task]}", "donor": donor})
         if task in (blur.get("tasks") or []):
-            conds += [("blur", f"blur_s{float(s):g}") for s in blur.get("sigmas") or []]
-        conds += [("near", f"holdout_{c}") for c in near.get(task) or []]
+            for s in blur.get("sigmas") or []:
+                tag, spec = _perturbation({"kind": "blur", "sigma": float(s)}, f"{where}.blur.sigmas")
+                conds.append({"tier": "blur", "name": tag, "sigma": float(s), "tag": tag, "spec": spec})
+        conds += [{"tier": "near", "name": f"holdout_{c}", "held_out": [str(c)]} for c in near.get(task) or []]
         if task in artefact:
-            conds.append(("artefact", "artefact"))
+            conds.append({"tier": "artefact", "name": "artefact", "held_out": [str(c) for c in artefact[task]]})
+        if task in artefact_tasks:
+            conds += [{"tier": "image_artefact", "name": tag, "tag": tag, "spec": spec} for tag, spec in artefact_specs]
         if conds:
-            conditions[task] = conds
-    return conditions
+            out[task] = conds
+    return out
+
+
+def _gate_settings(part: Mapping[str, Any], ood: Mapping[str, Any], where: str,
+                   conditions: Mapping[str, list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """(task, setting) of the gate: each gated task on its own split, with its artefact classes held out
+    (``<task>:artefact``) and, with ``gate.near``, each near class held out (``<task>:holdout_<class>``)."""
+    gate = ood.get("gate")
+    if not gate:
+        return []
+    tasks = list(gate.get("tasks") or conditions)
+    require_tasks(part, tasks, f"{where}.gate.tasks")
+    settings = []
+    for t in tasks:
+        settings.append((t, t))
+        for c in conditions.get(t, []):
+            if c["tier"] == "artefact" or (c["tier"] == "near" and gate.get("near")):
+                settings.append((t, f"{t}:{c['name']}"))
+    return settings
 
 
 def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Novelty detection (seed 003): encoder × task × OOD condition × scorer. Far and blur conditions reuse the
-    task's probe and scorers; near and artefact conditions refit them without the held-out classes."""
+    """Novelty detection (seed 003): encoder × task × OOD condition × scorer. Far, blur and image-artefact
+    conditions reuse the task's probe and scorers; near and artefact conditions refit them without the
+    held-out classes."""
     rows = []
     for where, part, ood in parts_with(config, "ood"):
-        for task, conds in _ood_conditions(part, ood, where).items():
-            for enc, (tier, cond), scorer in itertools.product(part["encoders"], conds, ood["scorers"]):
-                rows.append({"analysis": "ood", "encoder": enc, "task": task, "tier": tier, "condition": cond,
-                             "scorer": scorer})
+        for task, conds in _conditions(part, ood, where).items():
+            for enc, cond, scorer in itertools.product(part["encoders"], conds, ood["scorers"]):
+                rows.append({"analysis": "ood", "encoder": enc, "task": task, "tier": cond["tier"],
+                             "condition": cond["name"], "scorer": scorer})
     return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "tier", "condition", "scorer"])
 
 
 def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The abstention gate (seed 003): per encoder, each gated task on its own split, plus each artefact task
-    with its artefact classes removed (``setting`` ``<task>:artefact``)."""
+    with its artefact classes removed (``setting`` ``<task>:artefact``) and, with ``gate.near``, each near
+    class removed (``<task>:holdout_<class>``). It runs in the task's OOD shard."""
     rows = []
     for where, part, ood in parts_with(config, "ood"):
-        if not ood.get("gate"):
-            continue
-        conditions = _ood_conditions(part, ood, where)
-        tasks = list(ood["gate"].get("tasks") or conditions)
-        require_tasks(part, tasks, f"{where}.gate.tasks")
-        settings = [(t, t) for t in tasks]
-        settings += [(t, f"{t}:artefact") for t in tasks if t in (ood.get("artefact") or {})]
+        settings = _gate_settings(part, ood, where, _conditions(part, ood, where))
         for enc, (task, setting) in itertools.product(part["encoders"], settings):
             rows.append({"analysis": "ood_gate", "encoder": enc, "task": task, "setting": setting})
     return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "setting"])
 
 
 def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Test splits re-embedded under Gaussian blur (seed 003's blur tier): encoder × task × sigma."""
+    """Test splits re-embedded under Gaussian blur (seed 003's blur tier): encoder × task × data set of the
+    task × sigma; one embedding job per (encoder, data set, sigma), shared by the tasks of that data set."""
     rows = []
     for where, part, ood in parts_with(config, "ood"):
         blur = ood.get("blur") or {}
         require_tasks(part, blur.get("tasks") or [], f"{where}.blur.tasks")
         for enc, task, sigma in itertools.product(part["encoders"], blur.get("tasks") or [], blur.get("sigmas") or []):
-            rows.append({"analysis": "ood_blur", "encoder": enc, "task": task, "sigma": float(sigma)})
-    return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "sigma"])
+            for ds in part["tasks"][task]["datasets"]:
+                rows.append({"analysis": "ood_blur", "encoder": enc, "task": task, "dataset": ds, "sigma": float(sigma)})
+    return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "dataset", "sigma"])
+
+
+def ood_image_artefact_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
+                            ) -> pd.DataFrame:
+    """Test splits re-embedded with a synthetic image artefact (pen, bubble, fold, exposure, JPEG): encoder ×
+    task × data set of the task × artefact spec; one embedding job per (encoder, data set, artefact)."""
+    rows = []
+    for where, part, ood in parts_with(config, "ood"):
+        tasks, specs = _image_artefacts(part, ood, where)
+        for enc, task, (tag, spec) in itertools.product(part["encoders"], tasks, specs):
+            for ds in part["tasks"][task]["datasets"]:
+                rows.append({"analysis": "ood_image_artefact", "encoder": enc, "task": task, "dataset": ds,
+                             "condition": tag, "spec": spec})
+    return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "dataset", "condition", "spec"])
+
+
+def ood_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(encoder, task) of every OOD shard job: each task with an OOD condition or a gate, by each encoder of
+    its study."""
+    out: list[tuple[str, str]] = []
+    for where, part, ood in parts_with(config, "ood"):
+        conditions = _conditions(part, ood, where)
+        tasks = list(conditions)
+        tasks += [t for t, _ in _gate_settings(part, ood, where, conditions) if t not in tasks]
+        tasks = [t for t in part["tasks"] if t in tasks]
+        out += [(enc, task) for task in tasks for enc in part["encoders"]]
+    return out
+
+
+def derived_datasets(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``{"<dataset>__<tag>": {"dataset", "tag", "spec"}}``: every perturbed copy of a test split the OOD
+    conditions need (blur sigmas and image artefacts of each task's data sets), once each."""
+    out: dict[str, dict[str, str]] = {}
+    for where, part, ood in parts_with(config, "ood"):
+        for task, conds in _conditions(part, ood, where).items():
+            for cond in conds:
+                if "spec" not in cond:
+                    continue
+                for ds in part["tasks"][task]["datasets"]:
+                    out.setdefault(f"{ds}{DERIVED_SEPARATOR}{cond['tag']}",
+                                   {"dataset": ds, "tag": cond["tag"], "spec": cond["spec"]})
+    return out
+
+
+#: Keys of the ``ood`` section that declare conditions or the gate (the shard plan resolves them per task).
+TIER_KEYS = ("far", "blur", "near", "artefact", "image_artefact", "gate")
+#: Keys whose section applies to the tasks it lists (``tasks``; sensitivity: every task when omitted).
+EXTRA_KEYS = ("sensitivity", "slides", "coarsening")
+
+
+def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
+    """What the OOD shard of ``task`` needs, and nothing about other tasks (so editing another task's entry
+    does not rerun it): ``conditions`` (each with tier and name, and donor, sigma, tag, spec, ``derived`` data
+    sets or held_out as its tier needs), ``gate`` (the gate section without ``tasks`` plus the task's
+    ``settings``, or None when the task is not gated) and ``settings`` (the rest of the ``ood`` section, the
+    sensitivity / slides / coarsening sections only where they apply to the task, else None)."""
+    for where, part, ood in parts_with(config, "ood"):
+        if task not in part["tasks"]:
+            continue
+        conditions = _conditions(part, ood, where)
+        conds = []
+        for cond in conditions.get(task, []):
+            cond = dict(cond)
+            if "spec" in cond:
+                cond["derived"] = [f"{ds}{DERIVED_SEPARATOR}{cond['tag']}" for ds in part["tasks"][task]["datasets"]]
+            conds.append(cond)
+        gate_settings = [s for t, s in _gate_settings(part, ood, where, conditions) if t == task]
+        gate = None
+        if gate_settings:
+            gate = {k: v for k, v in ood["gate"].items() if k != "tasks"}
+            gate["settings"] = gate_settings
+        settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS}
+        for key in EXTRA_KEYS:
+            extra = ood.get(key)
+            applies = extra is not None and task in (extra.get("tasks") or (part["tasks"] if key == "sensitivity" else []))
+            settings[key] = {k: v for k, v in extra.items() if k != "tasks"} if applies else None
+        return {"conditions": conds, "gate": gate, "settings": settings}
+    known = [t for _, part in study_parts(config) for t in part["tasks"]]
+    raise FmauditInputError(f"task {task!r} has no OOD section (tasks: {', '.join(known)})")

@@ -52,6 +52,10 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
             add("ood", "abstention gate (task setting)", len(gate), 0)
     if len(blur):
         add("ood", "blurred test embeddings (task x sigma)", len(blur), len(jobs(blur, "ood_blur")))
+    artefacts = tables["ood_image_artefact"]
+    if len(artefacts):
+        add("ood", "artefact test embeddings (task x artefact)", len(artefacts),
+            len(jobs(artefacts, "ood_image_artefact")))
     prior = tables["prior_shift"]
     if len(prior):
         add("prior_shift", "source seed x target x prior x draw", len(prior), len(jobs(prior, "prior_shift")))

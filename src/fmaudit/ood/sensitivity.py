@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import detection_auroc, fpr_at_tpr
+from fmaudit.metrics import DEFAULT_N_BINS, detection_auroc, fpr_at_tpr
 from fmaudit.ood.scorers import KNNDistance, Mahalanobis
 from fmaudit.ood.selective import DEFAULT_COVERAGES, prediction_summary
 
@@ -84,7 +84,7 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
                       groups_test: Any = None, Cs: Sequence[float] = DEFAULT_CS,
                       protocols: Sequence[tuple[str, str]] = PROTOCOLS, n_folds: int = 3, random_state: int = 0,
                       ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                      device: str | None = None) -> pd.DataFrame:
+                      device: str | None = None, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Test-split metrics of the probe at each fixed C and under each selection protocol.
 
     Rows: ``analysis`` "fixed_C" (column C) or "selection" (columns folds, criterion, selected_C); metrics of
@@ -103,7 +103,8 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
     for c, C in enumerate(Cs):
         P = fixed.predict_proba(Xte, c)
         rows.append({"analysis": "fixed_C", "C": float(C), "folds": "", "criterion": "", "selected_C": np.nan,
-                     **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages)})
+                     **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages,
+                                         n_bins=n_bins)})
     for folds, criterion in protocols:
         if folds not in ("grouped", "ungrouped"):
             raise FmauditInputError(f"protocol folds={folds!r}: expected 'grouped' or 'ungrouped'")
@@ -113,7 +114,8 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
                               n_classes=k, n_folds=n_folds, random_state=random_state, device=device)
         P = LogisticProbe(C=C, max_iter=10000, tol=1e-6, n_classes=k, device=device).fit(Xtr, ytr).predict_proba(Xte)
         rows.append({"analysis": "selection", "C": np.nan, "folds": folds, "criterion": criterion, "selected_C": C,
-                     **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages)})
+                     **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages,
+                                         n_bins=n_bins)})
     out = pd.DataFrame(rows)
     out["n_train"], out["n_test"] = ytr.size, yte.size
     return out

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics import DEFAULT_N_BINS
 from fmaudit.ood.selective import DEFAULT_COVERAGES, prediction_summary
 
 PAPER_SAMPLE_SIZE = 9000
@@ -245,8 +246,9 @@ def _fit_probe(X, y, groups, n_classes, C=None, random_state=0):
     return probe.fit(X, y, groups=groups)
 
 
-def _summary_row(labels, pred, conf, k, *, ordinal, coverages, groups, n_boot, seed, unit, **meta) -> dict:
-    return {**meta, **prediction_summary(labels, pred, conf, k, ordinal=ordinal, coverages=coverages,
+def _summary_row(labels, pred, conf, k, *, ordinal, coverages, groups, n_boot, seed, unit, n_bins=DEFAULT_N_BINS,
+                 **meta) -> dict:
+    return {**meta, **prediction_summary(labels, pred, conf, k, ordinal=ordinal, coverages=coverages, n_bins=n_bins,
                                          groups=groups, n_boot=n_boot, random_state=seed, unit=unit)}
 
 
@@ -254,7 +256,8 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
                       n_classes: int, ordinal: bool = True, groups_train: Any = None, slide_groups_test: Any = None,
                       probe_C: float | None = None, aggregators: Sequence[str] = AGGREGATORS,
                       mil_params: Mapping[str, Any] | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                      n_boot: int = 0, bootstrap_seed: int = 0, random_state: int = 0) -> pd.DataFrame:
+                      n_boot: int = 0, bootstrap_seed: int = 0, random_state: int = 0,
+                      n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Slide-level grading from tile embeddings (seed 003 ``slide_aggregation``) on one train/test split.
 
     Every tile of a slide carries the slide's label. ``groups_train`` (default: the training slides) keep the
@@ -283,7 +286,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
         sg = np.asarray(slide_groups_test)
         bag_groups = np.array([sg[i[0]] for i in idx_te])
     unit = "patient" if bag_groups is not None else "slide"
-    common = dict(ordinal=ordinal, coverages=coverages, n_boot=n_boot, seed=bootstrap_seed,
+    common = dict(ordinal=ordinal, coverages=coverages, n_boot=n_boot, seed=bootstrap_seed, n_bins=n_bins,
                   n_train_slides=len(ids_tr), n_test_slides=len(ids_te))
     rows = [_summary_row(y_test, tile_pred, tile_conf, k, groups=np.asarray(slides_test), unit="slide",
                          aggregator="tile_level", level="tile", **common)]
@@ -313,7 +316,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
 def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any, *, n_classes: int,
                      ordinal: bool = True, probe_C: float | None = None, mil_params: Mapping[str, Any] | None = None,
                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
-                     random_state: int = 0) -> pd.DataFrame:
+                     random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Seed 003's SICAPv2 control: the probe under region-level tile labels and under labels coarsened to
     the slide (the most severe grade among all the slide's tiles, train and test together).
 
@@ -336,7 +339,7 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
         raise FmauditInputError(f"slide {sorted(leaky)[0]!r} has tiles on both sides of the split")
     coarse = coarsen_to_slide(y, s)
     k = int(n_classes)
-    common = dict(ordinal=ordinal, coverages=coverages, n_boot=n_boot, seed=bootstrap_seed)
+    common = dict(ordinal=ordinal, coverages=coverages, n_boot=n_boot, seed=bootstrap_seed, n_bins=n_bins)
     rows = []
     tr, te = ~test, test
     probe = _fit_probe(X[tr], y[tr], g[tr], k, probe_C, random_state)
@@ -363,7 +366,7 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
 def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, y_test: Any, groups_test: Any, *,
                     class_names: Sequence[str], removed: Sequence[str] = ("NC",), ordinal: bool = True,
                     probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0,
-                    bootstrap_seed: int = 0, random_state: int = 0) -> dict[str, Any]:
+                    bootstrap_seed: int = 0, random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> dict[str, Any]:
     """The task with ``removed`` classes dropped from both splits (seed 003: SICAPv2 without its benign class
     NC); the probe is refitted on the remaining classes (renumbered in order). Returns the
     :func:`prediction_summary` of the remaining test tiles plus n_train, n_test, removed, and the number of
@@ -378,6 +381,7 @@ def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, 
     probe = _fit_probe(Xtr, tr.labels[tr.keep], gtr, k, probe_C, random_state)
     p = probe.predict_proba(Xte)
     out = prediction_summary(te.labels[te.keep], p.argmax(1), p.max(1), k, ordinal=ordinal, coverages=coverages,
+                             n_bins=n_bins,
                              groups=gte[te.keep], n_boot=n_boot, random_state=bootstrap_seed, unit="patient")
     removed_groups = np.r_[np.asarray(groups_train)[tr.held_out], gte[te.held_out]]
     return {"removed": "+".join(removed), "n_train": int(tr.keep.sum()), "n_test": int(te.keep.sum()),

@@ -99,6 +99,24 @@ def test_nct_without_test_set_and_subsample(tmp_path):
     assert set(raw["split"]) == {"train", "test"}
 
 
+def test_nct_subsample_as_seed_003_drew_it(tmp_path):
+    from sklearn.model_selection import train_test_split
+
+    make_nct(tmp_path)
+    fn = get_preparer("nct_crc_he")
+    raw = fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "seed003", "seed": 42,
+                               "fractions": [0.5, 0.0, 0.5]})
+    # seed 003: files listed class by class (sorted folders), sorted within a class, duplicates removed, then
+    # train_test_split(train_size=n, stratify=labels, random_state=42)
+    listing = [p for cls in NCT for p in sorted((tmp_path / "NCT-CRC-HE-100K-NONORM" / cls).glob("*.tif"))
+               if p.name != "TUM-ZCOPY.tif"]
+    labels = [NCT.index(p.parent.name) for p in listing]
+    kept, _ = train_test_split(listing, train_size=18, random_state=42, stratify=labels)
+    assert sorted(raw["source"]) == sorted(str(p) for p in kept)
+    with pytest.raises(FmauditInputError, match="subsample_method"):
+        fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "random"})
+
+
 def test_nct_variant_and_param_errors(tmp_path):
     make_nct(tmp_path)
     with pytest.raises(FmauditInputError, match="expected NCT-CRC-HE-100K under data_root"):

@@ -37,7 +37,11 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "val_fraction": 0.0,  # share of an official train split moved to val (grouped, stratified); 0 keeps it
     "dedup": "bytes",  # exact-duplicate removal: bytes (sha256 of the file), pixels (decoded RGB), none
     "subsample": None,  # class-stratified sample of this many items after duplicate removal (None: all)
+    # how the subsample is drawn: stratified (each class its largest-remainder share, numpy draw) or seed003
+    # (seed 003's train_test_split(train_size=n, stratify=labels, random_state=seed) on its listing order)
+    "subsample_method": "stratified",
 }
+SUBSAMPLE_METHODS = ("stratified", "seed003")
 
 # The fixed five-class WBC intersection of seed 000 (basophil, eosinophil, lymphocyte, monocyte, neutrophil).
 WBC5_CLASSES = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrophil")
@@ -191,7 +195,15 @@ def finish(
     if n_sub is not None:
         # an official test set is kept whole; the sample is drawn from the rest
         held = (df["split"] == "test").to_numpy() if official_split and "split" in df.columns else np.zeros(len(df), bool)
-        sampled = stratified_row_sample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)
+        method = params.get("subsample_method", "stratified")
+        if method == "seed003":
+            from fmaudit.ood.slides import paper_stratified_sample
+
+            sampled = paper_stratified_sample(df[~held], int(n_sub), int(params.get("seed", 0)))
+        elif method == "stratified":
+            sampled = stratified_row_sample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)
+        else:
+            raise FmauditInputError(f"{dataset}: subsample_method must be one of {SUBSAMPLE_METHODS}, got {method!r}")
         df = pd.concat([sampled, df[held]]).sort_values("source", kind="stable").reset_index(drop=True)
     if official_split:
         if "split" not in df.columns or df["split"].isna().any():

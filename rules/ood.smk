@@ -1,0 +1,87 @@
+# OOD detection, selective prediction and the abstention gate (seed 003).
+# A blurred or artefact copy of a data set's test split is a derived data set `<dataset>__<tag>`: its manifest
+# comes from derive_manifest, its embeddings from the ordinary `embed` rule (a real encoder input, never
+# feature noise), so adding one sigma or artefact embeds only that copy. One shard job per (encoder, task)
+# runs every condition, scorer and gate setting of the task (fmaudit.grid.ood_runs / ood_gate_runs) and
+# exports the task's gate; aggregate_ood concatenates the shards for the report.
+
+
+rule derive_manifest:
+    input:
+        manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",
+    output:
+        # named like a data set's manifest, so that `embed` embeds it unchanged (prepare_manifest leaves
+        # these names alone: SOURCE_DATASET)
+        f"{RESULTS}/manifests/{{dataset}}__{{tag}}.parquet",
+    log:
+        f"{RESULTS}/logs/derive_manifest/{{dataset}}__{{tag}}.log",
+    params:
+        spec=derived_spec,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    wildcard_constraints:
+        tag=PERTURBATION_TAG,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/derive_manifest.py"
+
+
+rule ood_shard:
+    input:
+        unpack(ood_shard_inputs),
+    output:
+        detection=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.detection.parquet",
+        selective=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.selective.parquet",
+        curves=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.curves.parquet",
+        blur=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.blur.parquet",
+        gate=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.gate.parquet",
+        histograms=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.histograms.parquet",
+        probe_sensitivity=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.probe_sensitivity.parquet",
+        scorer_sensitivity=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.scorer_sensitivity.parquet",
+        slides=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.slides.parquet",
+        coarsening=f"{RESULTS}/shards/ood/{{task}}/{{encoder}}.coarsening.parquet",
+        gate_model=directory(f"{RESULTS}/ood/gates/{{task}}/{{encoder}}"),
+    log:
+        f"{RESULTS}/logs/ood_shard/{{task}}/{{encoder}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ood_shard/{{task}}/{{encoder}}.tsv"
+    params:
+        task=ood_task,
+        plan=ood_plan,
+        settings=ood_settings,
+        bootstrap=bootstrap_settings,
+        calibration=calibration_settings,
+        derived=ood_derived_embeddings,
+    threads: 1
+    resources:
+        mem_mb=shard_mem_mb,
+        runtime=shard_runtime,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/ood_shard.py"
+
+
+rule aggregate_ood:
+    input:
+        unpack(ood_aggregate_inputs),
+    output:
+        detection=f"{RESULTS}/aggregate/ood_detection.parquet",
+        selective=f"{RESULTS}/aggregate/ood_selective.parquet",
+        curves=f"{RESULTS}/aggregate/ood_curves.parquet",
+        blur=f"{RESULTS}/aggregate/ood_blur.parquet",
+        gate=f"{RESULTS}/aggregate/ood_gate.parquet",
+        histograms=f"{RESULTS}/aggregate/ood_histograms.parquet",
+        probe_sensitivity=f"{RESULTS}/aggregate/ood_probe_sensitivity.parquet",
+        scorer_sensitivity=f"{RESULTS}/aggregate/ood_scorer_sensitivity.parquet",
+        slides=f"{RESULTS}/aggregate/ood_slides.parquet",
+        coarsening=f"{RESULTS}/aggregate/ood_coarsening.parquet",
+    log:
+        f"{RESULTS}/logs/aggregate_ood.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/aggregate_ood.py"

@@ -1,0 +1,13 @@
+"""Snakemake adapter: concatenate each table of every OOD shard."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+
+from fmaudit.jobs.ood import SHARD_TABLES, aggregate_ood_job  # noqa: E402
+
+aggregate_ood_job(
+    shards={name: list(getattr(snakemake.input, name)) for name in SHARD_TABLES},  # noqa: F821
+    out={name: getattr(snakemake.output, name) for name in SHARD_TABLES},  # noqa: F821
+    log=snakemake.log[0],  # noqa: F821
+)

@@ -1,0 +1,122 @@
+"""The OOD section's results, from the aggregated OOD shard tables (the report formats them and computes nothing).
+
+Tasks are *categorical* or *grading* (ordinal labels, ``tasks.<t>.ordinal``); seed 003 summarises the two kinds
+apart. The per-tier summary is the mean detection AUROC over a tier's conditions (and tasks) per encoder and
+scorer, with the spread over conditions; it has no interval of its own (each condition's row carries its
+cluster-bootstrap interval, unit and count).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+#: Tiers in report order.
+TIER_ORDER = ("far", "blur", "near", "artefact", "image_artefact")
+GATE_QUANTITIES = ("coverage", "reject_novel", "reject_unconfident", "reject_any", "accuracy_ungated",
+                   "accuracy_accepted")
+
+__all__ = ["GATE_QUANTITIES", "TIER_ORDER", "summarize_ood", "task_kind"]
+
+
+def task_kind(ordinal: bool) -> str:
+    return "grading" if ordinal else "categorical"
+
+
+def _kinds(df: pd.DataFrame, settings: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    if len(df) == 0 or "task" not in df.columns:
+        return df
+    df = df.copy()
+    df.insert(df.columns.get_loc("task") + 1, "task_kind",
+              [task_kind(bool((settings.get(t) or {}).get("ordinal", False))) for t in df["task"]])
+    return df
+
+
+def _tier_rank(tiers: pd.Series) -> pd.Series:
+    order = {t: i for i, t in enumerate(TIER_ORDER)}
+    return tiers.map(order).fillna(len(order))
+
+
+def detection_by_tier(detection: pd.DataFrame) -> pd.DataFrame:
+    """Mean, min and max detection AUROC over the conditions of each (task kind, tier, scorer, encoder), with
+    the mean FPR at 95% TPR and how many conditions and tasks were averaged."""
+    if len(detection) == 0:
+        return pd.DataFrame()
+    keys = ["task_kind", "tier", "scorer", "encoder"]
+    out = (detection.groupby(keys, sort=False)
+           .agg(mean_auroc=("auroc", "mean"), min_auroc=("auroc", "min"), max_auroc=("auroc", "max"),
+                mean_fpr_at_95tpr=("fpr_at_95tpr", "mean"), n_conditions=("condition", "nunique"),
+                n_tasks=("task", "nunique"))
+           .reset_index())
+    out = out.assign(_t=_tier_rank(out["tier"])).sort_values(["task_kind", "_t", "scorer", "mean_auroc"],
+                                                            ascending=[True, True, True, False])
+    return out.drop(columns="_t").reset_index(drop=True)
+
+
+def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
+    """One row per (encoder, task, setting, set): the gate's main quantities, mean over the fit/validation
+    divisions with their pooled-bootstrap intervals, and the exported gate's own numbers (``value_*``)."""
+    if len(gate) == 0:
+        return pd.DataFrame()
+    keys = ["encoder", "task", "task_kind", "setting", "set", "tier"]
+    rows = []
+    for key, part in gate[gate["set"] != "validation"].groupby(keys, sort=False):
+        row = dict(zip(keys, key))
+        q = part.set_index("quantity")
+        for name in GATE_QUANTITIES:
+            if name in q.index:
+                row[name] = float(q.loc[name, "point"])
+                row[f"{name}_ci_lo"], row[f"{name}_ci_hi"] = float(q.loc[name, "ci_lo"]), float(q.loc[name, "ci_hi"])
+                row[f"value_{name}"] = float(q.loc[name, "value"])
+        first = part.iloc[0]
+        row.update(n_items=int(first["n_items"]), n_splits=int(first["n_splits"]), n_boot=int(first["n_boot"]),
+                   ci_unit=first["ci_unit"], ci_n_units=int(first["ci_n_units"]))
+        rows.append(row)
+    thresholds = gate[(gate["set"] == "validation") & gate["quantity"].isin(["tau_novelty", "tau_confidence", "C"])]
+    out = pd.DataFrame(rows)
+    if len(thresholds):
+        wide = thresholds.pivot_table(index=["encoder", "task", "setting"], columns="quantity", values="value",
+                                      sort=False).reset_index()
+        wide = wide.rename(columns={"C": "gate_C", "tau_novelty": "tau_novelty", "tau_confidence": "tau_confidence"})
+        out = out.merge(wide, on=["encoder", "task", "setting"], how="left")
+    return out
+
+
+def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Everything the OOD report section writes: ``tables`` are the aggregated shard tables by name
+    (:data:`fmaudit.jobs.ood.SHARD_TABLES`); ``settings`` maps each task to its reported OOD settings
+    (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
+    t = {name: _kinds(df, settings) for name, df in tables.items()}
+    detection = t.get("detection", pd.DataFrame())
+    if len(detection):
+        detection = detection.assign(_t=_tier_rank(detection["tier"])).sort_values(
+            ["task_kind", "task", "_t", "condition", "scorer", "encoder"], kind="stable").drop(columns="_t")
+        detection = detection.reset_index(drop=True)
+    selective = t.get("selective", pd.DataFrame())
+    return {
+        "detection": detection,
+        "detection_by_tier": detection_by_tier(detection),
+        "gate": t.get("gate", pd.DataFrame()),
+        "gate_summary": gate_summary(t.get("gate", pd.DataFrame())),
+        "selective": selective,
+        "curves": t.get("curves", pd.DataFrame()),
+        "blur": t.get("blur", pd.DataFrame()),
+        "histograms": t.get("histograms", pd.DataFrame()),
+        "slides": t.get("slides", pd.DataFrame()),
+        "coarsening": t.get("coarsening", pd.DataFrame()),
+        "probe_sensitivity": t.get("probe_sensitivity", pd.DataFrame()),
+        "scorer_sensitivity": t.get("scorer_sensitivity", pd.DataFrame()),
+        "settings": {task: dict(s) for task, s in settings.items()},
+        "scorer_for_figures": _figure_scorer(detection),
+    }
+
+
+def _figure_scorer(detection: pd.DataFrame) -> str | None:
+    """The scorer whose ID-vs-OOD histograms are drawn: Mahalanobis (the gate's) when it ran, else the first."""
+    if len(detection) == 0:
+        return None
+    scorers = list(pd.unique(detection["scorer"]))
+    return "maha" if "maha" in scorers else str(scorers[0])
+

@@ -1,0 +1,283 @@
+"""The OOD section of the report (seed 003): novelty detection by tier (categorical and grading tasks apart), the
+abstention gate's operating points, selective prediction, blur curves, slide aggregation, the coarsening
+controls and the sensitivity tables, with three figures (risk-coverage curves, ID-vs-OOD score histograms,
+accuracy against blur sigma). Formatted from :func:`fmaudit.analyses.ood_summary.summarize_ood`; this module
+computes nothing. Every interval is printed with its resampling unit and count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from fmaudit.io import atomic_path, dataframe_to_markdown
+from fmaudit.report.formatting import fmt_ci
+from fmaudit.report.section import ReportWriter, Section
+
+DETECTION, GATE, SELECTIVE, SLIDES, SENSITIVITY = ("OOD detection", "Abstention gate", "Selective prediction",
+                                                   "Slides and grades", "OOD sensitivity")
+#: Tables of the section (name -> category of Snakemake's report), in the order they are written.
+TABLES = {
+    "ood_detection": DETECTION,
+    "ood_detection_by_tier": DETECTION,
+    "ood_gate": GATE,
+    "ood_gate_summary": GATE,
+    "ood_selective": SELECTIVE,
+    "ood_blur": SELECTIVE,
+    "ood_slides": SLIDES,
+    "ood_coarsening": SLIDES,
+    "ood_probe_sensitivity": SENSITIVITY,
+    "ood_scorer_sensitivity": SENSITIVITY,
+}
+FIGURES = {"ood_risk_coverage": SELECTIVE, "ood_score_histograms": DETECTION, "ood_blur_accuracy": SELECTIVE}
+NOTE = "no OOD shard was planned by this config"
+#: The most histogram panels drawn (rows of encoders are cut, and the figure says so).
+MAX_HISTOGRAM_PANELS = 48
+
+__all__ = ["FIGURES", "SECTION", "TABLES", "detection_markdown", "gate_markdown"]
+
+
+# --------------------------------------------------------------------------------------------------
+# markdown
+# --------------------------------------------------------------------------------------------------
+def _units(df: pd.DataFrame) -> str:
+    """``unit=group (patient/slide), n=6, B=200`` for each distinct way the rows' intervals were drawn."""
+    cols = [c for c in ("ci_unit", "ci_n_units", "n_boot") if c in df.columns]
+    if len(cols) < 3 or len(df) == 0:
+        return "no intervals"
+    parts = []
+    for unit, n, b in df[cols].drop_duplicates().itertuples(index=False):
+        if isinstance(unit, str) and unit:
+            parts.append(f"unit={unit}, n={int(n)}, B={int(b)}")
+    return "; ".join(dict.fromkeys(parts)) or "no intervals"
+
+
+def _ci(row: Mapping[str, Any], name: str) -> str:
+    """``point [lo, hi]`` of ``name`` in a row (a dict of a table's columns)."""
+    point = float(row.get(name, np.nan))
+    lo, hi = float(row.get(f"{name}_ci_lo", np.nan)), float(row.get(f"{name}_ci_hi", np.nan))
+    if not np.isfinite(lo):
+        return "n/a" if not np.isfinite(point) else f"{point:.3f}"
+    return fmt_ci(point, lo, hi)
+
+
+def detection_markdown(by_tier: pd.DataFrame, detection: pd.DataFrame) -> str:
+    """Per task kind: encoders x (tier, scorer) mean detection AUROC over the tier's conditions."""
+    parts = []
+    for kind, part in by_tier.groupby("task_kind", sort=True):
+        part = part.assign(column=part["tier"] + ": " + part["scorer"])
+        wide = part.pivot_table(index="encoder", columns="column", values="mean_auroc", sort=False).reset_index()
+        wide.columns.name = None
+        det = detection[detection["task_kind"] == kind]
+        parts.append(f"### {kind.capitalize()} tasks ({', '.join(sorted(det['task'].unique()))})\n\n"
+                     "Mean detection AUROC (OOD positive) over the tier's conditions; each condition's own AUROC "
+                     f"with its 95% cluster-bootstrap interval ({_units(det)}) is in `tables/ood_detection.csv`.\n\n"
+                     f"{dataframe_to_markdown(wide)}\n")
+    return "\n".join(parts)
+
+
+def gate_markdown(summary: pd.DataFrame) -> str:
+    """One table per (task setting): per encoder and set, coverage, rejection and accuracy of accepted items."""
+    parts = []
+    for setting, part in summary.groupby("setting", sort=False):
+        rows = []
+        for r in part.to_dict("records"):
+            labelled = np.isfinite(float(r.get("accuracy_accepted", np.nan)))
+            rows.append({"encoder": r["encoder"], "set": r["set"], "tier": r["tier"], "coverage": _ci(r, "coverage"),
+                         "reject_any": _ci(r, "reject_any"),
+                         "accuracy_accepted": _ci(r, "accuracy_accepted") if labelled else "n/a (no labels)",
+                         "tau_novelty": r.get("tau_novelty", np.nan), "tau_confidence": r.get("tau_confidence", np.nan)})
+        parts.append(f"### Setting {setting}\n\nMean over {int(part['n_splits'].iloc[0])} fit/validation divisions "
+                     f"[95% interval of the pooled bootstrap draws; {_units(part)}]; thresholds of the exported gate "
+                     f"(division 0).\n\n{dataframe_to_markdown(pd.DataFrame(rows))}\n")
+    return "\n".join(parts)
+
+
+def selective_markdown(selective: pd.DataFrame) -> str:
+    cov = [c for c in selective.columns if c.startswith("selective_accuracy_c") and not c.endswith(("_lo", "_hi"))]
+    rows = []
+    for r in selective.to_dict("records"):
+        row = {"task": r["task"], "encoder": r["encoder"], "n": int(r["n"]), "accuracy": _ci(r, "accuracy"),
+               "AURC": _ci(r, "aurc"), "E-AURC": _ci(r, "eaurc")}
+        for c in cov:
+            row[c.replace("selective_accuracy_c", "sel. acc. @")] = _ci(r, c)
+        if np.isfinite(float(r.get("qwk", np.nan))):
+            row["QWK"] = _ci(r, "qwk")
+        rows.append(row)
+    return dataframe_to_markdown(pd.DataFrame(rows))
+
+
+def blur_markdown(blur: pd.DataFrame) -> str:
+    rows = []
+    for r in blur.to_dict("records"):
+        change = _ci(r, "accuracy_change") if r["sigma"] > 0 else "—"
+        rows.append({"task": r["task"], "encoder": r["encoder"], "sigma": f"{r['sigma']:g}",
+                     "accuracy": _ci(r, "accuracy"), "change": change})
+    return dataframe_to_markdown(pd.DataFrame(rows))
+
+
+# --------------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    plt = _pyplot()
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _note(text: str, path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 1.5))
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.axis("off")
+    _save(fig, path)
+
+
+def risk_coverage_figure(curves: pd.DataFrame, path: Path) -> None:
+    """Risk (error rate of the kept items) against coverage, one line per encoder, one panel per task."""
+    plt = _pyplot()
+    tasks = list(pd.unique(curves["task"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for enc, part in curves[curves["task"] == task].groupby("encoder", sort=True):
+            part = part.sort_values("coverage")
+            ax.plot(part["coverage"], part["risk"], label=enc)
+        ax.set_xlabel("coverage (most confident first)")
+        ax.set_ylabel("risk (error rate of kept items)")
+        ax.set_xlim(0, 1)
+        ax.set_title(f"{task}: test split", fontsize=9)
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def histogram_figure(histograms: pd.DataFrame, scorer: str, path: Path) -> None:
+    """ID (grey) vs OOD (colour) novelty-score histograms of ``scorer``: rows (task, encoder), columns conditions."""
+    plt = _pyplot()
+    h = histograms[histograms["scorer"] == scorer]
+    rows = list(h[["task", "encoder"]].drop_duplicates().itertuples(index=False, name=None))
+    conditions = {task: list(pd.unique(h.loc[h["task"] == task, "condition"])) for task, _ in rows}
+    ncol = max(len(c) for c in conditions.values())
+    shown = rows[:max(1, MAX_HISTOGRAM_PANELS // ncol)]
+    fig, axes = plt.subplots(len(shown), ncol, figsize=(2.6 * ncol, 2.0 * len(shown)), squeeze=False)
+    for i, (task, enc) in enumerate(shown):
+        for j in range(ncol):
+            ax = axes[i, j]
+            if j >= len(conditions[task]):
+                ax.axis("off")
+                continue
+            cond = conditions[task][j]
+            cell = h[(h["task"] == task) & (h["encoder"] == enc) & (h["condition"] == cond)]
+            for name, color in (("id", "0.55"), ("ood", "tab:red")):
+                part = cell[cell["set"] == name].sort_values("bin")
+                if len(part):
+                    ax.stairs(part["share"].to_numpy(), np.r_[part["lo"].to_numpy(), part["hi"].iloc[-1]],
+                              color=color, fill=name == "id", alpha=0.6 if name == "id" else 1.0, label=name.upper())
+            ax.set_title(f"{enc}\n{task}: {cond}", fontsize=7)
+            ax.tick_params(labelsize=6)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    if len(shown) < len(rows):
+        fig.suptitle(f"{scorer} scores; first {len(shown)} of {len(rows)} (task, encoder) rows", fontsize=9)
+    else:
+        fig.suptitle(f"{scorer} novelty scores (higher = more OOD), share of items per bin", fontsize=9)
+    _save(fig, path)
+
+
+def blur_figure(blur: pd.DataFrame, path: Path) -> None:
+    """Accuracy against blur sigma (0 = unblurred) with its interval band, one line per encoder per task."""
+    plt = _pyplot()
+    tasks = list(pd.unique(blur["task"]))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        part = blur[blur["task"] == task]
+        for enc, e in part.groupby("encoder", sort=True):
+            e = e.sort_values("sigma")
+            line = ax.plot(e["sigma"], e["accuracy"], marker="o", label=enc)[0]
+            if "accuracy_ci_lo" in e.columns:
+                ax.fill_between(e["sigma"], e["accuracy_ci_lo"], e["accuracy_ci_hi"], color=line.get_color(), alpha=0.15)
+        ax.set_xlabel("Gaussian blur sigma (px of a 224 px input)")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{task}: test split ({_units(part)})", fontsize=8)
+        ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# the section
+# --------------------------------------------------------------------------------------------------
+def _table(writer: ReportWriter, name: str, df: pd.DataFrame, note: str) -> None:
+    writer.table(name, df if len(df) else pd.DataFrame({"note": [note]}))
+
+
+def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the section's tables and figures; return its lines of index.md."""
+    if results is None:
+        for name in TABLES:
+            writer.table(name, pd.DataFrame({"note": [NOTE]}))
+        for name in FIGURES:
+            writer.figure(name, lambda path: _note("no OOD shard was planned", path))
+        return ["## OOD detection and abstention", "", "No OOD shard was planned by this config.", ""]
+    r = results
+    _table(writer, "ood_detection", r["detection"], "no OOD conditions")
+    _table(writer, "ood_detection_by_tier", r["detection_by_tier"], "no OOD conditions")
+    _table(writer, "ood_gate", r["gate"], "no task is gated (config ood.gate)")
+    _table(writer, "ood_gate_summary", r["gate_summary"], "no task is gated (config ood.gate)")
+    _table(writer, "ood_selective", r["selective"], "no OOD shard")
+    _table(writer, "ood_blur", r["blur"], "no blur tier (config ood.blur)")
+    _table(writer, "ood_slides", r["slides"], "no slide aggregation (config ood.slides)")
+    _table(writer, "ood_coarsening", r["coarsening"], "no coarsening control (config ood.coarsening)")
+    _table(writer, "ood_probe_sensitivity", r["probe_sensitivity"], "no sensitivity tables (config ood.sensitivity)")
+    _table(writer, "ood_scorer_sensitivity", r["scorer_sensitivity"], "no sensitivity tables (config ood.sensitivity)")
+    curves, hist, blur = r["curves"], r["histograms"], r["blur"]
+    writer.figure("ood_risk_coverage", (lambda path: risk_coverage_figure(curves, path)) if len(curves)
+                  else (lambda path: _note("no OOD shard", path)))
+    scorer = r["scorer_for_figures"]
+    writer.figure("ood_score_histograms", (lambda path: histogram_figure(hist, scorer, path)) if len(hist)
+                  else (lambda path: _note("no OOD conditions", path)))
+    writer.figure("ood_blur_accuracy", (lambda path: blur_figure(blur, path)) if len(blur)
+                  else (lambda path: _note("no blur tier", path)))
+    lines = ["## OOD detection and abstention", "",
+             "Novelty scores, higher = more out-of-distribution; detection AUROC with the OOD set as the positive "
+             "class (ties 1/2) and FPR at 95% TPR; intervals are 95% percentile cluster-bootstrap intervals, each "
+             "table naming its resampling unit and count (unit, n, B). Near and artefact conditions refit the probe "
+             "and scorers without the held-out classes.", ""]
+    if len(r["detection"]):
+        lines += ["### Detection by tier", "", detection_markdown(r["detection_by_tier"], r["detection"]), ""]
+    if len(r["gate_summary"]):
+        lines += ["### Abstention gate operating points", "",
+                  "Seed 003's two-threshold gate: novelty above the validation quantile rejects as novel, then "
+                  "confidence below the threshold that keeps the chosen share of the novelty-passing validation "
+                  "items rejects as unconfident. The exported gate of each (encoder, task) is in "
+                  "`ood/gates/<task>/<encoder>/` (`fmaudit gate apply`).", "", gate_markdown(r["gate_summary"]), ""]
+    if len(r["selective"]):
+        lines += ["### Selective prediction on the test split", "",
+                  f"Intervals: {_units(r['selective'])}.", "", selective_markdown(r["selective"]), ""]
+    if len(blur):
+        lines += ["### Accuracy against blur", "",
+                  f"Paired intervals (one resample shared by every sigma; {_units(blur)}).", "",
+                  blur_markdown(blur), ""]
+    for name, title in (("slides", "Slide aggregation"), ("coarsening", "Label coarsening and removed classes")):
+        if len(r[name]):
+            lines += [f"### {title}", "", f"Intervals: {_units(r[name])}; full table in `tables/ood_{name}.csv`.", ""]
+    if len(r["probe_sensitivity"]) or len(r["scorer_sensitivity"]):
+        lines += ["### Sensitivity", "", "Probe regularisation and selection protocol: `tables/ood_probe_sensitivity.csv`; "
+                  "scorer settings (normalisation, k, covariance estimator): `tables/ood_scorer_sensitivity.csv` "
+                  "(point estimates, no intervals).", ""]
+    return lines
+
+
+SECTION = Section("ood", TABLES, FIGURES, write_ood_section)
