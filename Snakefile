@@ -19,6 +19,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/embed.smk"
 include: "rules/probe.smk"
+include: "rules/prior_shift.smk"
 include: "rules/report.smk"
 
 
@@ -26,6 +27,7 @@ localrules:
     all,
     download,
     aggregate_probe,
+    aggregate_prior_shift,
     report,
 
 

@@ -5,9 +5,7 @@
 
 rule report:
     input:
-        runs=f"{RESULTS}/aggregate/probe_runs.parquet",
-        predictions=all_probe_shards("predictions"),
-        embeddings=all_embeddings(),
+        unpack(report_inputs),
     output:
         index=f"{REPORT}/index.md",
         tables=report_tables(),
@@ -18,6 +16,9 @@ rule report:
     params:
         calibration=report_settings("calibration"),
         bootstrap=report_settings("bootstrap"),
+        prior_shift=report_prior_shift(),
+        variants=report_variants(),
+        exposure=report_exposure(),
     conda:
         "../envs/analysis.yaml"
     script:
