@@ -75,10 +75,10 @@ def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> No
         ax.set_ylabel("macro-F1 gain over none")
         ax.set_title(f"{task}: source {source} (bars: mean over targets, whiskers: 95% interval, dots: targets)",
                      fontsize=9)
-        ax.legend(fontsize=7, ncol=min(3, len(methods)))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
     plt.close(fig)
 
 
