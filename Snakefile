@@ -20,6 +20,7 @@ include: "rules/data.smk"
 include: "rules/embed.smk"
 include: "rules/probe.smk"
 include: "rules/ood.smk"
+include: "rules/prior_shift.smk"
 include: "rules/report.smk"
 
 
@@ -32,6 +33,7 @@ localrules:
     validate,
     aggregate_probe,
     aggregate_ood,
+    aggregate_prior_shift,
     report,
 
 

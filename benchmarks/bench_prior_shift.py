@@ -130,25 +130,36 @@ def main() -> None:
     ap.add_argument("--source", type=int, default=3000)
     ap.add_argument("--target", type=int, default=4000)
     ap.add_argument("--sample-size", type=int, default=500)
+    ap.add_argument("--methods", type=lambda v: [x for x in v.split(",") if x], default=METHODS,
+                    help="comma-separated methods (default all); e.g. without shot_im to see its share of the time")
+    ap.add_argument("--engine-only", action="store_true", help="time the engine alone (no baseline, no comparison)")
     args = ap.parse_args()
+    methods = list(args.methods)
     priors = {name: dict(s.shares) for name, s in WBC5_SCENARIOS.items()}
     seeds = [0] if args.quick else [0, 1, 2, 3, 4]
     if args.quick:
         priors = {p: priors[p] for p in ("balanced", "peripheral-blood")}
     runs = job_runs(seeds, priors, 25)
     xs, ys, xt, yt = workload(args.source, args.target, args.dim)
-    print(f"workload: {len(runs)} runs x {len(METHODS)} methods; D={args.dim}, K=5, source {args.source}, "
+    print(f"workload: {len(runs)} runs x {len(methods)} methods; D={args.dim}, K=5, source {args.source}, "
           f"target pool {args.target}, {args.sample_size} items per draw; OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}")
     times = {"engine": [], "baseline": []}
     engine_out = base_out = None
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        engine_out = run_prior_shift_shard(runs, xs, ys, xt, yt, priors, WBC5_CLASS_ORDER, args.sample_size, METHODS)
+        engine_out = run_prior_shift_shard(runs, xs, ys, xt, yt, priors, WBC5_CLASS_ORDER, args.sample_size, methods)
         times["engine"].append(time.perf_counter() - t0)
+        if args.engine_only:
+            continue
         t0 = time.perf_counter()
-        base_out = baseline(runs, xs, ys, xt, yt, priors, args.sample_size, METHODS)
+        base_out = baseline(runs, xs, ys, xt, yt, priors, args.sample_size, methods)
         times["baseline"].append(time.perf_counter() - t0)
+    if args.engine_only:
+        med = statistics.median(times["engine"])
+        print(f"engine    median {med:7.2f} s  ({len(runs) / med:7.1f} runs/s; repeats: "
+              f"{', '.join(f'{t:.2f}' for t in times['engine'])})")
+        return
     keys = ["seed", "prior", "draw", "method"]
     merged = engine_out.astype({"prior": str}).merge(base_out, on=keys, suffixes=("", "_base"))
     assert len(merged) == len(engine_out) == len(base_out), "the two tables cover different runs"

@@ -12,6 +12,7 @@ from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
 from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 from fmaudit.report import report_outputs
 
 try:
@@ -39,6 +40,9 @@ wildcard_constraints:
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     task=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     key=r"[0-9a-f]{12}",
+    source_domain=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    target_domain=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    seed=r"[0-9]+",
 
 
 def canonical(obj):
@@ -239,6 +243,90 @@ def all_embeddings():
     return [embedding_path(enc, ds) for enc, ds in embed_pairs(config)]
 
 
+# ---- prior shift (seed 000) ------------------------------------------------------------------------------
+
+# task -> its prior_shift section (top level, or the section of the study that holds the task)
+PRIOR_SHIFT = {ps["task"]: ps for _, _, ps in parts_with(config, "prior_shift")}
+# The jobs fmaudit.grid counts (fmaudit.grid.JOB_KEYS), with their task: the shards of prior_shift_runs and
+# the scratch references of scratch_reference_runs.
+PRIOR_SHIFT_SHARDS = (prior_shift_runs(config, DATASETS)[["task", "encoder", "source_domain", "target_domain"]]
+                      .astype(str).drop_duplicates().itertuples(index=False))
+PRIOR_SHIFT_SHARDS = list(PRIOR_SHIFT_SHARDS)
+SCRATCH_JOBS = list(scratch_reference_runs(config, DATASETS)[["task", "source_domain", "seed"]].astype(str)
+                    .drop_duplicates().itertuples(index=False))
+# Settings that change no number of a shard (they feed the report or the scratch reference) stay out of its params.
+NOT_SHARD_SETTINGS = ("model_selection", "scratch_reference")
+
+
+def prior_shift_shard_path(task, encoder, source, target, kind):
+    return f"{RESULTS}/shards/prior_shift/{task}/{encoder}/{source}/{target}.{kind}.parquet"
+
+
+def all_prior_shift_shards(kind):
+    return [prior_shift_shard_path(j.task, j.encoder, j.source_domain, j.target_domain, kind)
+            for j in PRIOR_SHIFT_SHARDS]
+
+
+def all_scratch_references():
+    return [f"{RESULTS}/shards/scratch_reference/{j.task}/{j.source_domain}/seed{j.seed}.parquet" for j in SCRATCH_JOBS]
+
+
+def prior_shift_shard_settings(wildcards):
+    """The task's prior_shift section, without the settings that change none of a shard's numbers."""
+    ps = PRIOR_SHIFT[wildcards.task]
+    return canonical({k: v for k, v in ps.items() if k not in NOT_SHARD_SETTINGS})
+
+
+def prior_shift_ece_bins(wildcards):
+    return section(config, "calibration", task=wildcards.task)["ece_bins"]
+
+
+def prior_shift_readout(wildcards):
+    """The probe grid's readout, resolved for this encoder: the prior-shift probe reads what the probes read."""
+    return probe_settings(wildcards)["readout"]
+
+
+def prior_shift_mem_mb(wildcards, attempt):
+    return 8000 * attempt
+
+
+def prior_shift_runtime(wildcards, attempt):
+    return 60 * attempt
+
+
+def task_manifests(wildcards):
+    return [manifest_path(ds) for ds in config["tasks"][wildcards.task]["datasets"]]
+
+
+def scratch_targets(wildcards):
+    """The target domains of this source in the task's prior-shift grid (what the frozen shards evaluate)."""
+    return sorted({j.target_domain for j in PRIOR_SHIFT_SHARDS
+                   if j.task == wildcards.task and j.source_domain == wildcards.source_domain})
+
+
+def scratch_pool_settings(wildcards):
+    ps = PRIOR_SHIFT[wildcards.task]
+    return {"target_pool": ps["target_pool"], "val_fraction": ps["val_fraction"]}
+
+
+def scratch_settings(wildcards):
+    """The training recipe (prior_shift.scratch_reference without its switches)."""
+    settings = PRIOR_SHIFT[wildcards.task]["scratch_reference"]
+    return canonical({k: v for k, v in settings.items() if k not in ("enabled", "gpu")})
+
+
+def scratch_gpus(wildcards):
+    return 1 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 0
+
+
+def scratch_mem_mb(wildcards, attempt):
+    return (32000 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 4000) * attempt
+
+
+def scratch_runtime(wildcards, attempt):
+    return (240 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 60) * attempt
+
+
 def all_targets():
     return [f"{REPORT}/index.md"]
 
@@ -367,6 +455,40 @@ def report_figures():
 def report_settings(name):
     """{task: its `name` section}: the report's calibration and bootstrap settings (also in its captions)."""
     return canonical(settings_by_task(config, name))
+
+
+def report_inputs(wildcards):
+    """The probe suite's aggregate and predictions, every embedding, the OOD aggregates when the config plans OOD
+    shards, and the prior-shift aggregates when it plans prior-shift shards."""
+    inputs = {"runs": f"{RESULTS}/aggregate/probe_runs.parquet", "predictions": all_probe_shards("predictions"),
+              "embeddings": all_embeddings(), "ood": ood_report_inputs(wildcards)}
+    if PRIOR_SHIFT_SHARDS:
+        inputs.update(prior_shift_runs=f"{RESULTS}/aggregate/prior_shift_runs.parquet",
+                      prior_shift_pool=f"{RESULTS}/aggregate/prior_shift_pool.parquet",
+                      scratch=f"{RESULTS}/aggregate/scratch_reference.parquet")
+    return inputs
+
+
+def report_prior_shift():
+    """{task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)."""
+    keys = ("model_selection", "priors", "draws", "sample_size", "seeds")
+    return canonical({task: {k: ps[k] for k in keys} for task, ps in PRIOR_SHIFT.items()})
+
+
+def report_variants():
+    """{declared variant: its base encoder}."""
+    return {v: ENCODERS[v]["variant_of"] for v in config["variants"]}
+
+
+def report_exposure():
+    """What the exposure audit reads: each evaluated encoder's pretraining facts, each data set's aliases, and
+    the (encoder, data set) pairs the config evaluates."""
+    pairs = embed_pairs(config)
+    encoders = {enc: {"pretraining_corpora": ENCODERS[enc].get("pretraining_corpora") or [],
+                      "exposure": ENCODERS[enc].get("exposure") or {},
+                      "weights": {"source": ENCODERS[enc]["weights"]["source"]}} for enc, _ in pairs}
+    datasets = {ds: {"aliases": DATASETS[ds].get("aliases") or []} for _, ds in pairs}
+    return canonical({"encoders": encoders, "datasets": datasets, "pairs": [list(p) for p in pairs]})
 
 
 def downloadable_datasets(wildcards):

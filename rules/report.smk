@@ -5,10 +5,7 @@
 
 rule report:
     input:
-        runs=f"{RESULTS}/aggregate/probe_runs.parquet",
-        predictions=all_probe_shards("predictions"),
-        embeddings=all_embeddings(),
-        ood=ood_report_inputs,
+        unpack(report_inputs),
     output:
         index=f"{REPORT}/index.md",
         tables=report_tables(),
@@ -21,6 +18,9 @@ rule report:
         bootstrap=report_settings("bootstrap"),
         units=report_units(),
         ood=report_ood_settings(),
+        prior_shift=report_prior_shift(),
+        variants=report_variants(),
+        exposure=report_exposure(),
     conda:
         "../envs/analysis.yaml"
     script:

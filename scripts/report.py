@@ -16,4 +16,10 @@ report_job(
     ood=list(snakemake.input.ood),  # noqa: F821
     ood_settings=snakemake.params.ood,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
+    prior_shift_runs=getattr(snakemake.input, "prior_shift_runs", None),  # noqa: F821
+    prior_shift_pool=getattr(snakemake.input, "prior_shift_pool", None),  # noqa: F821
+    scratch=getattr(snakemake.input, "scratch", None),  # noqa: F821
+    prior_shift=snakemake.params.prior_shift,  # noqa: F821
+    variants=snakemake.params.variants,  # noqa: F821
+    exposure=snakemake.params.exposure,  # noqa: F821
 )

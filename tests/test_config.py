@@ -222,3 +222,40 @@ def test_a_missing_registry_weight_file_makes_the_encoder_unusable_not_the_confi
     (tmp_path / "ctranspath.pth").write_bytes(b"x")
     cfg["encoder_weights"] = {"ctranspath": str(tmp_path / "ctranspath.pth")}
     assert "ctranspath" not in unusable_encoders(cfg, encoders)
+
+
+def test_variants_must_be_declared_and_beside_their_base(demo_config):
+    from fmaudit.registry import load_dataset_registry, load_registry
+
+    encoders, datasets = load_registry(), load_dataset_registry()
+    cfg = fill_config(copy.deepcopy(demo_config))
+    assert cfg["variants"] == []
+    cfg["variants"] = ["demo-dinov2-tiny.res96"]
+    check_names(cfg, encoders, datasets)
+    cfg["variants"] = ["demo-dinov2-tiny.res69"]
+    with pytest.raises(FmauditInputError, match=r"config 'variants': unknown declared encoder variant "
+                                                r"'demo-dinov2-tiny.res69'; did you mean 'demo-dinov2-tiny.res96'"):
+        check_names(cfg, encoders, datasets)
+    cfg["variants"] = ["demo-dinov2-tiny.res96"]
+    cfg["encoders"] = ["demo-vit-tiny"]
+    with pytest.raises(FmauditInputError, match="variant of 'demo-dinov2-tiny', which is not in the config's encoders"):
+        check_names(cfg, encoders, datasets)
+
+
+def test_prior_shift_settings_have_schema_defaults(demo_config):
+    from fmaudit.adapt.evaluate import SHOT_IM_DEFAULTS
+    from fmaudit.adapt.scratch import ScratchResNet18
+
+    ps = fill_config(copy.deepcopy(demo_config))["prior_shift"]
+    assert ps["C"] == 1.0 and ps["val_fraction"] == 0.2 and ps["target_pool"] == "all"
+    assert ps["model_selection"][0] == "max_marginal_entropy"
+    # the library's defaults are the schema's (one home of the numbers)
+    assert ps["shot_im"] == SHOT_IM_DEFAULTS
+    scratch = ScratchResNet18()
+    assert {k: getattr(scratch, k) for k in ("epochs", "lr", "batch_size", "weight_decay")} == {
+        k: ps["scratch_reference"][k] for k in ("epochs", "lr", "batch_size", "weight_decay")}
+    assert ps["scratch_reference"]["enabled"] is False
+    bad = copy.deepcopy(demo_config)
+    bad["prior_shift"]["model_selection"] = ["max_marginal_entropy", "coin_flip"]
+    with pytest.raises(FmauditInputError, match="prior_shift.model_selection.1"):
+        fill_config(bad)

@@ -110,8 +110,12 @@ def test_audit_counts(summaries):
 def test_hema_counts(summaries):
     s = summaries["hema"]
     assert count(s, "prior_shift", "source seed x target x prior x draw") == 15 * 5 * 3 * 6 * 25 == 33_750
-    assert count(s, "probe", "fits (in-domain)") == 15 * 4 * 2 * 5
-    assert count(s, "probe", "evaluations: transfer tasks (source x target)") == 15 * 4 * 2 * 5 * 4
+    assert count(s, "prior_shift", "source seed x target x prior x draw", "jobs") == 15 * 3
+    assert count(s, "scratch_reference", "ResNet-18 from scratch (source x seed)", "jobs") == 5
+    # 15 encoders and the 224-vs-518 variant of DinoBloom-L, probed beside its base
+    assert count(s, "probe", "fits (in-domain)") == (15 + 1) * 4 * 2 * 5
+    assert count(s, "probe", "evaluations: transfer tasks (source x target)") == (15 + 1) * 4 * 2 * 5 * 4
+    assert count(s, "embed", "encoder x dataset") == (15 + 1) * 4
     assert count(s, "head_sweep", "fits (in-domain)") == 15 * 8 * 5
 
 

@@ -310,3 +310,63 @@ def test_usability_message_names_the_config_key(tmp_path):
     with pytest.raises(FmauditInputError, match=r"set `encoder_revisions.remote: <commit>` in your config \(or "
                                                 r"weights.revision in my.yaml\)"):
         check_encoder_usable("remote", unknown, source="my.yaml", config_key="encoder_revisions.remote")
+
+
+# ---- declared variants (seed 000's 224-vs-518 input-resolution check) -------------------------------------
+
+
+def test_declared_variants_become_entries_of_their_own(registry):
+    base, variant = registry["dinov2-vitl14"], registry["dinov2-vitl14.res518"]
+    assert variant["variant_of"] == "dinov2-vitl14" and variant["variant"] == "res518"
+    assert variant["preprocessing"] == {**base["preprocessing"], "input_size": 518, "resize_size": 518}
+    assert variant["weights"] == base["weights"] and variant["embed_dim"] == base["embed_dim"]
+    assert "variants" not in base and "variants" not in variant
+    assert encoder_config_hash(variant) != encoder_config_hash(base)
+    # nested mappings merge key by key: the timm variant keeps its model name and kwargs, adds one
+    bloom = registry["dinobloom-l.res518"]
+    assert bloom["architecture"] == {"model_name": "vit_large_patch14_dinov2",
+                                     "kwargs": {"img_size": 224, "num_classes": 0, "dynamic_img_size": True}}
+    assert get_encoder_spec("dinobloom-l.res518", registry)["name"] == "dinobloom-l.res518"
+
+
+def test_declaring_a_variant_leaves_the_base_hash_alone(tmp_path):
+    plain = load_registry(write_registry(tmp_path, {"tiny": DEMO_ENTRY}, "a.yaml"))
+    entry = {**DEMO_ENTRY, "variants": {"res96": {"preprocessing": {"input_size": 96}}}}
+    declared = load_registry(write_registry(tmp_path, {"tiny": entry}, "b.yaml"))
+    assert set(declared) == {"tiny", "tiny.res96"}
+    assert encoder_config_hash(declared["tiny"]) == encoder_config_hash(plain["tiny"])
+    assert declared["tiny.res96"]["preprocessing"] == {**DEMO_ENTRY["preprocessing"], "input_size": 96}
+
+
+def test_a_bad_variant_is_named(tmp_path):
+    bad = {**DEMO_ENTRY, "variants": {"big": {"preprocessing": {"input_size": 2}}}}
+    with pytest.raises(FmauditInputError, match=r"(?s)declared variants.*tiny\.big.*input_size"):
+        load_registry(write_registry(tmp_path, {"tiny": bad}))
+    dotted = {**DEMO_ENTRY, "variants": {"res.96": {"preprocessing": {"input_size": 96}}}}
+    with pytest.raises(FmauditInputError, match="res.96"):
+        load_registry(write_registry(tmp_path, {"tiny": dotted}, "dotted.yaml"))
+    clash = {"tiny": {**DEMO_ENTRY, "variants": {"v": {"preprocessing": {"input_size": 96}}}}, "tiny.v": DEMO_ENTRY}
+    with pytest.raises(FmauditInputError, match="variant slug 'tiny.v' is also an entry"):
+        load_registry(write_registry(tmp_path, clash, "clash.yaml"))
+    by_hand = {"tiny": {**DEMO_ENTRY, "variant_of": "other"}}
+    with pytest.raises(FmauditInputError, match="variant_of is set by the registry loader"):
+        load_registry(write_registry(tmp_path, by_hand, "hand.yaml"))
+
+
+def test_a_variant_embeds_the_same_weights_at_its_own_resolution(registry):
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from fmaudit.encoders import build_encoder, create_transform, resolve_data_config
+
+    base, variant = registry["demo-dinov2-tiny"], registry["demo-dinov2-tiny.res96"]
+    enc_b, enc_v = build_encoder({**base, "name": "b"}), build_encoder({**variant, "name": "v"})
+    for (k, a), (_, b) in zip(enc_b.state_dict().items(), enc_v.state_dict().items()):
+        assert torch.equal(a, b), k  # the same weights: only the preprocessing differs
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (80, 80, 3), dtype=np.uint8))
+    xb, xv = (create_transform(resolve_data_config(spec))(image) for spec in (base, variant))
+    assert xb.shape[-1] == 64 and xv.shape[-1] == 96
+    with torch.no_grad():
+        fb, fv = enc_b(xb[None]), enc_v(xv[None])
+    assert fb["cls"].shape == fv["cls"].shape and not torch.allclose(fb["cls"], fv["cls"])

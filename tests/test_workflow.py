@@ -121,6 +121,44 @@ def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
     assert "## OOD detection and abstention" in index and "unit=group (patient/slide), n=" in index
 
 
+def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
+    from fmaudit import grid
+    from fmaudit.config import load_config
+
+    work, _ = demo_run
+    cfg = load_config(work / "config.yaml")
+    ps = cfg["prior_shift"]
+    runs = grid.prior_shift_runs(cfg)
+    shards = sorted((work / "results" / "shards" / "prior_shift").rglob("*.runs.parquet"))
+    assert len(shards) == len(grid.jobs(runs, "prior_shift")) == len(cfg["encoders"]) * len(ps["target_domains"])
+    rows = pd.read_parquet(work / "results" / "aggregate" / "prior_shift_runs.parquet")
+    assert len(rows) == len(runs) * len(ps["methods"])
+    tables = work / "results" / "report" / "tables"
+    summary = pd.read_csv(tables / "prior_shift_summary.csv")
+    assert set(summary["method"]) == set(ps["methods"])
+    n_cells = len(cfg["encoders"]) * len(ps["target_domains"]) * len(ps["priors"])
+    assert summary["negative_cells"].str.fullmatch(rf"\d+/{n_cells}").all()
+    assert summary["unit"].str.startswith("encoder > seed > draw").all()
+    assert (summary["ci_lo"] <= summary["mean"] + 1e-12).all() and (summary["mean"] <= summary["ci_hi"] + 1e-12).all()
+    gains = pd.read_csv(tables / "prior_shift_gains.csv")
+    skewed = [name for name, shares in ps["priors"].items() if max(shares.values()) >= 0.5]
+    assert skewed and set(skewed) <= set(gains["prior"]) and (gains["n_targets"] == len(ps["target_domains"])).all()
+    regret = pd.read_csv(tables / "prior_shift_regret.csv")
+    assert set(regret["rule"]) == set(ps["model_selection"]) and (regret["n_encoders"] == len(cfg["encoders"])).all()
+    calibration = pd.read_csv(tables / "prior_shift_calibration.csv")
+    assert calibration["ece_convention"].str.contains("15 equal-width bins").all()
+    reference = pd.read_csv(tables / "transfer_reference.csv")
+    assert set(reference["model"]) == set(cfg["encoders"]) and reference["relative_gap"].notna().all()
+    for name in ("prior_shift_negative_cells", "transfer_reference", "leaderboard", "cross_domain_leaderboard"):
+        table = pd.read_csv(tables / f"{name}.csv")
+        assert table["exposure"].str.startswith("no: demo-tiles").all(), name  # random-init encoders
+    assert (work / "results" / "report" / "figures" / "prior_shift_gains.png").stat().st_size > 5000
+    index = (work / "results" / "report" / "index.md").read_text()
+    assert "## Class-prior shift and label-free adaptation" in index and "![gain per prior]" in index
+    log = next((work / "results" / "logs" / "prior_shift_shard").rglob("*.log")).read_text()
+    assert "runs/s" in log
+
+
 def test_second_run_has_nothing_to_do(demo_run):
     work, _ = demo_run
     proc = snakemake(work, "-n")
@@ -148,8 +186,11 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
     assert jobs.get("embed") == len(cfg["datasets"]) + copies, jobs
     assert jobs.get("probe_shard") == len(cfg["tasks"]) == jobs.get("ood_shard"), jobs
+    # its prior-shift shards (one per target of the single source), nothing of the other encoders
+    assert jobs.get("prior_shift_shard") == len(cfg["prior_shift"]["target_domains"]), jobs
     assert "prepare_manifest" not in jobs and "derive_manifest" not in jobs
-    assert jobs.get("aggregate_probe") == 1 and jobs.get("aggregate_ood") == 1 and jobs.get("report") == 1
+    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "aggregate_probe", "aggregate_ood",
+                         "aggregate_prior_shift", "report", "all"}, jobs
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -158,7 +199,7 @@ def test_removing_an_encoder_reaggregates_only(demo_run):
     cfg["encoders"] = cfg["encoders"][:1]
     (work / "fewer.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", "fewer.yaml").stdout)
-    assert set(jobs) == {"aggregate_probe", "aggregate_ood", "report", "all"}, jobs
+    assert set(jobs) == {"aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "report", "all"}, jobs
 
 
 def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
@@ -169,6 +210,16 @@ def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", "probe.yaml").stdout)
     assert "embed" not in jobs and "prepare_manifest" not in jobs
     assert jobs.get("probe_shard") == len(cfg["encoders"]) * len(cfg["tasks"]), jobs
+    assert "prior_shift_shard" not in jobs  # its probe has its own settings (prior_shift.C, val_fraction)
+
+
+def test_changing_a_report_only_prior_shift_setting_reruns_only_the_report(demo_run):
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["prior_shift"]["model_selection"] = ["min_mean_entropy"]
+    (work / "selection.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "selection.yaml").stdout)
+    assert set(jobs) == {"report", "all"}, jobs
 
 
 def test_cli_probe_reproduces_workflow_numbers(demo_run, tmp_path):
@@ -290,7 +341,9 @@ def settings_run(demo_run, tmp_path_factory):
 
 def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
     _, planned = settings_run
-    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "report", "all"}, planned
+    # ECE bins name the prior-shift and OOD shards' calibration columns too; the bootstrap counts feed only the report
+    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "prior_shift_shard",
+                            "aggregate_prior_shift", "report", "all"}, planned
 
 
 def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
@@ -649,6 +702,56 @@ def test_adding_an_ood_tier_embeds_only_its_copies(demo_run):
 
 
 def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
+
+
+@pytest.fixture(scope="module")
+def variant_run(demo_run, tmp_path_factory):
+    """The demo, in a copy of its results, with a declared resolution variant and the scratch reference at tiny
+    size: what it plans, then its real run."""
+    work = tmp_path_factory.mktemp("variant") / "demo"
+    shutil.copytree(demo_run[0], work, symlinks=True)
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["variants"] = ["demo-dinov2-tiny.res96"]
+    cfg["prior_shift"]["scratch_reference"] = {"enabled": True, "input_size": 16, "epochs": 1, "batch_size": 32,
+                                               "gpu": False}
+    (work / "variant.yaml").write_text(yaml.safe_dump(cfg))
+    planned = planned_jobs(snakemake(work, "-n", "--configfile", "variant.yaml").stdout)
+    snakemake(work, "--cores", "2", "--configfile", "variant.yaml")
+    return work, cfg, planned
+
+
+def test_a_variant_plans_its_embeddings_and_probe_shard_and_the_reference_its_jobs(variant_run):
+    _, cfg, planned = variant_run
+    assert planned == {"embed": len(cfg["datasets"]), "probe_shard": len(cfg["tasks"]),
+                       "scratch_reference": len(cfg["prior_shift"]["seeds"]), "aggregate_probe": 1,
+                       "aggregate_prior_shift": 1, "report": 1, "all": 1}, planned
+
+
+def test_the_variant_is_paired_with_its_base_and_kept_out_of_the_rankings(variant_run):
+    work, cfg, _ = variant_run
+    tables = work / "results" / "report" / "tables"
+    pairs = pd.read_csv(tables / "encoder_variants.csv")
+    assert set(pairs["base"]) == {"demo-dinov2-tiny"} and set(pairs["variant"]) == {"demo-dinov2-tiny.res96"}
+    assert len(pairs) == len(cfg["tasks"]["demo-tissue"]["domains"]) ** 2  # every source x target
+    assert (pairs["difference_ci_lo"] <= pairs["difference_ci_hi"]).all() and (pairs["n_boot"] > 0).all()
+    for name in ("leaderboard", "cross_domain_leaderboard", "shift_summary", "paired_differences"):
+        assert "demo-dinov2-tiny.res96" not in set(pd.read_csv(tables / f"{name}.csv")["encoder"]), name
+    inventory = pd.read_csv(tables / "embeddings.csv")
+    hashes = inventory.groupby("encoder")["encoder_config_hash"].first()
+    assert hashes["demo-dinov2-tiny.res96"] != hashes["demo-dinov2-tiny"]
+    assert "## Encoder variants" in (work / "results" / "report" / "index.md").read_text()
+
+
+def test_the_scratch_reference_is_a_row_of_the_transfer_table(variant_run):
+    work, cfg, _ = variant_run
+    reference = pd.read_csv(work / "results" / "report" / "tables" / "transfer_reference.csv")
+    scratch = reference[reference["model"] == "resnet18-scratch"]
+    assert len(scratch) == len(cfg["prior_shift"]["target_domains"]) and not scratch["frozen"].any()
+    assert scratch["rank_on_target"].isna().all() and (scratch["n_seeds"] == len(cfg["prior_shift"]["seeds"])).all()
+    assert reference.loc[reference["frozen"], "rank_on_target"].notna().all()
+
+
+def test_the_hema_preset_plans_what_the_grid_counts(tmp_path):
     from fmaudit import grid
     from fmaudit.config import load_config
     from fmaudit.registry import load_dataset_registry
@@ -663,3 +766,14 @@ def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
     assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
     assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
     assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
+
+
+    work = copy_repo(tmp_path)
+    preset = "resources/presets/hema.yaml"
+    planned = planned_jobs(snakemake(work, "-n", "--configfile", preset).stdout)
+    summary = grid.summarize(load_config(work / preset), load_dataset_registry())
+    counted = summary[summary["planned"]].groupby("analysis")["jobs"].sum().to_dict()
+    assert planned["prior_shift_shard"] == counted["prior_shift"] == 45
+    assert planned["scratch_reference"] == counted["scratch_reference"] == 5
+    assert planned["embed"] == counted["embed"] == (15 + 1) * 4 and planned["probe_shard"] == counted["probe"] == 16
+    assert planned["aggregate_prior_shift"] == 1 and planned["report"] == 1

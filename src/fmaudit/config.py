@@ -115,6 +115,15 @@ def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
     for ds in config["datasets"]:
         if ds not in dataset_registry:
             raise unknown_name_error("dataset", ds, list(dataset_registry), "config 'datasets'")
+    declared = [name for name, entry in encoder_registry.items() if entry.get("variant_of")]
+    for variant in config["variants"]:
+        if variant not in declared:
+            raise unknown_name_error("declared encoder variant", variant, declared, "config 'variants'")
+        base = encoder_registry[variant]["variant_of"]
+        if base not in config["encoders"]:
+            raise FmauditInputError(f"config 'variants': {variant!r} is a variant of {base!r}, which is not in the "
+                                    f"config's encoders ({', '.join(config['encoders'])}); a variant is checked "
+                                    "beside its base")
     for ds in config["dataset_params"]:
         if ds not in config["datasets"]:
             raise unknown_name_error("dataset", ds, list(config["datasets"]), "config 'dataset_params'")

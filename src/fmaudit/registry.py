@@ -15,6 +15,10 @@ Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A re
   :data:`DESCRIPTIVE_KEYS` describe it (description, licence, pretraining corpora, exposure, paper ...).
   :func:`embedding_spec` keeps only the former and :func:`encoder_config_hash` hashes only them, so editing a
   description or a licence changes no embedding key and reruns nothing.
+- Declared variants (an entry's ``variants:``, e.g. seed 000's 224-vs-518 input-resolution check) become
+  entries of their own, ``<slug>.<variant>``, when the registry is loaded (:func:`expand_variants`): the base
+  entry with the variant's keys deep-merged over it, marked ``variant_of`` / ``variant``, validated like any
+  entry. Everything downstream (embedding, hashing, output folders) treats them as encoders.
 """
 
 from __future__ import annotations
@@ -79,10 +83,61 @@ def check_encoder_entry(name: str, entry: Mapping[str, Any], source: str = "enco
         raise FmauditInputError(f"{where}: trust_remote_code only applies to the transformers loader")
 
 
+VARIANT_KEYS = ("variant_of", "variant")
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` merged over it: mappings merge key by key, any other value is replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def variant_slug(base: str, variant: str) -> str:
+    """The registry slug of a declared variant: ``<base>.<variant>`` (e.g. ``dinov2-vitl14.res518``)."""
+    return f"{base}.{variant}"
+
+
+def expand_variants(registry: Mapping[str, Mapping[str, Any]], schema: Mapping[str, Any],
+                    source: str = "encoder registry") -> dict[str, dict[str, Any]]:
+    """The registry with every declared variant as an entry of its own (module doc); ``schema`` is the encoder
+    registry's schema, which validates each derived entry. Base entries lose their ``variants`` key, so a
+    variant declaration does not change the base's own config hash."""
+    out: dict[str, dict[str, Any]] = {}
+    derived: dict[str, dict[str, Any]] = {}
+    for name, entry in registry.items():
+        hand_written = [k for k in VARIANT_KEYS if k in entry]
+        if hand_written:
+            raise FmauditInputError(f"{source}: encoder {name!r}: {hand_written[0]} is set by the registry loader "
+                                    "for declared variants; declare a variant under the base's `variants:` instead")
+        base = {k: v for k, v in entry.items() if k != "variants"}
+        out[name] = base
+        for vname, override in (entry.get("variants") or {}).items():
+            slug = variant_slug(name, vname)
+            spec = deep_merge(base, override)
+            spec["description"] = f"{base['description']} Declared variant {vname!r} of {name}."
+            spec["variant_of"], spec["variant"] = name, vname
+            derived[slug] = spec
+    clash = sorted(set(derived) & set(out))
+    if clash:
+        raise FmauditInputError(f"{source}: variant slug {clash[0]!r} is also an entry of its own; rename one")
+    if derived:
+        validate_against_schema(derived, schema, name=f"{source} (declared variants)")
+    out.update(derived)
+    return out
+
+
 def load_registry(path: PathLike | None = None, schema_path: PathLike | None = None) -> dict[str, dict[str, Any]]:
-    """The encoder registry, validated (schema + :func:`check_encoder_entry`); see module doc for the path."""
+    """The encoder registry, validated (schema + :func:`check_encoder_entry`), with its declared variants as
+    entries of their own (:func:`expand_variants`); see module doc for the path."""
     reg_path = encoder_registry_path(path)
-    registry = load_yaml_registry(reg_path, schema_path or ENCODER_SCHEMA)
+    schema = load_yaml(schema_path or ENCODER_SCHEMA)
+    registry = expand_variants(load_yaml_registry(reg_path, schema_path or ENCODER_SCHEMA), schema,
+                               source=str(reg_path))
     for name, entry in registry.items():
         check_encoder_entry(name, entry, source=str(reg_path))
     return registry

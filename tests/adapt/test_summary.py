@@ -105,3 +105,23 @@ def test_per_class_recall_and_calibration_tables():
         s.per_class_recall(df.drop(columns=["recall_a", "recall_b"]))
     with pytest.raises(FmauditInputError, match="missing"):
         s.gain_intervals(df.drop(columns="seed"))
+
+
+def test_reference_rows_are_scored_against_the_line_they_do_not_enter():
+    in_domain = np.array([0.90, 0.93, 0.95, 0.97])
+    x = np.log(in_domain / (1 - in_domain))
+    target = 1 / (1 + np.exp(-(0.8 * x - 2.0)))  # four encoders exactly on one logit-linear trend
+    df = pd.DataFrame({"target_domain": "u", "encoder": ["a", "b", "c", "d"], "frozen": True,
+                       "in_domain_macro_f1": in_domain, "macro_f1": target})
+    ref = pd.DataFrame({"target_domain": "u", "encoder": ["scratch"] * 2, "frozen": False,
+                        "in_domain_macro_f1": [0.91, 0.91], "macro_f1": [0.10, 0.20]})
+    out = s.robustness_table(df, by=["target_domain"], reference_rows=ref).set_index("encoder")
+    np.testing.assert_allclose(out.loc[["a", "b", "c", "d"], "effective_robustness"], 0, atol=1e-9)
+    # an independent two-line reference: the trend at logit(0.91), against the reference's mean target F1
+    expected = 0.15 - 1 / (1 + np.exp(-(0.8 * np.log(0.91 / 0.09) - 2.0)))
+    assert out.loc["scratch", "effective_robustness"] == pytest.approx(expected)
+    assert out.loc["scratch", "relative_gap"] == pytest.approx((0.91 - 0.15) / 0.91)
+    assert out["frozen"].to_dict() == {"a": True, "b": True, "c": True, "d": True, "scratch": False}
+    # without the reference rows the frozen encoders' values are the same
+    alone = s.robustness_table(df, by=["target_domain"]).set_index("encoder")
+    pd.testing.assert_series_equal(alone["effective_robustness"], out.loc[alone.index, "effective_robustness"])

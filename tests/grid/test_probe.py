@@ -51,3 +51,17 @@ def test_c_grid_gives_one_labelled_probe_per_value():
     assert not runs.duplicated(["encoder", "task", "run_id"]).any()
     single = grid.probe_runs(_config())
     assert set(single["probe"]) == {"logistic", "1nn"}
+
+
+def test_declared_variants_join_the_probe_grid_and_embeddings_beside_their_base():
+    cfg = _config()
+    cfg["variants"] = ["a.res518"]
+    runs = grid.probe_runs(cfg)
+    base, variant = runs[runs["encoder"] == "a"], runs[runs["encoder"] == "a.res518"]
+    pd.testing.assert_frame_equal(base.drop(columns="encoder").reset_index(drop=True),
+                                  variant.drop(columns="encoder").reset_index(drop=True))
+    assert [s.encoder for s in grid.shards(cfg) if s.task == "t"] == ["a", "b", "a.res518"]
+    assert ("a.res518", "d1") in grid.embed_pairs(cfg)
+    # a variant whose base is not an encoder of the part is not planned
+    cfg["variants"] = ["c.res518"]
+    assert "c.res518" not in set(grid.probe_runs(cfg)["encoder"])

@@ -113,24 +113,41 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 
 def robustness_table(rows: pd.DataFrame, by: Sequence[str] = ("method", "target_domain", "prior"),
-                     in_domain: str = "in_domain_macro_f1", target: str = "macro_f1") -> pd.DataFrame:
+                     in_domain: str = "in_domain_macro_f1", target: str = "macro_f1",
+                     reference_rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per ``by`` group and encoder: in-domain and target macro-F1 (means over seeds and draws), the relative
-    gap and the effective robustness (definitions: module doc)."""
+    gap and the effective robustness (definitions: module doc).
+
+    ``reference_rows`` (same columns, e.g. a model trained from scratch) are scored against each group's line
+    without entering its fit, and come after the group's encoders; ``frozen`` is kept when the rows have it."""
     by = list(by)
     _require(rows, [*by, "encoder", in_domain, target], "robustness_table")
+    extra = [c for c in ("frozen",) if c in rows.columns]
     per = rows.groupby([*by, "encoder"], sort=False, observed=True)[[in_domain, target]].mean().reset_index()
+    per["_reference"] = False
+    if reference_rows is not None and len(reference_rows):
+        _require(reference_rows, [*by, "encoder", in_domain, target], "robustness_table reference rows")
+        ref = reference_rows.groupby([*by, "encoder"], sort=False, observed=True)[[in_domain, target]].mean()
+        per = pd.concat([per, ref.reset_index().assign(_reference=True)], ignore_index=True)
+    if extra:
+        flags = pd.concat([rows[[*by, "encoder", *extra]]]
+                          + ([reference_rows[[*by, "encoder", *extra]]] if reference_rows is not None
+                             and set(extra) <= set(reference_rows.columns) else []))
+        per = per.merge(flags.drop_duplicates([*by, "encoder"]), on=[*by, "encoder"], how="left")
     per["relative_gap"] = (per[in_domain] - per[target]) / per[in_domain]
     per["effective_robustness"] = np.nan
     for _, group in per.groupby(by, sort=False, observed=True):
-        if len(group) < 3:
+        fit = group[~group["_reference"]]
+        if len(fit) < 3:
             continue
-        x, yv = _logit(group[in_domain].to_numpy()), _logit(group[target].to_numpy())
+        x, yv = _logit(fit[in_domain].to_numpy()), _logit(fit[target].to_numpy())
         if np.ptp(x) == 0:
             continue
         a, b = np.polyfit(x, yv, 1)
-        per.loc[group.index, "effective_robustness"] = group[target] - 1.0 / (1.0 + np.exp(-(a * x + b)))
+        xg = _logit(group[in_domain].to_numpy())
+        per.loc[group.index, "effective_robustness"] = group[target] - 1.0 / (1.0 + np.exp(-(a * xg + b)))
     per["effective_robustness_fit"] = "logit-linear fit across encoders (Taori et al. 2020)"
-    return per
+    return per.drop(columns="_reference")
 
 
 def per_class_recall(rows: pd.DataFrame, by: Sequence[str] = ("method", "prior")) -> pd.DataFrame:

@@ -13,11 +13,15 @@ prior x draw (:data:`fmaudit.grid.JOB_KEYS` ``prior_shift``). A shard receives o
 It fits one source probe per seed (all seeds in one batched logistic call), standardises the target pool once
 per probe, and evaluates every method on the R draws of each prior at once (``fmaudit.adapt.evaluate``).
 Result: one row per run x method, exactly the grid's runs, with the run's keys, the draw's recorded seed and
-every metric of :func:`fmaudit.adapt.evaluate.scores_frame`.
+every metric of :func:`fmaudit.adapt.evaluate.scores_frame`. :func:`run_prior_shift_job` also returns the
+*pool rows*: per source seed, the unadapted probe on the whole target pool (no resampling) beside its in-domain
+(source hold-out) macro-F1, the frozen encoders' side of seed 000's transfer table, which the ResNet-18
+trained from scratch (:mod:`fmaudit.adapt.scratch`) joins as a reference row.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -48,6 +52,15 @@ def _check_runs(runs: pd.DataFrame) -> dict[str, Any]:
     return {k: str(job.iloc[0][k]) for k in keys}
 
 
+@dataclass
+class PriorShiftShard:
+    """What one prior-shift job computes: ``rows`` (one per run x method) and ``pool`` (one per source seed:
+    the unadapted probe on the whole target pool and on the source hold-out)."""
+
+    rows: pd.DataFrame
+    pool: pd.DataFrame
+
+
 def run_prior_shift_shard(runs: pd.DataFrame, source_features: Any, source_labels: Any, target_features: Any,
                           target_labels: Any, priors: Mapping[str, Mapping[str, float]], class_names: Sequence[str],
                           sample_size: int, methods: Sequence[str], source_groups: Any = None, C: float = 1.0,
@@ -59,6 +72,18 @@ def run_prior_shift_shard(runs: pd.DataFrame, source_features: Any, source_label
     ``prior_shift.priors`` (name -> class -> share); ``class_names``: the task's classes in label order;
     ``methods``: ``prior_shift.methods`` (``none`` is always evaluated: gains are against it).
     """
+    return run_prior_shift_job(runs, source_features, source_labels, target_features, target_labels, priors,
+                               class_names, sample_size, methods, source_groups=source_groups, C=C,
+                               val_fraction=val_fraction, n_bins=n_bins, shot_im=shot_im, device=device).rows
+
+
+def run_prior_shift_job(runs: pd.DataFrame, source_features: Any, source_labels: Any, target_features: Any,
+                        target_labels: Any, priors: Mapping[str, Mapping[str, float]], class_names: Sequence[str],
+                        sample_size: int, methods: Sequence[str], source_groups: Any = None, C: float = 1.0,
+                        val_fraction: float = 0.2, n_bins: int = metrics.DEFAULT_N_BINS,
+                        shot_im: Mapping[str, Any] | None = None, device: Any = None) -> PriorShiftShard:
+    """:func:`run_prior_shift_shard`'s rows and the job's pool rows (:class:`PriorShiftShard`), from one fit of
+    the source probes."""
     job = _check_runs(runs)
     names = [str(c) for c in class_names]
     k = len(names)
@@ -77,9 +102,14 @@ def run_prior_shift_shard(runs: pd.DataFrame, source_features: Any, source_label
 
     seeds = list(dict.fromkeys(int(s) for s in runs["seed"]))
     probes = fit_source_probes(Xs, ys, k, seeds, groups=source_groups, C=C, val_fraction=val_fraction, device=device)
-    frames = []
+    frames, pools = [], []
+    whole = np.arange(Xt.shape[0])[None]
     for seed, probe in zip(seeds, probes):
         pool = standardize_pool(probe, Xt, yt)
+        pools.append(scores_frame(score_draws(pool, whole, ["none"], n_bins), names, n_bins, {
+            **job, "seed": seed, "prior": "target pool (as given)", "n_items": Xt.shape[0],
+            "n_source_train": probe.train_index_.size, "n_source_val": probe.val_index_.size,
+            "temperature_source": probe.temperature_, "in_domain_macro_f1": probe.val_macro_f1_}))
         seed_runs = runs[runs["seed"].astype(int) == seed]
         for prior, prior_runs in seed_runs.groupby(seed_runs["prior"].astype(str), sort=False):
             draws = sorted(int(d) for d in prior_runs["draw"])
@@ -95,5 +125,6 @@ def run_prior_shift_shard(runs: pd.DataFrame, source_features: Any, source_label
                 "n_target_pool": Xt.shape[0], "temperature_source": probe.temperature_,
                 "temperature_source_at_bound": probe.temperature_at_bound_,
                 "in_domain_macro_f1": probe.val_macro_f1_}))
-    out = pd.concat(frames, ignore_index=True)
-    return out
+    pool_rows = pd.concat(pools, ignore_index=True)
+    pool_rows = pool_rows.drop(columns=[c for c in pool_rows.columns if c.startswith(("gain_", "delta_"))])
+    return PriorShiftShard(pd.concat(frames, ignore_index=True), pool_rows)

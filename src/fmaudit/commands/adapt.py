@@ -36,9 +36,18 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from err
 
 
+def _shot_im_settings() -> dict:
+    """SHOT-IM's settings as the workflow's schema defaults them (prior_shift.shot_im)."""
+    from fmaudit.config import schema_default
+
+    keys = ("epochs", "lr", "momentum", "weight_decay", "batch_size")
+    return {key: schema_default("prior_shift", "shot_im", key) for key in keys}
+
+
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``adapt`` command to ``fmaudit``'s sub-commands."""
     from fmaudit.adapt.evaluate import METHODS
+    from fmaudit.config import schema_default
 
     p = subparsers.add_parser("adapt", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,11 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--class-names", type=lambda s: s.split(","),
                    help="class names in label order (default: the WBC classes with a WBC prior, else class_0 ...)")
     p.add_argument("--sample-size", type=int, default=500, help="items per resampled draw")
-    p.add_argument("--draws", type=int, default=25, help="resampled draws")
+    p.add_argument("--draws", type=int, default=schema_default("prior_shift", "draws"), help="resampled draws")
     p.add_argument("--seed", type=int, default=0, help="source split and draw seed")
-    p.add_argument("--C", type=float, default=1.0, help="inverse L2 strength of the logistic probe")
-    p.add_argument("--val-fraction", type=float, default=0.2, help="source hold-out for temperature and BBSE")
-    p.add_argument("--ece-bins", type=int, default=15)
+    p.add_argument("--C", type=float, default=schema_default("prior_shift", "C"),
+                   help="inverse L2 strength of the logistic probe")
+    p.add_argument("--val-fraction", type=float, default=schema_default("prior_shift", "val_fraction"),
+                   help="source hold-out for temperature and BBSE")
+    p.add_argument("--ece-bins", type=int, default=schema_default("calibration", "ece_bins"))
     p.add_argument("--device", default=None, help="cpu (default), cuda or auto")
     p.add_argument("--draws-out", help="also write the per-draw rows (.csv, .tsv, .parquet)")
     p.add_argument("--out", required=True, help="output table (.csv, .tsv, .parquet, .md)")
@@ -99,7 +110,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     rows = evaluate_draws(
         xs, ys, xt, yt, args.methods, n_classes=len(names), class_names=names, prior=prior, prior_name=prior_name,
         sample_size=args.sample_size, n_draws=args.draws, random_state=args.seed, C=args.C,
-        val_fraction=args.val_fraction, n_bins=args.ece_bins, source_groups=groups, device=args.device)
+        val_fraction=args.val_fraction, n_bins=args.ece_bins, source_groups=groups, device=args.device,
+        shot_im=_shot_im_settings())
     summary = summarize_draws(rows)
     write_table(args.out, summary)
     if args.draws_out:

@@ -12,7 +12,8 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
 
 - ``embed``: the embedding of one data set by one encoder; a job per (encoder, data set).
 - ``probe``: one probe fit, evaluated in-domain and on the task's other domains; a job (``Shard``) per
-  (encoder, task).
+  (encoder, task). The config's declared ``variants`` (a second preprocessing of an encoder) join the embed
+  and probe grids beside their base, and no other analysis.
 - ``head_sweep``: one fit of an extra source-only head or logistic C; a job per (encoder, task).
 - ``cross_dataset``: one probe fit of a source task evaluated on a target task; a job per (encoder, source
   task, target task).
@@ -24,13 +25,16 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
   (encoder, data set, artefact).
 - ``prior_shift``: one target draw resampled to one class prior, every adaptation method evaluated on it; a
   job per (encoder, source domain, target domain).
+- ``scratch_reference``: seed 000's ResNet-18 trained from scratch on one source domain with one seed (a
+  non-frozen reference row); a job per (task, source domain, seed), when enabled.
 - ``cell_features``: one encoder's feature field of one section at one magnification, sampled at the
   nuclei; a job per (encoder, section) reads every magnification.
 - ``cells``: one cell-level probe (unit x seed x readout x taxonomy at one magnification and protocol); a
   job per (encoder, magnification, protocol).
 
-``embed``, ``probe`` and the OOD analyses have rules; the others are *declared*: their config sections are
-validated and counted now, and their rules plan exactly these jobs when they land. The one table of analyses (name,
+``embed``, ``probe``, the OOD analyses, ``prior_shift`` and ``scratch_reference`` have rules; the others are
+*declared*: their config sections are validated and counted now, and their rules plan exactly these jobs when they
+land. The one table of analyses (name,
 enumerator, job keys, ruled or declared) is :data:`fmaudit.grid.analyses.ANALYSES`.
 
 Tasks named by ``cells.taxonomies`` are label spaces of cells, not of tiles: they leave the tile probe grid,
@@ -58,7 +62,7 @@ from fmaudit.grid.ood import (
     ood_shard_plan,
     ood_shards,
 )
-from fmaudit.grid.prior_shift import check_priors, prior_shift_runs
+from fmaudit.grid.prior_shift import check_priors, prior_shift_runs, scratch_reference_runs
 from fmaudit.grid.probe import (
     C_HEADS,
     PROBE_COLUMNS,
@@ -78,6 +82,7 @@ from fmaudit.grid.studies import (
     SETTINGS_SECTIONS,
     cell_tasks,
     check_studies,
+    probe_encoders,
     parts_with,
     resolved_tile_tasks,
     section,
@@ -123,10 +128,12 @@ __all__ = [
     "parts_with",
     "prior_shift_runs",
     "probe_runs",
+    "probe_encoders",
     "probe_variants",
     "ruled",
     "run_id",
     "resolved_tile_tasks",
+    "scratch_reference_runs",
     "section",
     "settings_by_task",
     "shards",

@@ -17,7 +17,7 @@ import pandas as pd
 
 from fmaudit.grid.cells import cell_feature_runs, cell_runs, check_cell_protocols
 from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs
-from fmaudit.grid.prior_shift import prior_shift_runs
+from fmaudit.grid.prior_shift import prior_shift_runs, scratch_reference_runs
 from fmaudit.grid.probe import cross_dataset_runs, embed_runs, head_sweep_runs, probe_runs
 from fmaudit.grid.studies import check_studies
 from fmaudit.io import FmauditInputError
@@ -58,7 +58,7 @@ def _cells_check(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] 
     check_cell_protocols(config)
 
 
-#: Every analysis, in summary order.
+#: Every analysis, in summary order (``ruled``: the workflow has its rules).
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("embed", embed_runs, ("encoder", "dataset"), ruled=True),
     Analysis("probe", probe_runs, ("encoder", "task"), ruled=True),
@@ -68,7 +68,9 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), ruled=True),  # in the task's OOD shard
     Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), ruled=True),  # embed jobs of copies
     Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), ruled=True),
-    Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain")),
+    Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"), ruled=True),
+    Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"), ruled=True,
+             checked=False),  # checked with prior_shift
     Analysis("cell_features", cell_feature_runs, ("encoder", "section"), checked=False),  # checked with cells
     Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), check=_cells_check),
 )}

@@ -1,9 +1,12 @@
-"""Class-prior shift and label-free adaptation (seed 000), declared ahead of its rule: resampled target draws
-per (source seed, target domain, prior)."""
+"""Class-prior shift and label-free adaptation (seed 000): resampled target draws per (source seed, target
+domain, prior), one job per (encoder, source domain, target domain); and seed 000's non-frozen reference, a
+ResNet-18 trained from scratch, one job per (source domain, seed) when ``prior_shift.scratch_reference`` is
+enabled."""
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 import pandas as pd
@@ -12,7 +15,10 @@ from fmaudit.grid.frames import concat_runs, product_frame
 from fmaudit.grid.studies import parts_with, require_domains, require_tasks
 from fmaudit.io import FmauditInputError
 
-__all__ = ["check_priors", "prior_shift_runs"]
+__all__ = ["check_priors", "prior_shift_runs", "scratch_reference_runs"]
+
+# Domains name the shard files of the prior-shift rules (results/shards/prior_shift/<task>/<encoder>/<s>/<t>)
+_PATH_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_priors(priors: Mapping[str, Mapping[str, float]], where: str = "prior_shift.priors") -> None:
@@ -40,6 +46,10 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
                                    f"{where}.source_domains")
         require_domains(part, task, ps.get("target_domains") or [], dataset_registry, f"{where}.target_domains")
         sources = list(ps.get("source_domains") or domains)
+        for dom in domains:
+            if not _PATH_SAFE.match(dom):
+                raise FmauditInputError(f"config '{where}': domain {dom!r} of task {task!r} names shard files of the "
+                                        "prior-shift rules; use letters, digits, '.', '_' and '-' only")
         for src in sources:
             targets = [d for d in (ps.get("target_domains") or domains) if d != src]
             frames.append(product_frame({
@@ -48,3 +58,19 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
             }, analysis="prior_shift", task=task))
     cols = ["analysis", "task", "encoder", "source_domain", "seed", "target_domain", "prior", "draw"]
     return concat_runs(frames, cols)
+
+
+def scratch_reference_runs(config: Mapping[str, Any],
+                           dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Seed 000's ResNet-18 trained from scratch: one run (and job) per task x source domain x source seed of
+    each enabled ``prior_shift.scratch_reference``, evaluated in-domain and on the prior-shift targets."""
+    frames = []
+    for where, part, ps in parts_with(config, "prior_shift"):
+        if not (ps.get("scratch_reference") or {}).get("enabled"):
+            continue
+        domains = require_domains(part, ps["task"], ps.get("source_domains") or [], dataset_registry,
+                                  f"{where}.source_domains")
+        frames.append(product_frame({"source_domain": list(ps.get("source_domains") or domains),
+                                     "seed": [int(s) for s in ps["seeds"]]},
+                                    analysis="scratch_reference", task=ps["task"]))
+    return concat_runs(frames, ["analysis", "task", "source_domain", "seed"])

@@ -16,6 +16,7 @@ import pandas as pd
 
 from fmaudit.grid.studies import (
     parts_with,
+    probe_encoders,
     require_domains,
     require_tasks,
     section,
@@ -94,7 +95,7 @@ def probe_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
         task_domains(config, task)  # an unknown task raises, naming the config's tasks
     frames = []
     for _, part in study_parts(config):
-        part_encoders = [e for e in part["encoders"] if encoders is None or e in encoders]
+        part_encoders = [e for e in probe_encoders(part) if encoders is None or e in encoders]
         part_tasks = tile_tasks(part) if tasks is None else [t for t in tasks if t in part["tasks"]]
         frames.append(_probe_runs(part, dataset_registry, part_encoders, part_tasks))
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -122,19 +123,20 @@ def run_id(row: Any) -> str:
 def shards(config: Mapping[str, Any]) -> list[Shard]:
     """The analysis jobs the workflow plans: one per (analysis, encoder, task), within each study."""
     return [Shard("probe", enc, task) for _, part in study_parts(config)
-            for task in tile_tasks(part) for enc in part["encoders"]]
+            for task in tile_tasks(part) for enc in probe_encoders(part)]
 
 
 def embed_pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(encoder, data set) pairs to embed tile-wise: within each study, every encoder on every data set except
-    those only cell-level tasks use; a pair shared by two studies is embedded once."""
+    """(encoder, data set) pairs to embed tile-wise: within each study, every encoder (and declared variant of
+    one, :func:`~fmaudit.grid.studies.probe_encoders`) on every data set except those only cell-level tasks
+    use; a pair shared by two studies is embedded once."""
     pairs: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     for _, part in study_parts(config):
         tile = set(tile_tasks(part))
         cell_only = {ds for t, spec in part["tasks"].items() if t not in tile for ds in spec["datasets"]}
         cell_only -= {ds for t in tile for ds in part["tasks"][t]["datasets"]}
-        for enc in part["encoders"]:
+        for enc in probe_encoders(part):
             for ds in part["datasets"]:
                 if ds not in cell_only and (enc, ds) not in seen:
                     seen.add((enc, ds))

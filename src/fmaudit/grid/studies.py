@@ -28,6 +28,7 @@ __all__ = [
     "POOLED_DOMAIN",
     "SETTINGS_SECTIONS",
     "cell_tasks",
+    "probe_encoders",
     "check_studies",
     "parts_with",
     "require_domains",
@@ -188,6 +189,19 @@ def cell_tasks(config: Mapping[str, Any]) -> list[str]:
             if task not in out:
                 out.append(task)
     return out
+
+
+def variant_base(slug: str) -> str:
+    """The base encoder of a declared variant slug ``<encoder>.<variant>`` (variant names hold no '.')."""
+    return slug.rsplit(".", 1)[0]
+
+
+def probe_encoders(part: Mapping[str, Any]) -> list[str]:
+    """Encoders the probe grid runs in one study part: its encoders, then the config's declared ``variants``
+    whose base is one of them (embedded and probed beside their base, never in the other analyses)."""
+    encoders = list(part["encoders"])
+    extra = [v for v in part.get("variants") or [] if variant_base(v) in encoders and v not in encoders]
+    return encoders + extra
 
 
 def tile_tasks(part: Mapping[str, Any]) -> list[str]:

@@ -59,6 +59,10 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     prior = tables["prior_shift"]
     if len(prior):
         add("prior_shift", "source seed x target x prior x draw", len(prior), len(jobs(prior, "prior_shift")))
+    scratch = tables["scratch_reference"]
+    if len(scratch):
+        add("scratch_reference", "ResNet-18 from scratch (source x seed)", len(scratch),
+            len(jobs(scratch, "scratch_reference")))
     features, cells = tables["cell_features"], tables["cells"]
     if len(features):
         add("cells", "features (section x magnification)", len(features), len(jobs(features, "cell_features")))

@@ -15,13 +15,16 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
-from fmaudit.report import embeddings, ood, probe
+from fmaudit.report import embeddings, exposure, ood, prior_shift, probe, variants
 from fmaudit.report.section import ReportWriter, Section
 
 #: The report's sections, in the order index.md shows them: one line per analysis.
 SECTIONS: tuple[Section, ...] = (
     probe.SECTION,
     ood.SECTION,
+    variants.SECTION,
+    prior_shift.SECTION,
+    exposure.SECTION,
     embeddings.SECTION,
 )
 

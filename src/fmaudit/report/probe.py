@@ -9,6 +9,7 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
+from fmaudit.report.exposure import with_exposure
 from fmaudit.report.formatting import ece_columns, fmt_ci, settings_text
 from fmaudit.report.section import ReportWriter, Section
 
@@ -29,6 +30,8 @@ TABLES = {
     "ece_slope_by_auroc_bin": CALIBRATION,
 }
 FIGURES = {"reliability": CALIBRATION, "rank_transfer": RANKS, "ece_vs_fraction": CALIBRATION}
+#: Tables that rank encoders: each carries the exposure audit's column beside the encoder (results["exposure"]).
+RANKING = ("leaderboard", "shift_summary", "cross_domain_leaderboard", "paired_differences", "cri")
 NOTE = "no probe runs were planned by this config"
 
 __all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "cri_by_split_markdown", "figure_captions",
@@ -66,6 +69,8 @@ def leaderboard_markdown(board: pd.DataFrame) -> str:
                 row[labels[t]] = fmt_ci(*r[["macro_f1", "macro_f1_ci_lo", "macro_f1_ci_hi"]].iloc[0]) if len(r) else "n/a"
                 if t == source and len(r):
                     row["_sort"] = float(r["macro_f1"].iloc[0])
+            if "exposure" in er.columns:
+                row["exposure"] = er["exposure"].iloc[0]
             wide.append(row)
         table = pd.DataFrame(wide).sort_values("_sort", ascending=False).drop(columns="_sort")
         mode = (f" Calibration: {cell['calibration_mode'].iloc[0]}." if "calibration_mode" in cell.columns else "")
@@ -189,6 +194,7 @@ def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     """Write the section's tables and figures; return its lines of index.md."""
     if results is None:
         return _write_empty(writer)
+    results = {**results, **{name: with_exposure(results[name], results.get("exposure")) for name in RANKING}}
     for name in TABLES:
         writer.table(name, results[name])
     groups = results["settings"]

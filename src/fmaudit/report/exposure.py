@@ -1,0 +1,53 @@
+"""The exposure audit in the report: its own table (every evaluated encoder x data set with the evidence), and
+the ``exposure`` column every table that ranks encoders carries beside the encoder (seed 000: report exposure
+status rather than assume its effect). Formatting only: the audit comes from :mod:`fmaudit.exposure`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fmaudit.io import dataframe_to_markdown
+from fmaudit.report.section import ReportWriter, Section
+
+__all__ = ["SECTION", "exposure_labels", "with_exposure"]
+
+NOT_AUDITED = "not audited"
+ORDER = ("yes", "unknown", "no")
+
+
+def exposure_labels(audit: pd.DataFrame | None) -> dict[str, str]:
+    """encoder -> its statuses in words, e.g. ``yes: mll23-wbc5, raabin-wbc; no: bloodmnist-wbc5``."""
+    if audit is None or len(audit) == 0:
+        return {}
+    out = {}
+    for enc, rows in audit.groupby("encoder", sort=False):
+        parts = [f"{status}: {', '.join(rows.loc[rows['exposure'] == status, 'dataset'])}"
+                 for status in ORDER if (rows["exposure"] == status).any()]
+        out[str(enc)] = "; ".join(parts)
+    return out
+
+
+def with_exposure(table: pd.DataFrame, audit: pd.DataFrame | None, column: str = "encoder") -> pd.DataFrame:
+    """``table`` with an ``exposure`` column right after ``column`` (pretraining exposure of that encoder to the
+    evaluated data sets); unchanged without an audit or without that column."""
+    if audit is None or table is None or column not in getattr(table, "columns", ()):
+        return table
+    labels = exposure_labels(audit)
+    out = table.copy()
+    out.insert(out.columns.get_loc(column) + 1, "exposure",
+               [labels.get(str(v), NOT_AUDITED) for v in out[column]])
+    return out
+
+
+def write_exposure_section(audit: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+    if audit is None or len(audit) == 0:
+        audit = pd.DataFrame({"note": ["no (encoder, data set) pair was evaluated"]})
+    writer.table("exposure_audit", audit)
+    return ["## Pretraining exposure", "",
+            "Whether each encoder's pretraining data include each evaluated data set (fmaudit.exposure: the registry's "
+            "declared facts, then its pretraining corpora matched against the data sets' names and aliases; a corpus "
+            "that does not name a data set is `unknown`, never `no`). Tables that rank encoders carry the same status "
+            "in their `exposure` column.", "", dataframe_to_markdown(audit), ""]
+
+
+SECTION = Section("exposure", {"exposure_audit": "Exposure"}, {}, write_exposure_section)
