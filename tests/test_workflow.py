@@ -702,6 +702,20 @@ def test_adding_an_ood_tier_embeds_only_its_copies(demo_run):
 
 
 def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
+    from fmaudit import grid
+    from fmaudit.config import load_config
+    from fmaudit.registry import load_dataset_registry
+
+    work = copy_repo(tmp_path / "audit")
+    preset = work / "resources" / "presets" / "audit.yaml"
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
+    config = load_config(preset)
+    tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
+    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
+    assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
+    assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
+    assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
+    assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -755,18 +769,6 @@ def test_the_hema_preset_plans_what_the_grid_counts(tmp_path):
     from fmaudit import grid
     from fmaudit.config import load_config
     from fmaudit.registry import load_dataset_registry
-
-    work = copy_repo(tmp_path / "audit")
-    preset = work / "resources" / "presets" / "audit.yaml"
-    jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
-    config = load_config(preset)
-    tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
-    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
-    assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
-    assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
-    assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
-    assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
-
 
     work = copy_repo(tmp_path)
     preset = "resources/presets/hema.yaml"
