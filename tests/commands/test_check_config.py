@@ -9,6 +9,8 @@ from fmaudit.schema import REPO_ROOT
 def _demo(tmp_path, **changes):
     config = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
     config.update(changes)
+    if "cmu-small-region" not in config["datasets"]:
+        config.pop("ood", None)  # the demo's far-OOD donor is that data set
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)
