@@ -67,6 +67,7 @@ __all__ = [
     "eaurc",
     "ece_column",
     "ece_convention",
+    "float_array",
     "fpr_at_tpr",
     "is_collapsed",
     "log_softmax",
@@ -78,6 +79,7 @@ __all__ = [
     "prism_ece",
     "prism_ece_column",
     "qwk",
+    "reject_missing_labels",
     "reliability_bins",
     "selective_accuracy",
     "softmax",
@@ -93,13 +95,28 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # validation
 # --------------------------------------------------------------------------------------------------
-def _as_2d_float(values: Any, name: str) -> np.ndarray:
+def float_array(values: Any, name: str, ndim: int, what: str) -> np.ndarray:
+    """``values`` as a float64 array of ``ndim`` dimensions; the error names ``name`` and says ``what`` was
+    expected (e.g. ``"array (N, K)"``). Finite values and sizes are the caller's to check."""
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as err:
         raise FmauditInputError(f"{name}: cannot convert to a float array ({err})") from err
-    if arr.ndim != 2:
-        raise FmauditInputError(f"{name}: expected a 2-D array (N, K), got shape {arr.shape}")
+    if arr.ndim != ndim:
+        raise FmauditInputError(f"{name}: expected a {ndim}-D {what}, got shape {arr.shape}")
+    return arr
+
+
+def reject_missing_labels(labels: np.ndarray, name: str) -> None:
+    """Raise FmauditInputError naming the first missing label (NaN in a float array, None in an object array)."""
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        raise FmauditInputError(f"{name}: NaN label at row {int(np.flatnonzero(~np.isfinite(labels))[0])} (missing)")
+    if labels.dtype == object and any(v is None for v in labels):
+        raise FmauditInputError(f"{name}: None label at row {[v is None for v in labels].index(True)} (missing)")
+
+
+def _as_2d_float(values: Any, name: str) -> np.ndarray:
+    arr = float_array(values, name, 2, "array (N, K)")
     if arr.shape[0] == 0:
         raise FmauditInputError(f"{name}: no rows (N = 0)")
     if arr.shape[1] < 2:
@@ -675,12 +692,7 @@ def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, prism
 # novelty detection (METHODS 5): OOD is the positive class, a higher score means more out-of-distribution
 # --------------------------------------------------------------------------------------------------
 def _novelty_scores(values: Any, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise FmauditInputError(f"{name}: cannot convert to a float array ({err})") from err
-    if arr.ndim != 1:
-        raise FmauditInputError(f"{name}: expected a 1-D array of novelty scores, got shape {arr.shape}")
+    arr = float_array(values, name, 1, "array of novelty scores")
     if arr.size == 0:
         raise FmauditInputError(f"{name}: no scores (an empty set cannot be scored)")
     bad = ~np.isfinite(arr)

@@ -265,6 +265,14 @@ def _check_zip(archive: Path, zf: zipfile.ZipFile) -> None:
             raise FmauditInputError(f"{archive}: member {info.filename!r} is a symbolic link; refusing to unpack")
 
 
+def _open_archive(opener, archive: Path, error: type[Exception], kind: str):
+    """``opener(archive)``; a file that is not a valid archive of ``kind`` raises FmauditInputError naming it."""
+    try:
+        return opener(archive)
+    except error as e:
+        raise FmauditInputError(f"{archive}: not a valid {kind} file ({e})") from e
+
+
 def unpack(archive: str | Path, dest_dir: str | Path) -> Path:
     """Extract ``archive`` into ``dest_dir`` safely and return ``dest_dir``.
 
@@ -285,22 +293,14 @@ def unpack(archive: str | Path, dest_dir: str | Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".unpack-{archive.name}.", dir=dest_dir))
     try:
         if kind == "zip":
-            try:
-                zf = zipfile.ZipFile(archive)
-            except zipfile.BadZipFile as e:
-                raise FmauditInputError(f"{archive}: not a valid zip file ({e})") from e
-            with zf:
+            with _open_archive(zipfile.ZipFile, archive, zipfile.BadZipFile, "zip") as zf:
                 _check_zip(archive, zf)
                 for info in zf.infolist():
                     if "__MACOSX" in PurePosixPath(info.filename).parts:
                         continue
                     zf.extract(info, tmp)
         elif kind == "tar":
-            try:
-                tf = tarfile.open(archive)
-            except tarfile.TarError as e:
-                raise FmauditInputError(f"{archive}: not a valid tar file ({e})") from e
-            with tf:
+            with _open_archive(tarfile.open, archive, tarfile.TarError, "tar") as tf:
                 _check_tar(archive, tf)
                 members = [m for m in tf.getmembers() if "__MACOSX" not in PurePosixPath(m.name).parts]
                 if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: a second, standard guard

@@ -51,95 +51,15 @@ grid, its shards and embeddings, head sweep, cross-data-set pairs), :mod:`~fmaud
 (``fmaudit grid``). Every function takes a config filled from its schema (:func:`fmaudit.config.fill_config`).
 """
 
-from fmaudit.grid.analyses import ANALYSES, JOB_KEYS, RULED_ANALYSES, Analysis, check_grid, enumerate_runs, jobs, ruled
-from fmaudit.grid.cells import CELL_PROTOCOLS, cell_feature_runs, cell_runs
-from fmaudit.grid.ood import (
-    derived_datasets,
-    ood_blur_runs,
-    ood_gate_runs,
-    ood_image_artefact_runs,
-    ood_runs,
-    ood_shard_plan,
-    ood_shards,
-)
-from fmaudit.grid.prior_shift import check_priors, prior_shift_runs, scratch_reference_runs
-from fmaudit.grid.probe import (
-    C_HEADS,
-    PROBE_COLUMNS,
-    Shard,
-    cross_dataset_runs,
-    embed_pairs,
-    embed_runs,
-    head_sweep_runs,
-    probe_runs,
-    probe_variants,
-    run_id,
-    shards,
-)
-from fmaudit.grid.studies import (
-    DECLARED_SECTIONS,
-    POOLED_DOMAIN,
-    SETTINGS_SECTIONS,
-    cell_tasks,
-    check_studies,
-    probe_encoders,
-    parts_with,
-    resolved_tile_tasks,
-    section,
-    settings_by_task,
-    study_of,
-    study_parts,
-    task_domains,
-    task_group_units,
-)
-from fmaudit.grid.summary import summarize
+# Each submodule's __all__ is the one list of its public names; the package re-exports them all.
+from fmaudit.grid import analyses, cells, ood, prior_shift, probe, studies, summary
+from fmaudit.grid.analyses import *  # noqa: F401,F403
+from fmaudit.grid.cells import *  # noqa: F401,F403
+from fmaudit.grid.ood import *  # noqa: F401,F403
+from fmaudit.grid.prior_shift import *  # noqa: F401,F403
+from fmaudit.grid.probe import *  # noqa: F401,F403
+from fmaudit.grid.studies import *  # noqa: F401,F403
+from fmaudit.grid.summary import *  # noqa: F401,F403
 
-__all__ = [
-    "ANALYSES",
-    "Analysis",
-    "CELL_PROTOCOLS",
-    "C_HEADS",
-    "DECLARED_SECTIONS",
-    "JOB_KEYS",
-    "POOLED_DOMAIN",
-    "PROBE_COLUMNS",
-    "RULED_ANALYSES",
-    "SETTINGS_SECTIONS",
-    "Shard",
-    "cell_feature_runs",
-    "cell_runs",
-    "cell_tasks",
-    "check_grid",
-    "check_priors",
-    "check_studies",
-    "cross_dataset_runs",
-    "derived_datasets",
-    "embed_pairs",
-    "embed_runs",
-    "enumerate_runs",
-    "head_sweep_runs",
-    "jobs",
-    "ood_blur_runs",
-    "ood_gate_runs",
-    "ood_image_artefact_runs",
-    "ood_runs",
-    "ood_shard_plan",
-    "ood_shards",
-    "parts_with",
-    "prior_shift_runs",
-    "probe_runs",
-    "probe_encoders",
-    "probe_variants",
-    "ruled",
-    "run_id",
-    "resolved_tile_tasks",
-    "scratch_reference_runs",
-    "section",
-    "settings_by_task",
-    "shards",
-    "study_of",
-    "study_parts",
-    "summarize",
-    "task_domains",
-    "task_group_units",
-]
+__all__ = sorted([*analyses.__all__, *cells.__all__, *ood.__all__, *prior_shift.__all__, *probe.__all__,
+                  *studies.__all__, *summary.__all__])

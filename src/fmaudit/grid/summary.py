@@ -28,6 +28,11 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
         rows.append({"analysis": analysis, "protocol": protocol, "runs": int(runs), "jobs": int(n_jobs),
                      "planned": ANALYSES[analysis].ruled})
 
+    def add_table(analysis: str, protocol: str, table: str) -> None:
+        """One row for a table of runs that its own analysis batches into jobs (nothing when it is empty)."""
+        if len(tables[table]):
+            add(analysis, protocol, len(tables[table]), len(jobs(tables[table], table)))
+
     n_embed = len(tables["embed"])
     add("embed", "encoder x dataset", n_embed, n_embed)
     probe = tables["probe"]
@@ -41,31 +46,19 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     if len(sweep):
         add("head_sweep", "fits (in-domain)", len(sweep), len(jobs(sweep, "head_sweep")))
         add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0)
-    cross = tables["cross_dataset"]
-    if len(cross):
-        add("cross_dataset", "evaluations (source task -> target task)", len(cross), len(jobs(cross, "cross_dataset")))
-    ood, gate, blur = tables["ood"], tables["ood_gate"], tables["ood_blur"]
+    add_table("cross_dataset", "evaluations (source task -> target task)", "cross_dataset")
+    ood, gate = tables["ood"], tables["ood_gate"]
     if len(ood) or len(gate):
         ood_jobs = pd.concat([jobs(ood, "ood"), jobs(gate, "ood_gate")]).drop_duplicates()
         add("ood", "detection (condition x scorer)", len(ood), len(ood_jobs))
         if len(gate):
             add("ood", "abstention gate (task setting)", len(gate), 0)
-    if len(blur):
-        add("ood", "blurred test embeddings (task x sigma)", len(blur), len(jobs(blur, "ood_blur")))
-    artefacts = tables["ood_image_artefact"]
-    if len(artefacts):
-        add("ood", "artefact test embeddings (task x artefact)", len(artefacts),
-            len(jobs(artefacts, "ood_image_artefact")))
-    prior = tables["prior_shift"]
-    if len(prior):
-        add("prior_shift", "source seed x target x prior x draw", len(prior), len(jobs(prior, "prior_shift")))
-    scratch = tables["scratch_reference"]
-    if len(scratch):
-        add("scratch_reference", "ResNet-18 from scratch (source x seed)", len(scratch),
-            len(jobs(scratch, "scratch_reference")))
-    features, cells = tables["cell_features"], tables["cells"]
-    if len(features):
-        add("cells", "features (section x magnification)", len(features), len(jobs(features, "cell_features")))
+    add_table("ood", "blurred test embeddings (task x sigma)", "ood_blur")
+    add_table("ood", "artefact test embeddings (task x artefact)", "ood_image_artefact")
+    add_table("prior_shift", "source seed x target x prior x draw", "prior_shift")
+    add_table("scratch_reference", "ResNet-18 from scratch (source x seed)", "scratch_reference")
+    add_table("cells", "features (section x magnification)", "cell_features")
+    cells = tables["cells"]
     for protocol in CELL_PROTOCOLS:
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import binary_logits_from_decision, validate_logits
+from fmaudit.metrics import binary_logits_from_decision, float_array, reject_missing_labels, validate_logits
 
 FEATURE_SCORERS = ("maha", "relative_maha", "knn")
 LOGIT_SCORERS = ("energy", "msp")
@@ -66,12 +66,7 @@ __all__ = [
 def check_embeddings(Z: Any, name: str = "Z", n_features: int | None = None, fitted_on: str = "") -> np.ndarray:
     """``Z`` as a float64 (N, D) array; raises FmauditInputError on a wrong shape, no rows, NaN/inf, or a
     dimension other than ``n_features``."""
-    try:
-        arr = np.asarray(Z, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise FmauditInputError(f"{name}: cannot convert to a float array ({err})") from err
-    if arr.ndim != 2:
-        raise FmauditInputError(f"{name}: expected a 2-D embedding array (n_items, n_features), got shape {arr.shape}")
+    arr = float_array(Z, name, 2, "embedding array (n_items, n_features)")
     if arr.shape[0] == 0:
         raise FmauditInputError(f"{name}: no rows")
     if n_features is not None and arr.shape[1] != n_features:
@@ -88,10 +83,7 @@ def _check_class_labels(y: Any, n_items: int, name: str = "y") -> np.ndarray:
     arr = np.asarray(y)
     if arr.ndim != 1 or arr.shape[0] != n_items:
         raise FmauditInputError(f"{name}: expected {n_items} labels (one per row), got shape {arr.shape}")
-    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-        raise FmauditInputError(f"{name}: missing (NaN) label at row {int(np.flatnonzero(~np.isfinite(arr))[0])}")
-    if arr.dtype == object and any(v is None for v in arr):
-        raise FmauditInputError(f"{name}: missing (None) label")
+    reject_missing_labels(arr, name)
     return arr
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics import reject_missing_labels
 from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     check_features,
@@ -86,10 +87,7 @@ class ProbeHead:
             codes = check_labels(y, X.shape[0], n_classes)
             self.classes_ = np.arange(n_classes)
         else:
-            if y.dtype.kind == "f" and not np.isfinite(y).all():
-                raise FmauditInputError(f"y: missing (NaN) label at row {int(np.flatnonzero(~np.isfinite(y))[0])}")
-            if y.dtype == object and any(v is None for v in y):
-                raise FmauditInputError("y: missing (None) label")
+            reject_missing_labels(y, "y")
             self.classes_, codes = np.unique(y, return_inverse=True)
             n_classes = self.classes_.size
         present = np.bincount(codes, minlength=n_classes) > 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics import reject_missing_labels
 
 
 def _as_labels(labels, name: str = "labels") -> np.ndarray:
@@ -24,10 +25,7 @@ def _as_labels(labels, name: str = "labels") -> np.ndarray:
         raise FmauditInputError(f"{name}: expected 1-D labels, got shape {labels.shape}")
     if labels.size == 0:
         raise FmauditInputError(f"{name}: no labels")
-    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
-        raise FmauditInputError(f"{name}: NaN label at row {int(np.flatnonzero(~np.isfinite(labels))[0])}")
-    if labels.dtype == object and any(v is None for v in labels):
-        raise FmauditInputError(f"{name}: missing label (None) at row {[v is None for v in labels].index(True)}")
+    reject_missing_labels(labels, name)
     return labels
 
 

@@ -18,14 +18,16 @@ import pandas as pd
 
 from fmaudit.io import atomic_path
 
-__all__ = ["ece_vs_fraction_figure", "note_figure", "rank_transfer_heatmap", "reliability_figure"]
+__all__ = ["ece_vs_fraction_figure", "note_figure", "pyplot", "rank_transfer_heatmap", "reliability_figure",
+           "save_figure"]
 
 _DPI = 110
 _GAP_COLOUR = "tab:red"
 _BAR_COLOUR = "#4c72b0"
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported now (see the module doc)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,16 +37,19 @@ def _pyplot():
 
 
 def _seaborn():
-    _pyplot()
+    pyplot()
     import seaborn as sns
 
     return sns
 
 
-def _save(fig, path: Path, **kwargs) -> None:
+def save_figure(fig, path: Path, tight_layout: bool = False, **kwargs) -> None:
+    """Write ``fig`` as a PNG at the report's resolution, atomically, and close it; ``kwargs`` go to savefig."""
+    if tight_layout:
+        fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=_DPI, format="png", **kwargs)
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def _rows(data: pd.DataFrame, key: str) -> list[tuple[str, pd.DataFrame]]:
@@ -84,7 +89,7 @@ def reliability_figure(curves: pd.DataFrame, path: Path) -> None:
     """Reliability diagrams: one row per encoder, columns in-domain/off-domain × raw/after source temperature;
     accuracy per confidence bin with the gap to perfect calibration shaded, the item count per bin underneath,
     the bins' ECE in the corner. Data: :func:`fmaudit.analyses.leaderboard.reliability_curves`."""
-    plt, sns = _pyplot(), _seaborn()
+    plt, sns = pyplot(), _seaborn()
     from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
 
@@ -123,7 +128,7 @@ def reliability_figure(curves: pd.DataFrame, path: Path) -> None:
                    Patch(color="0.55", label="items per bin (lower panels)")]
         fig.legend(handles=handles, loc="upper center", ncol=2, fontsize=8, frameon=False,
                    bbox_to_anchor=(0.5, 1 - 0.1 / fig.get_figheight()))
-        _save(fig, path)
+        save_figure(fig, path)
 
 
 # -------------------------------------------------------------------------------------------- rank transfer
@@ -138,12 +143,12 @@ def _rho_label(r: Any) -> str:
 def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
     """Spearman ρ of encoder rankings, source (rows) × target (columns), one panel per (task, head, label
     fraction), each cell annotated with ρ and its bootstrap interval (from the table's ``spearman_rho_ci_*``)."""
-    plt, sns = _pyplot(), _seaborn()
+    plt, sns = pyplot(), _seaborn()
     if len(rank) == 0:
         fig, ax = plt.subplots(figsize=(4, 2))
         ax.text(0.5, 0.5, "rank transfer needs at least two encoders", ha="center")
         ax.axis("off")
-        _save(fig, path)
+        save_figure(fig, path)
         return
     panels = list(rank.groupby(["task", "head", "fraction"], sort=True))
     ncol = min(len(panels), 3)
@@ -180,7 +185,7 @@ def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
             rank["rho_ci_convention"].notna().any() else "no interval"
         fig.text(0.01, 0.005, f"macro-F1 rankings, mean over seeds. Interval: {note}.", fontsize=7, va="bottom",
                  wrap=True)
-        _save(fig, path, bbox_inches="tight")
+        save_figure(fig, path, bbox_inches="tight")
 
 
 # -------------------------------------------------------------------------------------- ECE against labels
@@ -188,7 +193,7 @@ def ece_vs_fraction_figure(data: pd.DataFrame, ece_col: str, ylabel: str, path: 
     """Target ECE (``ece_col``) against label fraction, one line per encoder with its interval band
     (``ece_ci_lo``, ``ece_ci_hi``), one panel per transfer pair (seaborn facets). Data:
     :func:`fmaudit.analyses.leaderboard.ece_by_fraction`."""
-    plt, sns = _pyplot(), _seaborn()
+    plt, sns = pyplot(), _seaborn()
     data = data.dropna(subset=[ece_col]).copy()
     prefix = data["tasks"] + " | " if "tasks" in data.columns else ""
     data["pair"] = (prefix + data["task"] + ", " + data["head"] + "\n" + data["source_domain"] + " → "
@@ -223,12 +228,12 @@ def ece_vs_fraction_figure(data: pd.DataFrame, ece_col: str, ylabel: str, path: 
         grid.figure.legend(handles=handles, title="encoder", loc="center left", bbox_to_anchor=(1.0, 0.5),
                            fontsize=8, title_fontsize=8, frameon=False)
         grid.figure.tight_layout()
-        _save(grid.figure, path, bbox_inches="tight")
+        save_figure(grid.figure, path, bbox_inches="tight")
 
 
 def note_figure(text: str, path: Path) -> None:
     """A small figure that only says ``text`` (a declared figure with nothing to draw)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(4, 1.5))
     ax.text(0.5, 0.5, text, ha="center", va="center")
     ax.axis("off")

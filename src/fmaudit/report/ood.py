@@ -13,7 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from fmaudit.io import atomic_path, dataframe_to_markdown
+from fmaudit.io import dataframe_to_markdown
+from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.formatting import fmt_ci
 from fmaudit.report.section import ReportWriter, Section
 
@@ -122,37 +123,17 @@ def blur_markdown(blur: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------------------------------
 # figures
 # --------------------------------------------------------------------------------------------------
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> None:
-    plt = _pyplot()
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-
-
-def _note(text: str, path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 1.5))
-    ax.text(0.5, 0.5, text, ha="center", va="center")
-    ax.axis("off")
-    _save(fig, path)
+def _task_panels(frame: pd.DataFrame):
+    """A figure with one panel per task of ``frame`` (in order of appearance): (fig, [(ax, task), ...])."""
+    tasks = list(pd.unique(frame["task"]))
+    fig, axes = pyplot().subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
+    return fig, list(zip(axes[0], tasks))
 
 
 def risk_coverage_figure(curves: pd.DataFrame, path: Path) -> None:
     """Risk (error rate of the kept items) against coverage, one line per encoder, one panel per task."""
-    plt = _pyplot()
-    tasks = list(pd.unique(curves["task"]))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels = _task_panels(curves)
+    for ax, task in panels:
         for enc, part in curves[curves["task"] == task].groupby("encoder", sort=True):
             part = part.sort_values("coverage")
             ax.plot(part["coverage"], part["risk"], label=enc)
@@ -161,18 +142,17 @@ def risk_coverage_figure(curves: pd.DataFrame, path: Path) -> None:
         ax.set_xlim(0, 1)
         ax.set_title(f"{task}: test split", fontsize=9)
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, tight_layout=True)
 
 
 def histogram_figure(histograms: pd.DataFrame, scorer: str, path: Path) -> None:
     """ID (grey) vs OOD (colour) novelty-score histograms of ``scorer``: rows (task, encoder), columns conditions."""
-    plt = _pyplot()
     h = histograms[histograms["scorer"] == scorer]
     rows = list(h[["task", "encoder"]].drop_duplicates().itertuples(index=False, name=None))
     conditions = {task: list(pd.unique(h.loc[h["task"] == task, "condition"])) for task, _ in rows}
     ncol = max(len(c) for c in conditions.values())
     shown = rows[:max(1, MAX_HISTOGRAM_PANELS // ncol)]
-    fig, axes = plt.subplots(len(shown), ncol, figsize=(2.6 * ncol, 2.0 * len(shown)), squeeze=False)
+    fig, axes = pyplot().subplots(len(shown), ncol, figsize=(2.6 * ncol, 2.0 * len(shown)), squeeze=False)
     for i, (task, enc) in enumerate(shown):
         for j in range(ncol):
             ax = axes[i, j]
@@ -194,15 +174,13 @@ def histogram_figure(histograms: pd.DataFrame, scorer: str, path: Path) -> None:
         fig.suptitle(f"{scorer} scores; first {len(shown)} of {len(rows)} (task, encoder) rows", fontsize=9)
     else:
         fig.suptitle(f"{scorer} novelty scores (higher = more OOD), share of items per bin", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path, tight_layout=True)
 
 
 def blur_figure(blur: pd.DataFrame, path: Path) -> None:
     """Accuracy against blur sigma (0 = unblurred) with its interval band, one line per encoder per task."""
-    plt = _pyplot()
-    tasks = list(pd.unique(blur["task"]))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    fig, panels = _task_panels(blur)
+    for ax, task in panels:
         part = blur[blur["task"] == task]
         for enc, e in part.groupby("encoder", sort=True):
             e = e.sort_values("sigma")
@@ -213,7 +191,7 @@ def blur_figure(blur: pd.DataFrame, path: Path) -> None:
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task}: test split ({_units(part)})", fontsize=8)
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, tight_layout=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,7 +207,7 @@ def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -
         for name in TABLES:
             writer.table(name, pd.DataFrame({"note": [NOTE]}))
         for name in FIGURES:
-            writer.figure(name, lambda path: _note("no OOD shard was planned", path))
+            writer.figure(name, lambda path: note_figure("no OOD shard was planned", path))
         return ["## OOD detection and abstention", "", "No OOD shard was planned by this config.", ""]
     r = results
     _table(writer, "ood_detection", r["detection"], "no OOD conditions")
@@ -244,12 +222,12 @@ def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -
     _table(writer, "ood_scorer_sensitivity", r["scorer_sensitivity"], "no sensitivity tables (config ood.sensitivity)")
     curves, hist, blur = r["curves"], r["histograms"], r["blur"]
     writer.figure("ood_risk_coverage", (lambda path: risk_coverage_figure(curves, path)) if len(curves)
-                  else (lambda path: _note("no OOD shard", path)))
+                  else (lambda path: note_figure("no OOD shard", path)))
     scorer = r["scorer_for_figures"]
     writer.figure("ood_score_histograms", (lambda path: histogram_figure(hist, scorer, path)) if len(hist)
-                  else (lambda path: _note("no OOD conditions", path)))
+                  else (lambda path: note_figure("no OOD conditions", path)))
     writer.figure("ood_blur_accuracy", (lambda path: blur_figure(blur, path)) if len(blur)
-                  else (lambda path: _note("no blur tier", path)))
+                  else (lambda path: note_figure("no blur tier", path)))
     lines = ["## OOD detection and abstention", "",
              "Novelty scores, higher = more out-of-distribution; detection AUROC with the OOD set as the positive "
              "class (ties 1/2) and FPR at 95% TPR; intervals are 95% percentile cluster-bootstrap intervals, each "

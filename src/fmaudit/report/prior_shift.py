@@ -13,7 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from fmaudit.io import atomic_path, dataframe_to_markdown
+from fmaudit.io import dataframe_to_markdown
+from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.exposure import with_exposure
 from fmaudit.report.formatting import fmt_ci
 from fmaudit.report.section import ReportWriter, Section
@@ -39,21 +40,11 @@ NOTE = "no prior-shift runs were planned by this config (config section `prior_s
 __all__ = ["FIGURES", "SECTION", "TABLES", "gains_figure"]
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> None:
     """Seed 000's figure 3: per (task, source) panel, the mean macro-F1 gain over no adaptation of each method
     (bars, hierarchical-bootstrap interval as whiskers) at each prior, and each target's scenario mean (dots)."""
-    plt = _pyplot()
     panels = list(gains[gains["method"] != "none"].groupby(["task", "source_domain"], sort=False))
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),
                              squeeze=False)
     for ax, ((task, source), cell) in zip(axes[:, 0], panels):
         priors = list(dict.fromkeys(cell["prior"]))
@@ -76,24 +67,21 @@ def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> No
         ax.set_title(f"{task}: source {source} (bars: mean over targets, whiskers: 95% interval, dots: targets)",
                      fontsize=9)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight")
-    plt.close(fig)
-
-
-def _note_figure(path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(4, 1.5))
-    ax.text(0.5, 0.5, "no prior-shift runs were planned", ha="center", va="center")
-    ax.axis("off")
-    with atomic_path(path, suffix=".png") as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+    save_figure(fig, path, tight_layout=True, bbox_inches="tight")
 
 
 def _panels(table: pd.DataFrame):
     return table.groupby(["task", "source_domain"], sort=False)
+
+
+def _panel_markdown(task: str, source: str, caption: str, table: pd.DataFrame) -> str:
+    return f"#### {task}: source {source}\n\n{caption}\n\n{dataframe_to_markdown(table)}\n"
+
+
+def _wide(cell: pd.DataFrame, index: str, columns: str, values: str) -> pd.DataFrame:
+    """``cell`` pivoted to ``index`` x ``columns``, rows and columns in their order of first appearance."""
+    wide = cell.pivot(index=index, columns=columns, values=values)
+    return wide.reindex(index=list(dict.fromkeys(cell[index])), columns=list(dict.fromkeys(cell[columns])))
 
 
 def _summary_markdown(summary: pd.DataFrame) -> str:
@@ -106,11 +94,12 @@ def _summary_markdown(summary: pd.DataFrame) -> str:
                  "share of oracle gain": r.share_of_oracle_gain}
                 for r in cell.itertuples(index=False) if r.method != "none"]
         first = cell.iloc[0]
-        parts.append(f"#### {task}: source {source}\n\nMacro-F1 gain over no adaptation, mean over every encoder, "
-                     f"source seed, target, prior and draw; 95% percentile interval of a hierarchical bootstrap "
-                     f"(unit: {first['unit']}; B={int(first['n_boot'])}; n = {int(first['n_encoders'])} encoders, "
-                     f"{int(first['n_seeds'])} seeds, {int(first['n_draws'])} draws). A scenario is a target x prior, "
-                     f"a cell an encoder x scenario.\n\n{dataframe_to_markdown(pd.DataFrame(rows))}\n")
+        parts.append(_panel_markdown(
+            task, source, f"Macro-F1 gain over no adaptation, mean over every encoder, source seed, target, prior and "
+            f"draw; 95% percentile interval of a hierarchical bootstrap (unit: {first['unit']}; "
+            f"B={int(first['n_boot'])}; n = {int(first['n_encoders'])} encoders, {int(first['n_seeds'])} seeds, "
+            f"{int(first['n_draws'])} draws). A scenario is a target x prior, a cell an encoder x scenario.",
+            pd.DataFrame(rows)))
     return "\n".join(parts)
 
 
@@ -120,11 +109,9 @@ def _gains_markdown(gains: pd.DataFrame) -> str:
         cell = cell[cell["method"] != "none"].assign(
             value=[f"{fmt_ci(r.mean_gain, r.ci_lo, r.ci_hi)} ({r.n_positive_targets}/{r.n_targets})"
                    for r in cell[cell["method"] != "none"].itertuples(index=False)])
-        wide = cell.pivot(index="method", columns="prior", values="value")
-        wide = wide.reindex(index=list(dict.fromkeys(cell["method"])), columns=list(dict.fromkeys(cell["prior"])))
-        parts.append(f"#### {task}: source {source}\n\nMean gain per prior [95% hierarchical-bootstrap interval] "
-                     f"(targets with a positive scenario mean / targets).\n\n"
-                     f"{dataframe_to_markdown(wide.reset_index())}\n")
+        parts.append(_panel_markdown(task, source, "Mean gain per prior [95% hierarchical-bootstrap interval] "
+                                     "(targets with a positive scenario mean / targets).",
+                                     _wide(cell, "method", "prior", "value").reset_index()))
     return "\n".join(parts)
 
 
@@ -132,12 +119,11 @@ def _cells_markdown(cells: pd.DataFrame) -> str:
     parts = []
     for (task, source), cell in _panels(cells):
         cell = cell[cell["method"] != "none"]
-        wide = cell.pivot(index="encoder", columns="method", values="negative_cells")
-        wide = wide.reindex(index=list(dict.fromkeys(cell["encoder"])), columns=list(dict.fromkeys(cell["method"])))
+        wide = _wide(cell, "encoder", "method", "negative_cells")
         if "exposure" in cell.columns:
             wide.insert(0, "exposure", cell.drop_duplicates("encoder").set_index("encoder")["exposure"])
-        parts.append(f"#### {task}: source {source}\n\nNegative cells (target x prior with a negative mean gain) / "
-                     f"cells, per encoder and method.\n\n{dataframe_to_markdown(wide.reset_index())}\n")
+        parts.append(_panel_markdown(task, source, "Negative cells (target x prior with a negative mean gain) / "
+                                     "cells, per encoder and method.", wide.reset_index()))
     return "\n".join(parts)
 
 
@@ -150,11 +136,11 @@ def _regret_markdown(regret: pd.DataFrame, headline: Mapping[str, str]) -> str:
         wide = keep.pivot_table(index=["rule", "method"], columns="prior", values="value", aggfunc="first", sort=False)
         wide = wide.reindex(columns=list(dict.fromkeys(cell["prior"])))
         n_enc = int(cell["n_encoders"].iloc[0])
-        parts.append(f"#### {task}: source {source}\n\nMean selection regret (macro-F1 of the oracle's encoder minus "
-                     f"that of the encoder the rule picks, unit: {cell['unit'].iloc[0]}, n = "
-                     f"{int(cell['n_problems'].iloc[0])} problems per cell, {n_enc} candidate encoders); every rule "
-                     f"on the unadapted pipeline, the headline rule `{rule}` on every method (all rows in the CSV)."
-                     f"\n\n{dataframe_to_markdown(wide.reset_index())}\n")
+        parts.append(_panel_markdown(
+            task, source, f"Mean selection regret (macro-F1 of the oracle's encoder minus that of the encoder the "
+            f"rule picks, unit: {cell['unit'].iloc[0]}, n = {int(cell['n_problems'].iloc[0])} problems per cell, "
+            f"{n_enc} candidate encoders); every rule on the unadapted pipeline, the headline rule `{rule}` on every "
+            f"method (all rows in the CSV).", wide.reset_index()))
     return "\n".join(parts)
 
 
@@ -162,11 +148,10 @@ def _calibration_markdown(cal: pd.DataFrame) -> str:
     parts = []
     for (task, source), cell in _panels(cal):
         cell = cell.assign(value=[f"{a:.3f} / {b:.3f}" for a, b in zip(cell["ece_raw"], cell["ece_source_t"])])
-        wide = cell.pivot(index="method", columns="prior", values="value")
-        wide = wide.reindex(index=list(dict.fromkeys(cell["method"])), columns=list(dict.fromkeys(cell["prior"])))
         conv = cell["ece_convention"].iloc[0] if "ece_convention" in cell else "top-label ECE"
-        parts.append(f"#### {task}: source {source}\n\nECE without / with the source temperature, mean over "
-                     f"encoders, seeds, targets and draws ({conv}).\n\n{dataframe_to_markdown(wide.reset_index())}\n")
+        parts.append(_panel_markdown(task, source, f"ECE without / with the source temperature, mean over encoders, "
+                                     f"seeds, targets and draws ({conv}).",
+                                     _wide(cell, "method", "prior", "value").reset_index()))
     return "\n".join(parts)
 
 
@@ -175,8 +160,8 @@ def _recall_markdown(recall: pd.DataFrame) -> str:
     for (task, source), cell in _panels(recall):
         wide = cell.pivot_table(index=["method", "prior"], columns="class", values="recall", sort=False)
         wide = wide.reindex(columns=list(dict.fromkeys(cell["class"])))
-        parts.append(f"#### {task}: source {source}\n\nPer-class recall, mean over the draws that hold the class.\n\n"
-                     f"{dataframe_to_markdown(wide.reset_index())}\n")
+        parts.append(_panel_markdown(task, source, "Per-class recall, mean over the draws that hold the class.",
+                                     wide.reset_index()))
     return "\n".join(parts)
 
 
@@ -196,7 +181,7 @@ def _write_empty(writer: ReportWriter) -> list[str]:
     for name in TABLES:
         writer.table(name, pd.DataFrame({"note": [NOTE]}))
     for name in FIGURES:
-        writer.figure(name, _note_figure)
+        writer.figure(name, lambda path: note_figure("no prior-shift runs were planned", path))
     return []
 
 

@@ -13,48 +13,12 @@ meta-analysis and structured (two-way, hierarchical) bootstraps.
 Every public name is re-exported here: ``from fmaudit.stats import bootstrap_counts``.
 """
 
-from fmaudit.stats.bootstrap import (
-    BOOTSTRAP_METRICS,
-    bootstrap_counts,
-    bootstrap_metric,
-    bootstrap_metric_models,
-    point_metric,
-    resolve_metric,
-    validated_models,
-)
-from fmaudit.stats.hierarchical import hierarchical_bootstrap_draws, hierarchical_bootstrap_mean, two_way_cluster_bootstrap
-from fmaudit.stats.intervals import (
-    bootstrap_ci_table,
-    cell_resample_counts,
-    cluster_bootstrap_ci,
-    paired_bootstrap_diff,
-    paired_bootstrap_matrix,
-    percentile_interval,
-    seed_mean_bootstrap,
-)
-from fmaudit.stats.meta import fisher_z_meta
-from fmaudit.stats.ranking import rank_transfer, spearman_rows, wilcoxon_win
+# Each submodule's __all__ is the one list of its public names; the package re-exports them all.
+from fmaudit.stats import bootstrap, hierarchical, intervals, meta, ranking
+from fmaudit.stats.bootstrap import *  # noqa: F401,F403
+from fmaudit.stats.hierarchical import *  # noqa: F401,F403
+from fmaudit.stats.intervals import *  # noqa: F401,F403
+from fmaudit.stats.meta import *  # noqa: F401,F403
+from fmaudit.stats.ranking import *  # noqa: F401,F403
 
-__all__ = [
-    "BOOTSTRAP_METRICS",
-    "bootstrap_ci_table",
-    "bootstrap_counts",
-    "bootstrap_metric",
-    "bootstrap_metric_models",
-    "cell_resample_counts",
-    "cluster_bootstrap_ci",
-    "fisher_z_meta",
-    "hierarchical_bootstrap_draws",
-    "hierarchical_bootstrap_mean",
-    "paired_bootstrap_diff",
-    "paired_bootstrap_matrix",
-    "percentile_interval",
-    "point_metric",
-    "rank_transfer",
-    "resolve_metric",
-    "seed_mean_bootstrap",
-    "spearman_rows",
-    "two_way_cluster_bootstrap",
-    "validated_models",
-    "wilcoxon_win",
-]
+__all__ = sorted([*bootstrap.__all__, *hierarchical.__all__, *intervals.__all__, *meta.__all__, *ranking.__all__])
