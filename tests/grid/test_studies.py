@@ -73,6 +73,8 @@ def test_resolved_tile_tasks_are_what_the_split_checks_take():
                                         "protocols": {"IS": {"seeds": [0]}}}
     tasks = grid.resolved_tile_tasks(fill_config(config), {"d2": {"domains": ["m", "n"]}})
     assert tasks == {  # every study's tile tasks, domains resolved, cell taxonomies left to the cell rules
-        "t1": {"datasets": ["d1"], "domains": ["p", "q"], "transfer": True, "allow_missing_classes": []},
-        "t2": {"datasets": ["d2"], "domains": ["m", "n"], "transfer": True, "allow_missing_classes": ["rare"]},
+        "t1": {"datasets": ["d1"], "domains": ["p", "q"], "transfer": True, "allow_missing_classes": [],
+               "split": "manifest"},
+        "t2": {"datasets": ["d2"], "domains": ["m", "n"], "transfer": True, "allow_missing_classes": ["rare"],
+               "split": "manifest"},
     }

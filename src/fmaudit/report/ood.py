@@ -45,7 +45,7 @@ __all__ = ["FIGURES", "SECTION", "TABLES", "detection_markdown", "gate_markdown"
 # markdown
 # --------------------------------------------------------------------------------------------------
 def _units(df: pd.DataFrame) -> str:
-    """``unit=group (patient/slide), n=6, B=200`` for each distinct way the rows' intervals were drawn."""
+    """``unit=patient, n=6, B=200`` for each distinct way the rows' intervals were drawn."""
     cols = [c for c in ("ci_unit", "ci_n_units", "n_boot") if c in df.columns]
     if len(cols) < 3 or len(df) == 0:
         return "no intervals"
