@@ -195,9 +195,10 @@ def probe_shard_inputs(wildcards):
     }
 
 
-# Keys of a task that decide its probe runs' numbers; the others (description, label_map, allow_missing_classes)
-# change no probe number: allow_missing_classes only changes what the validate stage accepts.
-PROBE_TASK_KEYS = ("datasets", "domains", "transfer")
+# Keys of a task that decide its shards' numbers (split: which split column; ordinal: QWK and the grading
+# tables of the OOD section); the others (description, label_map, allow_missing_classes) change no number:
+# allow_missing_classes only changes what the validate stage accepts.
+PROBE_TASK_KEYS = ("datasets", "domains", "transfer", "split", "ordinal")
 
 
 def probe_task(wildcards):
