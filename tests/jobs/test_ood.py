@@ -115,7 +115,7 @@ def test_shard_runs_every_planned_condition_and_gate_setting(ood_chain):
     assert "ece_top_10_lohi" in read_table(ood_chain["out"]["selective"]).columns  # calibration.ece_bins
     assert "ece_top_10_lohi" in probe_sens.columns
     blur = read_table(ood_chain["out"]["blur"])
-    assert blur["sigma"].tolist() == [0.0, 2.0] and (blur["ci_unit"] == "group (patient/slide)").all()
+    assert blur["sigma"].tolist() == [0.0, 2.0] and (blur["ci_unit"] == "patient").all()
 
 
 def test_exported_gate_reproduces_the_operating_points(ood_chain):

@@ -55,7 +55,7 @@ def test_index_captions_every_figure_with_its_settings(summary, tmp_path):
     for name, caption in captions.items():
         assert f"](figures/{name}.png)" in text and f"*{caption}*" in text
     assert "15 equal-width bins" in captions["reliability"] and "B=30" in captions["rank_transfer"]
-    assert "B=30" in captions["ece_vs_fraction"] and "test patients" in captions["rank_transfer"]
+    assert "B=30" in captions["ece_vs_fraction"] and "test groups" in captions["rank_transfer"]
 
 
 def test_rank_transfer_markdown_shows_rho_with_its_interval_or_says_why_not(summary):

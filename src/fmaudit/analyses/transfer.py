@@ -33,7 +33,7 @@ AUROC_BINS = (0.0, 0.55, 0.70, 0.85, 0.95, 1.0 + 1e-9)
 AUROC_BIN_LABELS = ("<0.55", "0.55-0.70", "0.70-0.85", "0.85-0.95", ">0.95")
 CELL = ["task", "head", "fraction", "encoder", "source_domain", "target_domain"]
 #: The resampling unit of the rank-transfer interval, in words (see :func:`rank_transfer_intervals`).
-RHO_RESAMPLING = ("test patients/slides, source and target resampled independently, shared by every encoder "
+RHO_RESAMPLING = ("test groups (the task's unit), source and target resampled independently, shared by every encoder "
                   "and seed")
 
 

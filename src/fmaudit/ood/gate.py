@@ -451,8 +451,11 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
             row.update(tier="validation", ci_lo=np.nan, ci_hi=np.nan, n_valid=0, n_boot=0, ci_unit="",
                        ci_n_units=0, n_items=gates[0].validation_point_["n_validation"])
         else:
-            lo, hi, n_valid = percentile_interval(np.concatenate(draws[(name, q)]), alpha)
             tier, n_items, n_units, ci_unit = meta[name]
+            if n_units < 2:  # resampling a single cluster has no spread: no interval, rather than one of width 0
+                lo, hi, n_valid = np.nan, np.nan, 0
+            else:
+                lo, hi, n_valid = percentile_interval(np.concatenate(draws[(name, q)]), alpha)
             row.update(tier=tier, ci_lo=lo, ci_hi=hi, n_valid=n_valid, n_boot=int(n_boot), ci_unit=ci_unit,
                        ci_n_units=n_units, n_items=n_items)
         rows.append(row)

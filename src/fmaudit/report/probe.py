@@ -173,12 +173,13 @@ def figure_captions(groups: list) -> dict[str, str]:
         "rank_transfer": (
             "Spearman ρ between the in-domain ranking of encoders by macro-F1 (rows: source) and their ranking on "
             "each target (columns), per task, head and label fraction, with its 95% percentile bootstrap interval. "
-            "Resampling unit: test patients/slides, source and target resampled independently, one draw shared by "
-            f"every encoder and seed ({boot}); encoders are the fixed set compared, not resampled."),
+            "Resampling unit: the test groups (each task's unit, as the interval units above say), source and target "
+            f"resampled independently, one draw shared by every encoder and seed ({boot}); encoders are the fixed "
+            "set compared, not resampled."),
         "ece_vs_fraction": (
             f"Target top-label ECE (raw, {bins}, mean over seeds) against the label fraction of the source training "
             "split (log scale), one line per encoder, one panel per transfer pair; bands: 95% percentile "
-            f"cluster-bootstrap intervals over the target's test patients/slides at each fraction ({boot})."),
+            f"cluster-bootstrap intervals over the target's test groups (each task's unit) at each fraction ({boot})."),
     }
 
 
@@ -234,7 +235,7 @@ def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter)
         cri_by_split_markdown(t["cri_by_split"]), "",
         "## Rank transfer", "",
         "Spearman ρ of the in-domain and target rankings of encoders (macro-F1), with a 95% percentile bootstrap "
-        "interval over test patients/slides, source and target resampled independently "
+        "interval over the test groups (each task's unit, above), source and target resampled independently "
         f"({settings_text(groups, 'B={n_boot}')}).", "",
         rank_transfer_markdown(t["rank_transfer"]), "",
         "## AUROC-rank vs ECE-rank decoupling (Fisher-z pooled per fraction)", "",

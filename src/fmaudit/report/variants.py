@@ -35,7 +35,7 @@ def write_variants_section(pairs: pd.DataFrame | None, writer: ReportWriter) -> 
     return ["## Encoder variants (input-resolution check)", "",
             "Each declared variant (the same weights with another preprocessing, embedded once) against its base on "
             "the same test items, at the largest label fraction: macro-F1, mean over seeds [95% percentile interval; "
-            f"unit = patient/slide cluster, B={n_boot}, n = the groups column], and the paired difference (one "
+            f"unit = the task's group unit, B={n_boot}, n = the groups column], and the paired difference (one "
             "resample of the groups for both). Variants stay out of every ranking table.", "",
             _markdown(pairs), ""]
 
