@@ -58,7 +58,7 @@ def canonical(obj):
 def config_name(kind, name, key):
     """``name`` when it is one of the config's ``key`` list (encoders, datasets, tasks); otherwise an error naming
     the config key, raised where Snakemake asked for a file of another name (a target given by hand)."""
-    known = list(config[key])
+    known = list(config[key]) + (list(config["variants"]) if key == "encoders" else [])
     if name not in known:
         raise unknown_name_error(kind, name, known, f"config {key!r}")
     return name
@@ -138,7 +138,15 @@ VALIDATION_MANIFESTS = {ds: manifest_path(ds) for spec in VALIDATION_TASKS.value
 # encoder_weights override. Embeddings lie in a folder of that key: a change that alters the numbers writes a
 # new folder and leaves the earlier embeddings where they were (a rerun that fails loses nothing; going back
 # finds them done); an edit of a description or licence changes nothing.
-EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], config["encoder_weights"].get(enc)) for enc in config["encoders"]}
+def weights_override(encoder):
+    """The config's local checkpoint for ``encoder`` ('' for none); a declared variant uses its base's."""
+    base = ENCODERS[encoder].get("variant_of")
+    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base, "") if base else "")
+
+
+# Every encoder the config embeds: its encoders and their declared variants (`variants`, e.g. a resolution check)
+EMBEDDED_ENCODERS = list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], weights_override(enc) or None) for enc in EMBEDDED_ENCODERS}
 
 
 def embedding_path(encoder, dataset):
@@ -167,7 +175,7 @@ def encoder_entry(wildcards):
 
 def encoder_weights(wildcards):
     """A local checkpoint that overrides the registry's weight source ('' for none)."""
-    return config["encoder_weights"].get(embed_encoder(wildcards), "")
+    return weights_override(embed_encoder(wildcards))
 
 
 def embed_gpus(wildcards):
