@@ -73,6 +73,8 @@ def gain_intervals(rows: pd.DataFrame, by: Sequence[str] = ("method",), value: s
         res = hierarchical_bootstrap_mean(group, list(levels), value, n_boot=n_boot, random_state=random_state,
                                           alpha=alpha)
         scen = group.groupby(["target_domain", "prior"], observed=True)[value].mean()
+        if dict(zip(by, key)).get("method") == "none":  # the reference against itself: 0 by definition, no interval
+            res = {**res, "ci_lo": np.nan, "ci_hi": np.nan}
         out.append({**dict(zip(by, key)), "mean": res["point"], "ci_lo": res["ci_lo"], "ci_hi": res["ci_hi"],
                     "n_scenarios": int(scen.size), "n_positive_scenarios": int((scen > 0).sum()),
                     "n_encoders": int(group["encoder"].nunique()), "n_boot": res["n_boot"],

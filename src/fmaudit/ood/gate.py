@@ -406,7 +406,8 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     Returns (table, gate of division 0 = the one to export). Table columns: set, tier, quantity, value (the
     exported gate), point (mean over divisions), ci_lo, ci_hi (percentile interval of the bootstrap draws
     pooled over divisions; NaN for the validation rows), n_valid, n_splits, n_boot (per division), ci_unit,
-    ci_n_units, n_items. Set ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the
+    ci_n_units, n_items (a set whose items come from a single group is resampled by item, ``ci_unit`` item).
+    Set ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the
     selected C and the validation operating point.
     """
     params = dict(gate_params or {})
@@ -433,6 +434,9 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
             values.setdefault(("validation", q), []).append(float(v))
         for s in sets:
             X, labels, groups = _check_set(gate, s)
+            if groups is not None and np.unique(groups).size < 2:
+                # one patient/slide (a far donor slide): no cluster to resample; its items are, and say so
+                groups = None
             decided = gate.decide_arrays(X)
             point = _set_quantities(np.ones((1, X.shape[0])), decided, labels, gate.n_classes_, ordinal)
             counts = bootstrap_counts(X.shape[0], groups, int(n_boot), int(bootstrap_seed) + i)
@@ -452,10 +456,7 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
                        ci_n_units=0, n_items=gates[0].validation_point_["n_validation"])
         else:
             tier, n_items, n_units, ci_unit = meta[name]
-            if n_units < 2:  # resampling a single cluster has no spread: no interval, rather than one of width 0
-                lo, hi, n_valid = np.nan, np.nan, 0
-            else:
-                lo, hi, n_valid = percentile_interval(np.concatenate(draws[(name, q)]), alpha)
+            lo, hi, n_valid = percentile_interval(np.concatenate(draws[(name, q)]), alpha)
             row.update(tier=tier, ci_lo=lo, ci_hi=hi, n_valid=n_valid, n_boot=int(n_boot), ci_unit=ci_unit,
                        ci_n_units=n_units, n_items=n_items)
         rows.append(row)

@@ -226,7 +226,7 @@ def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None,
     if counts is not None:
         lo, hi = [], []
         for s in sigmas:
-            if 0.0 in acc_draws:
+            if 0.0 in acc_draws and s != 0.0:  # sigma 0 is the reference: its change is 0 by definition
                 a, b, _ = percentile_interval(acc_draws[s] - acc_draws[0.0], alpha)
             else:
                 a, b = np.nan, np.nan
