@@ -1,0 +1,1 @@
+"""Cell-level analyses: Xenium sections, nucleus-anchored features, CellPath protocols."""
