@@ -7,9 +7,11 @@ macro-F1 kept (ties: the smaller C, i.e. the stronger penalty), then evaluated o
 (:mod:`fmaudit.cells.metrics`). Partitions: :mod:`fmaudit.cells.protocols`.
 
 Memory stays bounded whatever the section sizes:
-- per (unit, seed) only the training and validation rows (capped by ``max_train_cells`` and
-  ``max_val_cells``) are read from the memory-mapped feature folders, their base arrays (Nuc, Mean, Cls)
-  once; each readout is built from them in turn and dropped after its fits;
+- only the training and validation rows (capped per run by ``max_train_cells`` and ``max_val_cells``) are
+  read from the memory-mapped feature folders, their base arrays (Nuc, Mean, Cls) once; each readout is
+  built from them in turn and dropped after its fits. Consecutive units are fitted together (one engine call
+  per readout and taxonomy holds every unit x seed x C problem of the group, which amortises the engine's
+  per-iteration cost, on the GPU above all) while their rows fit ``fit_budget_bytes``;
 - the test cells are streamed in chunks of about ``chunk_bytes`` per readout array; the fitted probes of a
   unit are applied chunk by chunk, and the softmax scores kept for the AUROC are limited to
   ``score_budget_bytes`` per pass (more runs -> more passes over the test cells, never more memory).
@@ -130,6 +132,7 @@ def run_cell_shard(
     dtype: str = "float32",
     chunk_bytes: int = 64 << 20,
     score_budget_bytes: int = 256 << 20,
+    fit_budget_bytes: int = 1 << 30,
     logger: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Run every cell run of one job and return one row per run (``runs``' columns + :data:`RESULT_COLUMNS`).
@@ -140,6 +143,8 @@ def run_cell_shard(
     cell order as the features). ``sections_by_organ``: the config's ``cells.sections``. ``fold_manifest`` and
     ``n_folds``: MOCV's fold manifest and fold count. ``Cs``: the probe's C grid, chosen on validation.
     ``n_classes``: K per taxonomy (default: from the labels). ``dtype``: the engine's float dtype.
+    ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
+    how the work is batched, never the numbers.
     """
     import torch
 
@@ -191,12 +196,34 @@ def run_cell_shard(
     t0 = time.perf_counter()
     results: dict[int, dict[str, Any]] = {}
     run_index = runs.reset_index(drop=True)
+    unit_of_run = run_index["unit"].astype(str).to_numpy()
+    n_bases = len(base_readouts_of([r for r in dict.fromkeys(run_index["readout"].astype(str))
+                                    if has_cls or not needs_cls(r)]) or ["nuc"])
+    max_width = 2 * widths.pop()
+    done = 0
+    group: list[tuple[str, dict[int, Partition]]] = []
+    group_rows = 0
     for u, unit in enumerate(units):
-        unit_rows = run_index[run_index["unit"].astype(str) == unit]
-        results.update(_run_unit(unit_rows, unit, protocol, panel, reader, has_cls, Cs, settings, engine,
-                                 chunk_bytes, score_budget_bytes))
-        logger.info("%s %gx %s: unit %d/%d (%s) done, %d runs, %.1f s so far", encoder, magnification, protocol,
-                    u + 1, len(units), unit, len(unit_rows), time.perf_counter() - t0)
+        seeds = sorted(set(int(x) for x in run_index.loc[unit_of_run == unit, "seed"]))
+        parts = {seed: make_partition(panel, protocol, unit, seed, **settings) for seed in seeds}
+        rows = sum(p.train.size + p.val.size for p in parts.values())
+        # units are fitted together (one engine call per readout and taxonomy) while their training rows fit
+        # the budget: base arrays, one readout, and the engine's copy of it
+        if group and (group_rows + rows) * 4 * (n_bases * max_width // 2 + 2 * max_width) > fit_budget_bytes:
+            results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine, chunk_bytes,
+                                      score_budget_bytes))
+            done += len(group)
+            logger.info("%s %gx %s: %d/%d units done, %.1f s so far", encoder, magnification, protocol, done,
+                        len(units), time.perf_counter() - t0)
+            group, group_rows = [], 0
+        group.append((unit, parts))
+        group_rows += rows
+    if group:
+        results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine, chunk_bytes,
+                                  score_budget_bytes))
+    pending = [results[i]["run_id"] for i in results if results[i]["status"] == "pending"]
+    if pending or len(results) != len(run_index):
+        raise RuntimeError(f"cell shard: {len(pending)} run(s) left without a result, e.g. {pending[:3]}")
     out = run_index.copy()
     res = pd.DataFrame([results[i] for i in range(len(run_index))], columns=RESULT_COLUMNS)
     out = pd.concat([out, res], axis=1)
@@ -215,78 +242,95 @@ def _empty_result(run_id: str, status: str, **extra: Any) -> dict[str, Any]:
     return row
 
 
-def _run_unit(unit_runs: pd.DataFrame, unit: str, protocol: str, panel: PanelCells, reader: _Reader,
-              has_cls: bool, Cs: np.ndarray, settings: Mapping[str, Any], engine: Mapping[str, Any],
-              chunk_bytes: int, score_budget_bytes: int) -> dict[int, dict[str, Any]]:
-    """Fit every (seed, readout, taxonomy) of one unit, then score them all on the unit's test cells."""
+def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, Partition]]], protocol: str,
+               panel: PanelCells, reader: _Reader, has_cls: bool, Cs: np.ndarray, engine: Mapping[str, Any],
+               chunk_bytes: int, score_budget_bytes: int) -> dict[int, dict[str, Any]]:
+    """Fit every run of a group of units (one engine call per readout and taxonomy, all units, seeds and Cs
+    together), choose each run's C on its validation cells, then score each unit on its test cells."""
     results: dict[int, dict[str, Any]] = {}
     probes: dict[int, _Probe] = {}
     tests: dict[int, np.ndarray] = {}
-    partitions: dict[int, Partition] = {}
-    for seed in sorted(set(int(s) for s in unit_runs["seed"])):
-        part = make_partition(panel, protocol, unit, seed, **settings)
-        partitions[seed] = part
-        seed_runs = unit_runs[unit_runs["seed"].astype(int) == seed]
-        readouts = [r for r in dict.fromkeys(seed_runs["readout"].astype(str)) if has_cls or not needs_cls(r)]
-        fit_rows = np.union1d(part.train, part.val)
-        base = reader.base(fit_rows, base_readouts_of(readouts)) if readouts else {}
-        in_train = np.isin(fit_rows, part.train)
-        in_val = np.isin(fit_rows, part.val)
-        for i, run in seed_runs.iterrows():
-            run_id = f"{run.taxonomy}__{run.readout}__s{seed}__{unit}"
-            if not has_cls and needs_cls(str(run.readout)):
-                results[i] = _empty_result(run_id, "skipped: readout needs a class token (the encoder has none)")
-        for readout in readouts:
-            X = fuse_readout(readout, **{k: base.get(k) for k in BASE_READOUTS})
-            for i, run in seed_runs[seed_runs["readout"].astype(str) == readout].iterrows():
-                tax = str(run.taxonomy)
-                run_id = f"{tax}__{readout}__s{seed}__{unit}"
-                y = panel.labels[tax][fit_rows].astype(np.int64)
-                k = panel.n_classes[tax]
-                tr = np.flatnonzero(in_train & (y >= 0))
-                va = np.flatnonzero(in_val & (y >= 0))
+    units = [u for u, _ in group]
+    runs = run_index[run_index["unit"].astype(str).isin(units)]
+    partitions = {(unit, seed): part for unit, parts in group for seed, part in parts.items()}
+    fit_rows = np.unique(np.concatenate([np.r_[p.train, p.val] for p in partitions.values()]))
+    readouts = [r for r in dict.fromkeys(runs["readout"].astype(str)) if has_cls or not needs_cls(r)]
+    for i, run in runs.iterrows():
+        results[i] = _empty_result(_run_id(protocol, run), "pending")
+        if not has_cls and needs_cls(str(run.readout)):
+            results[i]["status"] = "skipped: readout needs a class token (the encoder has none)"
+    base = reader.base(fit_rows, base_readouts_of(readouts)) if readouts else {}
+    position = {key: (np.searchsorted(fit_rows, p.train), np.searchsorted(fit_rows, p.val))
+                for key, p in partitions.items()}
+    for readout in readouts:
+        X = fuse_readout(readout, **{k: base.get(k) for k in BASE_READOUTS})
+        for tax in dict.fromkeys(runs["taxonomy"].astype(str)):
+            y_all = panel.labels[tax][fit_rows].astype(np.int64)
+            k = panel.n_classes[tax]
+            todo: list[tuple[int, np.ndarray, np.ndarray]] = []
+            for i, run in runs[(runs["readout"].astype(str) == readout) & (runs["taxonomy"].astype(str) == tax)].iterrows():
+                part = partitions[(str(run.unit), int(run.seed))]
+                tr, va = position[(str(run.unit), int(run.seed))]
+                tr, va = tr[y_all[tr] >= 0], va[y_all[va] >= 0]
                 test = part.test[panel.labels[tax][part.test] >= 0]
-                counts = dict(n_train=tr.size, n_val=va.size, n_test=test.size,
-                              n_test_sections=len(part.test_sections),
-                              n_classes_train=int(np.unique(y[tr]).size))
-                if np.unique(y[tr]).size < 2:
-                    results[i] = _empty_result(run_id, "skipped: fewer than 2 classes among the training cells", **counts)
-                    continue
-                if va.size == 0:
-                    results[i] = _empty_result(run_id, "skipped: no labelled validation cells", **counts)
-                    continue
-                if test.size == 0:
-                    results[i] = _empty_result(run_id, "skipped: no labelled test cells", **counts)
-                    continue
-                labelled = np.flatnonzero(y >= 0)
-                position = np.full(y.size, -1)
-                position[labelled] = np.arange(labelled.size)
-                model = fit_logistic_batch(X[labelled], y[labelled], [position[tr]] * Cs.size, Cs, n_classes=k,
-                                           **engine)
-                val_logits = model.decision_logits(X[va])
-                val_f1 = np.array([macro_f1_present(y[va], val_logits[r].argmax(axis=1), k) for r in range(Cs.size)])
+                results[i].update(n_train=tr.size, n_val=va.size, n_test=test.size,
+                                  n_test_sections=len(part.test_sections), n_classes_train=int(np.unique(y_all[tr]).size))
+                if np.unique(y_all[tr]).size < 2:
+                    results[i]["status"] = "skipped: fewer than 2 classes among the training cells"
+                elif va.size == 0:
+                    results[i]["status"] = "skipped: no labelled validation cells"
+                elif test.size == 0:
+                    results[i]["status"] = "skipped: no labelled test cells"
+                else:
+                    todo.append((i, tr, va))
+                    tests[i] = test
+            if not todo:
+                continue
+            # unlabelled rows are in no subset, so their placeholder label never enters a fit
+            y_fit = np.where(y_all >= 0, y_all, 0)
+            model = fit_logistic_batch(X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)),
+                                       n_classes=k, **engine)
+            for j, (i, tr, va) in enumerate(todo):
+                candidates = [_fold(model, j * Cs.size + c) for c in range(Cs.size)]
+                W = np.concatenate([p.W for p in candidates], axis=1)
+                b = np.concatenate([p.b for p in candidates])
+                z = (X[va] @ W + b).reshape(va.size, Cs.size, k)
+                val_f1 = np.array([macro_f1_present(y_all[va], _argmax_present(z[:, c], candidates[c].present), k)
+                                   for c in range(Cs.size)])
                 best = int(np.argmax(val_f1))  # first maximum: the smallest C among ties
-                probes[i] = _fold(model, best)
-                tests[i] = test
-                results[i] = {**_empty_result(run_id, "ok", **counts), "C": float(Cs[best]),
-                              "val_macro_f1": float(val_f1[best]), "converged": bool(model.converged_[best]),
-                              "n_iter": int(model.n_iter_[best])}
-            del X
-        del base
-    if probes:
-        _score_unit(unit_runs, probes, tests, results, panel, reader, chunk_bytes, score_budget_bytes)
+                probes[i] = candidates[best]
+                r = j * Cs.size + best
+                results[i].update(status="ok", C=float(Cs[best]), val_macro_f1=float(val_f1[best]),
+                                  converged=bool(model.converged_[r]), n_iter=int(model.n_iter_[r]))
+            del model
+        del X
+    del base
+    for unit in units:
+        unit_runs = runs[(runs["unit"].astype(str) == unit) & runs.index.isin(list(probes))]
+        if len(unit_runs):
+            _score_unit(unit_runs, probes, tests, results, panel, reader, chunk_bytes, score_budget_bytes)
     return results
+
+
+def _run_id(protocol: str, run: Any) -> str:
+    return f"{protocol}__{run.taxonomy}__{run.readout}__s{int(run.seed)}__{run.unit}"
+
+
+def _argmax_present(z: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Argmax over the classes present in training (ties to the lowest index, as numpy)."""
+    return np.where(present[None, :], z, -np.inf).argmax(axis=1)
 
 
 def _score_unit(unit_runs: pd.DataFrame, probes: Mapping[int, _Probe], tests: Mapping[int, np.ndarray],
                 results: dict[int, dict[str, Any]], panel: PanelCells, reader: _Reader, chunk_bytes: int,
                 score_budget_bytes: int) -> None:
     """Apply the unit's probes to its test cells in streamed chunks; fill macro-F1 and AUROC."""
-    all_test = np.unique(np.concatenate([tests[i] for i in probes]))
+    ids = list(unit_runs.index)
+    all_test = np.unique(np.concatenate([tests[i] for i in ids]))
     # passes: groups of runs whose score arrays fit the budget together
     passes: list[list[int]] = [[]]
     used = 0
-    for i in probes:
+    for i in ids:
         need = tests[i].size * probes[i].W.shape[1] * 4
         if passes[-1] and used + need > score_budget_bytes:
             passes.append([])

@@ -393,11 +393,10 @@ def readout_table(runs: pd.DataFrame, protocol: str = "IS", magnification: float
         table = 100 * group.pivot_table(index="unit", columns="readout", values="macro_f1", aggfunc="mean")
         for r in table.columns:
             v = table[r].dropna()
-            both = table[[r, "nuc"]].dropna() if "nuc" in table.columns else pd.DataFrame()
+            diff = (table[r] - table["nuc"]).dropna() if "nuc" in table.columns else pd.Series(dtype=float)
             rows.append({"encoder": enc, "taxonomy": tax, "protocol": protocol, "magnification": magnification,
                          "readout": r, "macro_f1_mean_pct": v.mean(), "macro_f1_sd_pct": v.std(ddof=1),
-                         "n_units": int(v.size),
-                         "minus_nuc_pp": float((both[r] - both["nuc"]).mean()) if len(both) else np.nan})
+                         "n_units": int(v.size), "minus_nuc_pp": float(diff.mean()) if diff.size else np.nan})
     return pd.DataFrame(rows)
 
 
