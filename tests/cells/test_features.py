@@ -318,3 +318,17 @@ def _chunk_of_cells(manifest, chunk_size):
     col, row, _, _ = assign_cells_to_patches(manifest["he_x"].to_numpy(), manifest["he_y"].to_numpy(), g)
     _, patch = np.unique(np.stack([row, col], axis=1), axis=0, return_inverse=True)
     return patch.reshape(-1) // chunk_size
+
+
+def test_section_job_writes_every_magnification_with_one_encoder(textured_slide, tmp_path, monkeypatch):
+    import fmaudit.encoders as encoders
+
+    built = []
+    real_build = encoders.build_encoder
+    monkeypatch.setattr(encoders, "build_encoder", lambda *a, **k: (built.append(1), real_build(*a, **k))[1])
+    manifest = cell_manifest(textured_slide, [10.0, 300.0], [10.0, 300.0], 0.25)
+    out = cf.extract_section_features(manifest, "demo-vit-tiny", {40: tmp_path / "m40", 20: tmp_path / "m20",
+                                                                  10: tmp_path / "m10"}, device="cpu")
+    assert len(built) == 1
+    assert {m: meta["level"] for m, meta in out.items()} == {40: 0, 20: 1, 10: 2}
+    assert all(open_cell_features(tmp_path / f"m{m}").nuc.shape == (2, 64) for m in (40, 20, 10))

@@ -158,16 +158,21 @@ def test_fold_manifest_is_organ_aware_and_validated(tmp_path):
         read_fold_manifest(folds.assign(fold=0), sections, 3)
 
 
-def test_preset_fold_manifest_matches_the_preset():
+def test_preset_fold_manifest_and_settings_from_the_config():
+    from fmaudit.analyses.cell_suite import shard_settings
+    from fmaudit.config import validate_config
     from fmaudit.registry import load_yaml
     from slide_utils import REPO_ROOT
 
-    preset = load_yaml(REPO_ROOT / "resources" / "presets" / "cellpath.yaml")
+    preset = validate_config(load_yaml(REPO_ROOT / "resources" / "presets" / "cellpath.yaml"))
     cells = preset["cells"]
-    units = read_fold_manifest(REPO_ROOT / "resources" / "cells" / "cellpath_folds.tsv", cells["sections"],
-                               cells["protocols"]["MOCV"]["folds"])
+    mocv = shard_settings(cells, "MOCV")
+    assert mocv["fold_manifest"] == "resources/cells/cellpath_folds.tsv" and mocv["n_folds"] == 5
+    units = read_fold_manifest(REPO_ROOT / mocv["fold_manifest"], cells["sections"], mocv["n_folds"])
     assert len(units) == 5
     assert units == read_fold_manifest(make_fold_manifest(cells["sections"], 5), cells["sections"], 5)
+    is_ = shard_settings(cells, "IS")
+    assert is_["roi_fraction"] == 0.5 and is_["Cs"] == [0.001, 0.01, 0.1, 1.0] and is_["max_train_cells"] == 10000
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -305,8 +310,11 @@ def test_bad_jobs_and_single_class_training(panel_files, tmp_path):
     looo = runs[runs["protocol"] == "LOOO"]
     with pytest.raises(FmauditInputError, match="no features or manifest.*skin-1"):
         run_cell_shard(looo, {k: v for k, v in folders.items() if k != "skin-1"}, manifests, SECTIONS, **SHARD)
-    with pytest.raises(FmauditInputError, match="MOCV runs need fold_manifest"):
+    with pytest.raises(FmauditInputError, match="MOCV runs need n_folds"):
         run_cell_shard(runs[runs["protocol"] == "MOCV"], folders, manifests, SECTIONS, **SHARD)
+    with pytest.raises(FmauditInputError, match="IS runs need roi_fraction"):
+        run_cell_shard(runs[runs["protocol"] == "IS"], folders, manifests, SECTIONS,
+                       **{k: v for k, v in SHARD.items() if k != "roi_fraction"})
     one_class = {s: m.assign(label_fine=pd.array([1] * len(m), dtype="Int64")) if s == "lung-1" else m
                  for s, m in manifests.items()}
     is_runs = runs[(runs["protocol"] == "IS") & (runs["unit"] == "lung-1") & (runs["readout"] == "nuc")]

@@ -36,6 +36,7 @@ from fmaudit.cells.metrics import AUROC_CONVENTION, F1_CONVENTION, macro_auroc_p
 from fmaudit.cells.protocols import (
     PanelCells,
     Partition,
+    make_fold_manifest,
     make_partition,
     panel_from_manifests,
     read_fold_manifest,
@@ -118,10 +119,10 @@ def run_cell_shard(
     sections_by_organ: Mapping[str, Sequence[str]],
     *,
     Cs: Sequence[float],
-    roi_fraction: float,
     val_fraction: float,
     max_train_cells: int | None,
     max_val_cells: int | None,
+    roi_fraction: float | None = None,
     fold_manifest: pd.DataFrame | PathLike | None = None,
     n_folds: int | None = None,
     n_classes: Mapping[str, int] | None = None,
@@ -140,8 +141,9 @@ def run_cell_shard(
     ``runs``: rows of :func:`fmaudit.grid.cell_runs` for one (encoder, magnification, protocol).
     ``features``: section -> feature folder (or opened :class:`CellFeatures`) of this encoder and magnification,
     for every section the runs test or train on. ``manifests``: section -> cell manifest (same sections, same
-    cell order as the features). ``sections_by_organ``: the config's ``cells.sections``. ``fold_manifest`` and
-    ``n_folds``: MOCV's fold manifest and fold count. ``Cs``: the probe's C grid, chosen on validation.
+    cell order as the features). ``sections_by_organ``: the config's ``cells.sections``. ``roi_fraction``: IS's
+    ROI share (needed for IS). ``fold_manifest`` and ``n_folds``: MOCV's fold manifest (None: the organ-aware
+    :func:`~fmaudit.cells.protocols.make_fold_manifest`) and fold count. ``Cs``: the probe's C grid.
     ``n_classes``: K per taxonomy (default: from the labels). ``dtype``: the engine's float dtype.
     ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
     how the work is batched, never the numbers.
@@ -159,9 +161,13 @@ def run_cell_shard(
     taxonomies = list(dict.fromkeys(runs["taxonomy"].astype(str)))
     folds = None
     if protocol == "MOCV":
-        if fold_manifest is None or n_folds is None:
-            raise FmauditInputError("MOCV runs need fold_manifest and n_folds")
+        if n_folds is None:
+            raise FmauditInputError("MOCV runs need n_folds (cells.protocols.MOCV.folds)")
+        if fold_manifest is None:
+            fold_manifest = make_fold_manifest(sections_by_organ, int(n_folds))
         folds = read_fold_manifest(fold_manifest, sections_by_organ, int(n_folds))
+    if protocol == "IS" and roi_fraction is None:
+        raise FmauditInputError("IS runs need roi_fraction (cells.protocols.IS.roi_fraction)")
     units = list(dict.fromkeys(runs["unit"].astype(str)))
     needed = sorted({s for u in units for part in unit_sections(protocol, u, sections_by_organ, folds) for s in part})
     missing = [s for s in needed if s not in features or s not in manifests]
@@ -234,6 +240,17 @@ def run_cell_shard(
     logger.info("%s %gx %s: %d runs (%d ok) in %.1f s (%.2f runs/s)", encoder, magnification, protocol, len(out),
                 n_ok, elapsed, len(out) / max(elapsed, 1e-9))
     return out
+
+
+def shard_settings(cells: Mapping[str, Any], protocol: str) -> dict[str, Any]:
+    """:func:`run_cell_shard`'s keyword arguments from a validated config's ``cells`` section (defaults filled
+    by the config schema, their one home) for one protocol."""
+    probe = cells["probe"]
+    spec = cells["protocols"][protocol]
+    return {"Cs": list(probe["C"]), "val_fraction": probe["val_fraction"], "max_train_cells": probe["max_train_cells"],
+            "max_val_cells": probe["max_val_cells"], "standardize": probe["standardize"], "tol": probe["tol"],
+            "max_iter": probe["max_iter"], "roi_fraction": spec.get("roi_fraction"),
+            "fold_manifest": spec.get("fold_manifest"), "n_folds": spec.get("folds")}
 
 
 def _empty_result(run_id: str, status: str, **extra: Any) -> dict[str, Any]:

@@ -544,11 +544,14 @@ def extract_cell_features(
     num_threads: int | None = None,
     overwrite: bool = False,
     logger: logging.Logger | None = None,
+    encoder: Any = None,
 ) -> dict[str, Any]:
     """Nucleus-anchored features of one section at one magnification (module doc); returns the provenance.
 
     ``manifest``: the section's cell manifest (a frame or a parquet path). ``spec``: an encoder registry entry
     or slug. ``chunk_size``: patches per resumable chunk. ``device``: ``auto`` uses CUDA when present.
+    ``encoder``: an already built :class:`fmaudit.encoders.Encoder` of ``spec`` on ``device`` to reuse (see
+    :func:`extract_section_features`); built here when None.
     """
     from fmaudit.embed import resolve_device
     from fmaudit.encoders import build_encoder, resolve_data_config
@@ -642,12 +645,12 @@ def extract_cell_features(
                     json.dumps(geometry.as_dict()), len(bounds), chunk_size, len(pending), len(bounds) - len(pending))
         images_per_s = None
         if pending:
-            encoder = build_encoder(spec, weights_path=weights_path, device=dev)
+            if encoder is None:
+                encoder = build_encoder(spec, weights_path=weights_path, device=dev)
             images_per_s = _compute_chunks(
                 encoder, slide_path, data_config["interpolation"], geometry, x0, y0, cell_patch, uv, bounds,
                 cells_of_chunk, keys, pending, chunk_dir, chunk_size=chunk_size, batch_size=batch_size,
                 num_workers=num_workers, device=dev, precision=precision, logger=logger, section=section)
-            del encoder
         # a chunk's key pins the encoder config, so every chunk agrees on the class token
         with np.load(_chunk_path(chunk_dir, 0), allow_pickle=False) as first_chunk:
             has_cls = "patch_cls" in first_chunk.files
@@ -665,6 +668,42 @@ def extract_cell_features(
         return meta
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def extract_section_features(
+    manifest: pd.DataFrame | PathLike,
+    spec: Mapping[str, Any] | str,
+    out_dirs: Mapping[float, PathLike],
+    *,
+    device: str | torch.device = "auto",
+    weights_path: PathLike | None = None,
+    logger: logging.Logger | None = None,
+    **kwargs: Any,
+) -> dict[float, dict[str, Any]]:
+    """The (encoder, section) job of :func:`fmaudit.grid.cell_feature_runs`: every magnification of
+    ``out_dirs`` (magnification -> feature folder), the encoder built once; returns the provenance per
+    magnification. ``kwargs`` go to :func:`extract_cell_features` (chunk_size, batch_size, overwrite, ...)."""
+    from fmaudit.embed import resolve_device
+    from fmaudit.encoders import build_encoder
+    from fmaudit.registry import get_encoder_spec
+
+    if isinstance(spec, str):
+        spec = get_encoder_spec(spec)
+    if isinstance(manifest, (str, os.PathLike)):
+        manifest = validate_cell_manifest(read_table(manifest), str(manifest))
+    dev = resolve_device(device, logger or log)
+    encoder = None
+    out: dict[float, dict[str, Any]] = {}
+    for magnification, folder in out_dirs.items():
+        if encoder is None and not _complete(Path(folder)):
+            encoder = build_encoder(spec, weights_path=weights_path, device=dev)
+        out[magnification] = extract_cell_features(manifest, spec, magnification, folder, device=dev,
+                                                   weights_path=weights_path, logger=logger, encoder=encoder, **kwargs)
+    return out
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "meta.json").exists()
 
 
 def _weights_identity(weights_path: PathLike | None) -> dict[str, Any] | None:
