@@ -277,6 +277,7 @@ def main() -> None:
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--root", default=None, help="reuse a simulated panel folder")
+    parser.add_argument("--keep", action="store_true", help="keep the simulated panel folder")
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="2,000 cells per section, caps 2,000/500")
     args = parser.parse_args()
@@ -321,6 +322,7 @@ def main() -> None:
               f"{f['peak_rss_mib']:.0f} MiB; engine increment {s['peak_rss_mib'] - f['peak_rss_mib']:.0f} MiB")
         print(f"mean macro-F1 (fine): Nuc {s['macro_f1_nuc_fine']:.3f}, Mean {s['macro_f1_mean_fine']:.3f}")
         if args.baseline_units:
+            args.root = str(root)
             b = baseline(args)
             print(f"\nbaseline on units {b['baseline_units']} ({b['baseline_runs']} runs, same process): engine "
                   f"{b['engine_runs_per_s']:.2f} runs/s, scikit-learn {b['sklearn_runs_per_s']:.2f} runs/s, "
@@ -329,7 +331,7 @@ def main() -> None:
         print(bytes_per_cell(args).to_string(index=False))
         print(f"load average at end: {os.getloadavg()}")
     finally:
-        if own_root:
+        if own_root and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
 

@@ -36,6 +36,7 @@ from fmaudit.cells.metrics import AUROC_CONVENTION, F1_CONVENTION, macro_auroc_p
 from fmaudit.cells.protocols import (
     PanelCells,
     Partition,
+    ids_digest,
     make_fold_manifest,
     make_partition,
     panel_from_manifests,
@@ -178,9 +179,7 @@ def run_cell_shard(
     opened = {s: features[s] if isinstance(features[s], CellFeatures) else open_cell_features(features[s])
               for s in needed}
     for s in needed:
-        ids = opened[s].item_ids
-        rows = panel.rows_of(s)
-        if len(ids) != rows.size or not np.array_equal(ids, panel.item_ids[rows]):
+        if len(opened[s]) != panel.rows_of(s).size or ids_digest(opened[s].item_ids) != panel.id_digest[s]:
             raise FmauditInputError(f"{opened[s].path}: its cells are not the cells of section {s!r}'s manifest "
                                     f"(in order); re-extract the features with this manifest")
         if opened[s].meta.get("encoder") not in (None, encoder):
@@ -279,6 +278,7 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
     base = reader.base(fit_rows, base_readouts_of(readouts)) if readouts else {}
     position = {key: (np.searchsorted(fit_rows, p.train), np.searchsorted(fit_rows, p.val))
                 for key, p in partitions.items()}
+    test_rows: dict[tuple[str, int, str], np.ndarray] = {}
     for readout in readouts:
         X = fuse_readout(readout, **{k: base.get(k) for k in BASE_READOUTS})
         for tax in dict.fromkeys(runs["taxonomy"].astype(str)):
@@ -289,7 +289,10 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
                 part = partitions[(str(run.unit), int(run.seed))]
                 tr, va = position[(str(run.unit), int(run.seed))]
                 tr, va = tr[y_all[tr] >= 0], va[y_all[va] >= 0]
-                test = part.test[panel.labels[tax][part.test] >= 0]
+                key = (str(run.unit), int(run.seed), tax)
+                if key not in test_rows:  # shared by the readouts of a (unit, seed, taxonomy)
+                    test_rows[key] = part.test[panel.labels[tax][part.test] >= 0]
+                test = test_rows[key]
                 results[i].update(n_train=tr.size, n_val=va.size, n_test=test.size,
                                   n_test_sections=len(part.test_sections), n_classes_train=int(np.unique(y_all[tr]).size))
                 if np.unique(y_all[tr]).size < 2:

@@ -417,9 +417,10 @@ def _to_float16(arr: np.ndarray, where: str) -> np.ndarray:
 class CellFeatures:
     """A feature folder opened for reading: arrays memory-mapped, readouts built on request.
 
-    Attributes: ``path``, ``meta`` (provenance), ``item_ids`` (n_cells,), ``cell_patch`` (n_cells,),
-    ``uv`` (n_cells, 2), ``nuc`` / ``patch_mean`` / ``patch_cls`` (read-only memmaps; ``patch_cls`` None
-    without a class token), ``has_cls``, ``embed_dim``, ``readouts`` (those this folder supports).
+    Attributes: ``path``, ``meta`` (provenance), ``cell_patch`` (n_cells,) int32, ``nuc`` / ``patch_mean`` /
+    ``patch_cls`` (read-only memmaps; ``patch_cls`` None without a class token), ``has_cls``, ``embed_dim``,
+    ``readouts`` (those this folder supports); ``item_ids`` and ``uv`` are read from cells.parquet when
+    asked for (a shard opening 25 sections of 280k cells keeps only the patch index in memory).
     """
 
     def __init__(self, path: PathLike):
@@ -433,22 +434,27 @@ class CellFeatures:
             self.nuc = np.load(path / "nuc.npy", mmap_mode="r")
             self.patch_mean = np.load(path / "patch_mean.npy", mmap_mode="r")
             self.patch_cls = np.load(path / "patch_cls.npy", mmap_mode="r") if (path / "patch_cls.npy").exists() else None
-            cells = read_table(path / "cells.parquet")
-        except (OSError, ValueError) as e:
+            self.cell_patch = pd.read_parquet(path / "cells.parquet", columns=["patch"])["patch"].to_numpy(np.int32)
+        except (OSError, ValueError, KeyError) as e:
             raise FmauditInputError(f"{path}: unreadable cell-feature folder ({e})") from e
-        self.item_ids = cells["item_id"].astype(str).to_numpy()
-        self.cell_patch = cells["patch"].to_numpy(dtype=np.int64)
-        self.uv = cells[["u", "v"]].to_numpy(dtype=np.float32)
         self.has_cls = self.patch_cls is not None
         self.embed_dim = int(self.nuc.shape[1])
         self.readouts = available_readouts(self.has_cls)
-        n = len(self.item_ids)
+        n = len(self.cell_patch)
         if self.nuc.shape[0] != n or len(self.cell_patch) != n or (n and self.cell_patch.max() >= len(self.patch_mean)):
             raise FmauditInputError(f"{path}: {n} cells in cells.parquet but nuc has {self.nuc.shape[0]} rows "
                                     f"and {len(self.patch_mean)} patches")
 
     def __len__(self) -> int:
-        return len(self.item_ids)
+        return len(self.cell_patch)
+
+    @property
+    def item_ids(self) -> np.ndarray:
+        return pd.read_parquet(self.path / "cells.parquet", columns=["item_id"])["item_id"].astype(str).to_numpy()
+
+    @property
+    def uv(self) -> np.ndarray:
+        return pd.read_parquet(self.path / "cells.parquet", columns=["u", "v"]).to_numpy(dtype=np.float32)
 
     def base(self, rows: np.ndarray | slice | None = None, names: Sequence[str] = BASE_READOUTS
              ) -> dict[str, np.ndarray]:

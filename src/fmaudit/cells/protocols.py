@@ -63,9 +63,10 @@ class PanelCells:
     """The cells of a panel of sections as flat arrays (global row = section offset + manifest row).
 
     ``sections`` in panel order, ``organ_of`` section -> organ, ``offsets`` (n_sections + 1,) row offsets,
-    ``section_code`` (n,) index into ``sections``, ``x``/``y`` (n,) level-0 H&E pixels, ``item_ids`` (n,),
-    ``labels`` taxonomy -> (n,) int16 codes (-1 = unlabelled), ``n_classes`` taxonomy -> K,
-    ``class_names`` taxonomy -> K names ('' where no cell names the code).
+    ``section_code`` (n,) index into ``sections``, ``x``/``y`` (n,) level-0 H&E pixels, ``id_digest``
+    section -> a hash of its item ids in order (the ids themselves are not kept: 7 million of them would cost
+    more memory than everything else here), ``labels`` taxonomy -> (n,) int16 codes (-1 = unlabelled),
+    ``n_classes`` taxonomy -> K, ``class_names`` taxonomy -> K names ('' where no cell names the code).
     """
 
     sections: list[str]
@@ -74,7 +75,7 @@ class PanelCells:
     section_code: np.ndarray
     x: np.ndarray
     y: np.ndarray
-    item_ids: np.ndarray
+    id_digest: dict[str, str]
     labels: dict[str, np.ndarray]
     n_classes: dict[str, int]
     class_names: dict[str, list[str]]
@@ -85,6 +86,11 @@ class PanelCells:
     def rows_of(self, section: str) -> np.ndarray:
         i = self.sections.index(section)
         return np.arange(self.offsets[i], self.offsets[i + 1])
+
+    def describe(self, row: int) -> str:
+        """A panel row as 'section row r' (for messages)."""
+        code = int(self.section_code[row])
+        return f"{self.sections[code]} row {int(row - self.offsets[code])}"
 
     def labelled(self, taxonomies: Sequence[str] | None = None) -> np.ndarray:
         """Mask of cells labelled in at least one of ``taxonomies`` (all by default)."""
@@ -106,7 +112,8 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
     if not sections:
         raise FmauditInputError("no sections given")
     offsets = [0]
-    parts: dict[str, list[np.ndarray]] = {"x": [], "y": [], "item_ids": []}
+    parts: dict[str, list[np.ndarray]] = {"x": [], "y": []}
+    digests: dict[str, str] = {}
     labels: dict[str, list[np.ndarray]] = {t: [] for t in taxonomies}
     names: dict[str, dict[int, str]] = {t: {} for t in taxonomies}
     organ_of: dict[str, str] = {}
@@ -128,7 +135,7 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
         organ_of[section] = organs.pop()
         parts["x"].append(frame["he_x"].to_numpy(dtype=np.float64))
         parts["y"].append(frame["he_y"].to_numpy(dtype=np.float64))
-        parts["item_ids"].append(frame["item_id"].astype(str).to_numpy())
+        digests[section] = ids_digest(frame["item_id"])
         for t in taxonomies:
             col = frame[label_column(t)]
             values = pd.to_numeric(col, errors="coerce")
@@ -159,9 +166,17 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
     return PanelCells(
         sections=sections, organ_of=organ_of, offsets=offsets_arr,
         section_code=np.repeat(np.arange(len(sections), dtype=np.int32), np.diff(offsets_arr)),
-        x=np.concatenate(parts["x"]), y=np.concatenate(parts["y"]), item_ids=np.concatenate(parts["item_ids"]),
+        x=np.concatenate(parts["x"]), y=np.concatenate(parts["y"]), id_digest=digests,
         labels=label_arrays, n_classes=ks,
         class_names={t: [names[t].get(c, "") for c in range(ks[t])] for t in taxonomies})
+
+
+def ids_digest(item_ids) -> str:
+    """Order-sensitive hash of a sequence of item ids (compares a manifest with a feature folder cheaply)."""
+    import hashlib
+
+    values = pd.util.hash_pandas_object(pd.Series(item_ids, dtype="string"), index=False).to_numpy()
+    return hashlib.sha256(values.tobytes()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -371,7 +386,7 @@ def check_partition(part: Partition, panel: PanelCells) -> None:
     if leaked.size:
         raise FmauditInputError(
             f"{part.protocol} unit {part.unit!r} seed {part.seed}: {leaked.size} held-out cell(s) in training or "
-            f"validation, e.g. {panel.item_ids[leaked[0]]!r}")
+            f"validation, e.g. {panel.describe(leaked[0])}")
     if np.intersect1d(part.train, part.val).size or np.intersect1d(fitting, part.test).size:
         raise FmauditInputError(f"{part.protocol} unit {part.unit!r} seed {part.seed}: train, validation and "
                                 f"test cells overlap")
