@@ -17,11 +17,14 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The demo's study folder (config.yaml: `study: demo`); every study writes under results/<study>/.
+DEMO_RESULTS := results/demo
+
 demo: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml
-	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml --report results/report/report.html
+	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml --report $(DEMO_RESULTS)/report/report.html
 	@echo
-	@echo "Demo report: $(CURDIR)/results/report/ (index.md, tables/, figures/, report.html)"
+	@echo "Demo report: $(CURDIR)/$(DEMO_RESULTS)/report/ (index.md, tables/, figures/, report.html)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -32,5 +35,6 @@ lint: $(STAMP)
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n
 
+# Removes the demo's results and generated data only: other studies under results/ keep their GPU hours.
 clean:
-	rm -rf results .snakemake
+	rm -rf $(DEMO_RESULTS) results/demo_data

@@ -1,7 +1,7 @@
 # fmaudit: reliability audit of frozen pathology and hematology foundation-model encoders.
 # This file is a table of contents; the rules live in rules/, their helpers in rules/common.smk.
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -13,9 +13,8 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "resources/schemas/config.schema.yaml")
-
-
+# rules/common.smk validates the config against resources/schemas/config.schema.yaml and fills in its defaults
+# (the schema is their one home), then runs every check of `fmaudit check-config`, before any rule is planned.
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/embed.smk"
@@ -23,11 +22,21 @@ include: "rules/probe.smk"
 include: "rules/report.smk"
 
 
+# Jobs that run where Snakemake runs (the login node on a cluster): the cheap ones, and the downloads, since
+# compute nodes usually have no internet.
 localrules:
     all,
     download,
+    download_dataset,
+    validate,
     aggregate_probe,
     report,
+
+
+# Before the first job of a run (not on dry runs): stop if a planned job would build an encoder that cannot be
+# built as configured (remote code without a pinned commit: set encoder_revisions.<encoder>).
+onstart:
+    check_before_first_job()
 
 
 rule all:

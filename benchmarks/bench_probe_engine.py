@@ -1,54 +1,53 @@
-"""Benchmark: the batched logistic engine against one scikit-learn fit per run, measured in the same process.
+"""Benchmark: the batched logistic engine against scikit-learn's lbfgs at equal accuracy and equal work.
 
-Workload (PRISM-sized grid): a synthetic Gaussian mixture with overlapping classes (seeded), ~10,000 train
-items, 1,024 features, 9 classes; 6 label fractions (0.01, 0.05, 0.1, 0.25, 0.5, 1.0) x 3 seeds = 18 runs
-with C = 1.0, each subset drawn by ``stratified_subsample`` and standardised on itself.
+Workload (PRISM-sized grid): a synthetic Gaussian mixture with overlapping classes (seeded), 10,000 train
+items x 1,024 features (stored float32, as embeddings are), 9 classes; 6 label fractions (0.01 ... 1.0) x 3
+seeds drawn by the pipeline's nested subsampler = 18 runs at C = 1; the three fraction-1.0 runs are the same
+problem, so both sides fit the 16 distinct problems once (equal work). ``--features std``: each subset
+standardised on itself (the pipeline's default); ``--features raw``: unscaled, as PRISM fits.
 
-- engine: ``fit_logistic_batch`` fitting all 18 problems at once (standardisation included).
-- baseline: ``make_pipeline(StandardScaler(), LogisticRegression(C, max_iter=1000, tol=--sk-tol))`` fitted
-  18 times, lbfgs, scikit-learn's default tol 1e-4 unless told otherwise.
+- engine: ``fit_logistic_batch`` as the pipeline calls it (default dtype: float32 products, float64 sums and
+  optimiser state, float64 confirmation), all problems at once, ``n_threads = --threads``.
+- baseline: scikit-learn ``LogisticRegression(C, max_iter=1000, tol)`` (lbfgs), after ``StandardScaler`` for
+  std, on float64 features (its float32 path cannot reach the accuracy target: measured 2.1e-3 at tol
+  1e-7), one fit per distinct problem. With ``--threads 2`` it runs the strongest of: sequential fits with
+  2 BLAS/OpenMP threads, sequential fits with 1 thread, and 2 worker processes (joblib, 1 thread each) over
+  the problems, largest first; the printout says which won.
+- accuracy: max |delta P| over all runs and 2,000 test items against a tightly converged reference
+  (scikit-learn lbfgs tol 1e-10 for std; for raw, where lbfgs at 1e-10 takes hours, scikit-learn
+  newton-cg tol 1e-10 with ``--raw-reference sklearn``, or the engine's float64 solve at tol 1e-10 with
+  ``--raw-reference engine64``, which matched newton-cg to 4e-6 on the problems checked). Each side's tol
+  is the largest of ``--tols`` whose fit reaches max |delta P| <= ``--target`` (checked untimed first, and
+  printed again for the timed fits).
 
-Both see the features in --data-dtype (float32, as embeddings are stored; scikit-learn then runs its lbfgs on
-float32 arrays). It prints runs/s of each (median and best of --repeats), the speedup, and, on a fixed test
-set, the max |delta prob| and the argmax agreement between the two. With --reference it also fits every run
-to convergence (scikit-learn, tol 1e-10, float64) and prints how far each side is from that optimum: at the
-default tol both sides stop early, so their mutual difference measures the baseline's own error as much as
-the engine's.
+Timing: ``--repeats`` interleaved repeats (engine, then each baseline variant), medians; runs/s = 18 runs /
+median seconds. The load average is printed: on a shared machine the ratio is noisy.
 
---raw drops the standardisation on both sides, as PRISM's own probe does (``LogisticRegression(C=1.0,
-max_iter=1000)`` on unscaled features).
-
-Measured on the shared 2-core AMD EPYC machine (float32 features and engine, medians of 2-3 repeats):
-- standardised, tol 1e-4 both: 1.9x with OMP_NUM_THREADS=1; 3.4x with 2 threads (there scikit-learn runs
-  2x slower than on one thread: its OpenMP loss threads and OpenBLAS contend for the two cores).
-- --raw, tol 1e-4 both: 11.8x (1 thread), 27x (2 threads), but at equal tol the engine stops farther
-  from the optimum (max |delta prob| 0.74 vs 0.36); with the engine at --tol 1e-5 it is 6.6x faster
-  (1 thread) *and* closer to the optimum than scikit-learn's default (0.13 vs 0.36).
-Both sides are bound by the same skinny (n x 1024) @ (1024 x 9) products at ~10 iterations: the engine wins
-by float32 products through numpy's OpenBLAS, fitting the 3 identical fraction-1.0 problems once, reading
-rows shared by nested subsets once, and (raw features) better conditioning. --matmul-check shows why the CPU
-products do not go through torch here.
-
-Run: ``OMP_NUM_THREADS=2 .venv/bin/python benchmarks/bench_probe_engine.py [--quick] [--reference] [--raw]``
+Run: ``nice -n 10 .venv/bin/python benchmarks/bench_probe_engine.py --features std --threads 2``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
 
-from fmaudit.probes import fit_logistic_batch, stratified_subsample
+from fmaudit.probes import fit_logistic_batch
+
+from fmaudit.probes import label_fraction_subsample as subsample  # the pipeline's nested label-fraction draw
 
 FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
+TOLS = "1e-5,5e-6,3e-6,2e-6,1e-6,7e-7,5e-7,3e-7,2e-7,1e-7,7e-8,5e-8,3e-8,2e-8,1e-8"
 
 
 def make_mixture(n_items: int, dim: int, n_classes: int, separation: float, seed: int, dtype) -> tuple:
@@ -65,49 +64,91 @@ def make_mixture(n_items: int, dim: int, n_classes: int, separation: float, seed
     return features.astype(dtype), labels
 
 
-def time_it(fn, repeats: int) -> tuple[list[float], object]:
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return times, result
+def sklearn_fit(X, y, idx, C, tol, max_iter, standardize, solver="lbfgs"):
+    Xs = X[idx]
+    scaler = StandardScaler().fit(Xs) if standardize else None
+    model = LogisticRegression(C=C, tol=tol, max_iter=max_iter, solver=solver)
+    model.fit(scaler.transform(Xs) if scaler is not None else Xs, y[idx])
+    return scaler, model
 
 
-def sklearn_fits(X, y, subsets, C, tol, max_iter, standardize=True, dtype=None):
-    models = []
-    for idx in subsets:
-        Xs = X[idx] if dtype is None else X[idx].astype(dtype)
-        steps = [StandardScaler()] if standardize else []
-        model = make_pipeline(*steps, LogisticRegression(C=C, max_iter=max_iter, tol=tol))
-        models.append(model.fit(Xs, y[idx]))
-    return models
-
-
-def sklearn_proba(models, X, n_classes):
-    out = np.zeros((len(models), X.shape[0], n_classes))
-    for r, model in enumerate(models):
-        out[r][:, model[-1].classes_] = model.predict_proba(X)
+def sklearn_proba(fitted, X_test, n_classes):
+    out = np.zeros((len(fitted), X_test.shape[0], n_classes))
+    for r, (scaler, model) in enumerate(fitted):
+        Xt = scaler.transform(X_test) if scaler is not None else X_test
+        out[r][:, model.classes_] = model.predict_proba(Xt)
     return out
 
 
-def matmul_check(dim: int, n_classes: int) -> None:
-    X = np.random.default_rng(0).standard_normal((10_000, dim)).astype(np.float32)
-    W = np.random.default_rng(1).standard_normal((dim, n_classes)).astype(np.float32)
-    Xt, Wt = torch.from_numpy(X), torch.from_numpy(W)
-    G = Xt @ Wt
-    for name, fn in [
-        ("torch X@W", lambda: Xt @ Wt),
-        ("numpy X@W", lambda: X @ W),
-        ("torch X.T@G", lambda: Xt.T @ G),
-        ("numpy X.T@G", lambda: X.T @ G.numpy()),
-    ]:
-        times, _ = time_it(fn, 20)
-        print(f"  {name:12s} {min(times) * 1e3:7.2f} ms (best of 20, 10,000 x {dim} float32)")
+def _one_fit_single_thread(X, y, idx, C, tol, standardize):
+    with threadpool_limits(1):
+        return sklearn_fit(X, y, idx, C, tol, 1000, standardize)
+
+
+class Baseline:
+    """scikit-learn lbfgs, one fit per distinct problem, run as sequential or as 2 worker processes."""
+
+    def __init__(self, X, y, problems, C, standardize, mode):
+        self.X, self.y, self.problems, self.C, self.standardize, self.mode = X, y, problems, C, standardize, mode
+        self._parallel = None
+        if mode == "2 processes":
+            from joblib import Parallel
+
+            from joblib import delayed
+
+            self._parallel = Parallel(n_jobs=2, backend="loky")
+            self._parallel(delayed(abs)(i) for i in range(2))  # start the workers before anything is timed
+
+    def fit(self, tol):
+        if self.mode == "2 processes":
+            from joblib import delayed
+
+            order = sorted(range(len(self.problems)), key=lambda r: -self.problems[r].size)  # largest first
+            fitted = self._parallel(
+                delayed(_one_fit_single_thread)(self.X, self.y, self.problems[r], self.C, tol, self.standardize)
+                for r in order
+            )
+            out = [None] * len(order)
+            for r, f in zip(order, fitted):
+                out[r] = f
+            return out
+        threads = 2 if self.mode == "sequential, 2 threads" else 1
+        with threadpool_limits(threads):
+            return [sklearn_fit(self.X, self.y, idx, self.C, tol, 1000, self.standardize) for idx in self.problems]
+
+
+def reference_proba(args, X64, y, problems, X_test):
+    cache = Path(args.reference_cache) if args.reference_cache else None
+    kind = "sklearn-lbfgs" if args.features == "std" else f"raw-{args.raw_reference}"
+    key = f"{kind}_{args.n_train}_{args.dim}_{args.classes}_{args.seeds}_{args.C}_{args.separation}"
+    if cache is not None and cache.exists():
+        stored = np.load(cache)
+        if key in stored.files:
+            print(f"reference: {kind} (cached in {cache})")
+            return stored[key]
+    start = time.perf_counter()
+    if args.features == "std":
+        fitted = [sklearn_fit(X64, y, idx, args.C, 1e-10, 100_000, True) for idx in problems]
+        P = sklearn_proba(fitted, X_test, args.classes)
+    elif args.raw_reference == "sklearn":
+        fitted = [sklearn_fit(X64, y, idx, args.C, 1e-10, 10_000, False, solver="newton-cg") for idx in problems]
+        P = sklearn_proba(fitted, X_test, args.classes)
+    else:
+        fit = fit_logistic_batch(X64, y, problems, args.C, args.classes, standardize=False, dtype=torch.float64,
+                                 tol=1e-10, max_iter=100_000)
+        assert fit.converged_.all(), "engine float64 reference did not converge"
+        P = fit.predict_proba(X_test)
+    print(f"reference: {kind}, computed in {time.perf_counter() - start:.0f} s")
+    if cache is not None:
+        stored = dict(np.load(cache)) if cache.exists() else {}
+        stored[key] = P
+        np.savez(cache, **stored)
+    return P
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--features", choices=["std", "raw"], default="std")
     parser.add_argument("--n-train", type=int, default=10_000)
     parser.add_argument("--n-test", type=int, default=2_000)
     parser.add_argument("--dim", type=int, default=1024)
@@ -115,71 +156,88 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--C", type=float, default=1.0)
     parser.add_argument("--separation", type=float, default=3.0)
-    parser.add_argument("--tol", type=float, default=1e-4, help="engine tol (scikit-learn semantics)")
-    parser.add_argument("--sk-tol", type=float, default=1e-4, help="baseline tol (scikit-learn default 1e-4)")
-    parser.add_argument("--engine-dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--data-dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--raw", action="store_true", help="no standardisation on either side (PRISM's own probe)")
-    parser.add_argument("--reference", action="store_true", help="also compare both with converged fits")
-    parser.add_argument("--matmul-check", action="store_true", help="time torch vs numpy skinny products")
-    parser.add_argument("--quick", action="store_true", help="small run: 2,000 x 256, 1 repeat")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--target", type=float, default=1e-3, help="max |delta P| both sides must reach")
+    parser.add_argument("--tols", default=TOLS, help="candidate tols, tried from the largest down")
+    parser.add_argument("--engine-tol", type=float, help="skip the engine's tol search")
+    parser.add_argument("--sklearn-tol", type=float, help="skip the baseline's tol search")
+    parser.add_argument("--baselines", default="sequential, 1 thread;sequential, 2 threads;2 processes",
+                        help="';'-separated baseline modes to time (with --threads 1 only the first is used)")
+    parser.add_argument("--raw-reference", choices=["sklearn", "engine64"], default="engine64")
+    parser.add_argument("--reference-cache", default=None, help="npz file caching reference probabilities")
     args = parser.parse_args()
-    if args.quick:
-        args.n_train, args.n_test, args.dim, args.repeats = 2_000, 500, 256, 1
-
-    data_dtype = np.float32 if args.data_dtype == "float32" else np.float64
-    engine_dtype = torch.float32 if args.engine_dtype == "float32" else torch.float64
-    X_all, y_all = make_mixture(args.n_train + args.n_test, args.dim, args.classes, args.separation, 0, data_dtype)
-    X, y = X_all[: args.n_train], y_all[: args.n_train]
-    X_test = X_all[args.n_train :]
-    subsets = [stratified_subsample(y, f, seed) for f in FRACTIONS for seed in range(args.seeds)]
-    n_runs = len(subsets)
-    print(
-        f"grid: {n_runs} runs = {len(FRACTIONS)} fractions x {args.seeds} seeds; {args.n_train} train x {args.dim} "
-        f"features, {args.classes} classes, C={args.C}; subset sizes {sorted({s.size for s in subsets})}"
-    )
-    print(
-        f"engine: dtype {args.engine_dtype}, tol {args.tol:g}; baseline: sklearn lbfgs tol {args.sk_tol:g}, "
-        f"max_iter 1000; features {args.data_dtype}{' unscaled' if args.raw else ', standardised per subset'}"
-    )
-    if args.matmul_check:
-        matmul_check(args.dim, args.classes)
-
     warnings.simplefilter("ignore", ConvergenceWarning)
-    engine_times, sk_times = [], []
-    engine = models = None
-    for _ in range(args.repeats):  # interleaved so that both sides see the same machine load
-        t, engine = time_it(
-            lambda: fit_logistic_batch(
-                X, y, subsets, args.C, args.classes, standardize=not args.raw, dtype=engine_dtype, tol=args.tol
-            ),
-            1,
-        )
-        engine_times += t
-        t, models = time_it(lambda: sklearn_fits(X, y, subsets, args.C, args.sk_tol, 1000, not args.raw), 1)
-        sk_times += t
+    standardize = args.features == "std"
 
-    P_engine = engine.predict_proba(X_test)
-    P_sklearn = sklearn_proba(models, X_test, args.classes)
-    sk_iters = np.array([m[-1].n_iter_[0] for m in models])
-    med_e, med_s = statistics.median(engine_times), statistics.median(sk_times)
-    print(f"engine : {n_runs / med_e:8.2f} runs/s  (median {med_e:.3f} s, best {min(engine_times):.3f} s, "
-          f"iterations {engine.n_iter_.min()}-{engine.n_iter_.max()}, all converged: {bool(engine.converged_.all())}, "
-          f"{engine.problem_index_.max() + 1} unique fits)")
-    print(f"sklearn: {n_runs / med_s:8.2f} runs/s  (median {med_s:.3f} s, best {min(sk_times):.3f} s, "
-          f"iterations {sk_iters.min()}-{sk_iters.max()})")
-    print(f"speedup: {med_s / med_e:.2f}x (medians), {min(sk_times) / min(engine_times):.2f}x (best)")
-    print(f"max |delta prob| engine vs sklearn: {np.abs(P_engine - P_sklearn).max():.2e}; "
-          f"argmax agreement {np.mean(P_engine.argmax(-1) == P_sklearn.argmax(-1)):.4f}")
+    X_all, y_all = make_mixture(args.n_train + args.n_test, args.dim, args.classes, args.separation, 0, np.float32)
+    X, y = X_all[: args.n_train], y_all[: args.n_train]
+    X64, X_test = X.astype(np.float64), X_all[args.n_train :].astype(np.float64)
+    runs = [subsample(y, f, seed) for f in FRACTIONS for seed in range(args.seeds)]
+    # Equal work: the distinct problems (the fraction-1.0 subset is the same under every seed).
+    keys, problems, run_problem = {}, [], []
+    for idx in runs:
+        key = np.sort(idx).tobytes()
+        if key not in keys:
+            keys[key] = len(problems)
+            problems.append(idx)
+        run_problem.append(keys[key])
+    print(f"grid: {len(runs)} runs = {len(FRACTIONS)} fractions x {args.seeds} seeds ({len(problems)} distinct "
+          f"problems, fitted once on both sides); {args.n_train} train x {args.dim} features (float32), "
+          f"{args.classes} classes, C={args.C}, features {args.features}; test {args.n_test} items")
+    print(f"threads: {args.threads}; cpus {os.cpu_count()}; load average at start {os.getloadavg()}")
+    P_ref = reference_proba(args, X64, y, problems, X_test)
 
-    if args.reference:
-        reference = sklearn_fits(X, y, subsets, args.C, 1e-10, 100_000, not args.raw, dtype=np.float64)
-        P_ref = sklearn_proba(reference, X_test, args.classes)
-        for name, P in [("engine", P_engine), ("sklearn", P_sklearn)]:
-            err = np.abs(P - P_ref).max(axis=(1, 2))
-            print(f"  vs converged optimum, {name:7s}: max |delta prob| {err.max():.2e} (median over runs "
-                  f"{np.median(err):.2e}); argmax agreement {np.mean(P.argmax(-1) == P_ref.argmax(-1)):.4f}")
+    def engine_fit(tol):
+        return fit_logistic_batch(X, y, problems, args.C, args.classes, standardize=standardize, tol=tol,
+                                  n_threads=args.threads)
+
+    def error(P):
+        return float(np.abs(P - P_ref).max())
+
+    modes = [m.strip() for m in args.baselines.split(";")]
+    if args.threads == 1:
+        modes = ["sequential, 1 thread"]
+    baselines = {mode: Baseline(X64, y, problems, args.C, standardize, mode) for mode in modes}
+    tols = sorted((float(t) for t in args.tols.split(",")), reverse=True)
+
+    def pick_tol(name, fixed, fit_and_error):
+        if fixed is not None:
+            return fixed, fit_and_error(fixed)
+        for tol in tols:
+            err = fit_and_error(tol)
+            print(f"  tol search {name}: tol {tol:g} -> max |dP| {err:.2e}")
+            if err <= args.target:
+                return tol, err
+        raise SystemExit(f"{name}: no tol in --tols reaches max |dP| <= {args.target}")
+
+    engine_tol, _ = pick_tol("engine", args.engine_tol, lambda t: error(engine_fit(t).predict_proba(X_test)))
+    first = baselines[modes[0]]
+    sk_tol, _ = pick_tol("sklearn", args.sklearn_tol, lambda t: error(sklearn_proba(first.fit(t), X_test, args.classes)))
+    print(f"tol: engine {engine_tol:g}, sklearn {sk_tol:g} (largest reaching max |dP| <= {args.target:g})")
+
+    times = {"engine": []} | {mode: [] for mode in modes}
+    errors = {}
+    for _ in range(args.repeats):  # interleaved, so that all sides see the same machine load
+        start = time.perf_counter()
+        fit = engine_fit(engine_tol)
+        times["engine"].append(time.perf_counter() - start)
+        errors["engine"] = error(fit.predict_proba(X_test))
+        for mode, baseline in baselines.items():
+            start = time.perf_counter()
+            fitted = baseline.fit(sk_tol)
+            times[mode].append(time.perf_counter() - start)
+            errors[mode] = error(sklearn_proba(fitted, X_test, args.classes))
+    n_runs = len(runs)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    for name, t in times.items():
+        print(f"{name:>22}: {n_runs / medians[name]:7.2f} runs/s (median {medians[name]:.2f} s, best {min(t):.2f} s "
+              f"of {len(t)}); max |dP| vs reference {errors[name]:.2e}")
+    best = min(modes, key=lambda m: medians[m])
+    print(f"strongest baseline: {best}")
+    print(f"RATIO engine vs strongest baseline: {medians[best] / medians['engine']:.2f}x (medians, {args.threads} "
+          f"thread(s), {args.features} features, both at max |dP| <= {args.target:g}: engine "
+          f"{errors['engine']:.2e}, sklearn {errors[best]:.2e}); load average at end {os.getloadavg()}")
 
 
 if __name__ == "__main__":

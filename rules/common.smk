@@ -5,25 +5,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import check_names, check_slide_sheets, dataset_params, load_yaml
-from fmaudit.grid import check_grid, embed_pairs, section, shards, task_domains
-from fmaudit.registry import load_registry
+from fmaudit.config import check_config, dataset_params, fill_config, manifest_file, results_dir, unusable_encoders
+from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
+from fmaudit.io import FmauditInputError
+from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
+from fmaudit.report import report_outputs
 
-RESULTS = "results"
 try:
-    ENCODERS = load_registry(config.get("encoder_registry", "resources/encoders.yaml"))
-    DATASETS = load_yaml(config.get("dataset_registry", "resources/datasets.yaml"))
-    check_names(config, ENCODERS, DATASETS)
-    check_grid(config, DATASETS)
-    check_slide_sheets(config, DATASETS)
+    # The config is filled from resources/schemas/config.schema.yaml once, here, exactly as the command line
+    # fills it (fmaudit.config.fill_config): every default lives in the schema, and rules read sections as
+    # they are. check_config is every check `fmaudit check-config` runs; ENCODERS is the registry as this
+    # config sees it (encoder_revisions applied).
+    fill_config(config)
+    ENCODERS, DATASETS = check_config(config)
 except (ValueError, FileNotFoundError) as err:
     raise WorkflowError(str(err))
+
+# Everything this study writes goes under results/<study>/ (config `study`, default `demo`): studies live side
+# by side in one checkout, and a study's report reads only its own files. Rules build every path from RESULTS.
+RESULTS = results_dir(config)
+REPORT = f"{RESULTS}/report"
+# The split checks of every task (fmaudit.validation), written once every manifest is prepared; every job that
+# spends (embeddings, analysis shards) depends on it, so a leak or a class missing from training stops the run
+# before the first embedding. See validated_splits().
+VALIDATION = f"{RESULTS}/validation/splits.tsv"
 
 
 wildcard_constraints:
     encoder=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     task=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    key=r"[0-9a-f]{12}",
 
 
 def canonical(obj):
@@ -36,42 +48,115 @@ def canonical(obj):
     return obj
 
 
+def config_name(kind, name, key):
+    """``name`` when it is one of the config's ``key`` list (encoders, datasets, tasks); otherwise an error naming
+    the config key, raised where Snakemake asked for a file of another name (a target given by hand)."""
+    known = list(config[key])
+    if name not in known:
+        raise unknown_name_error(kind, name, known, f"config {key!r}")
+    return name
+
+
+# ---- before the first job ------------------------------------------------------------------------------
+
+# Rules that build an encoder (and so may run its remote code): a rule family that builds encoders adds its
+# rule name here, so that a run stops before its first job when one of its encoders cannot be built.
+ENCODER_BUILDING_RULES = {"embed"}
+
+UNUSABLE_ENCODERS = unusable_encoders(config, ENCODERS)
+if UNUSABLE_ENCODERS:
+    # a dry run and `fmaudit grid` still show the plan; a run that would embed one of them stops (onstart)
+    print("fmaudit: warning: these encoders cannot be embedded yet; a run that embeds them stops before its "
+          "first job:\n" + "\n".join(f"  - {why}" for why in UNUSABLE_ENCODERS.values()), file=sys.stderr)
+
+
+def check_before_first_job():
+    """onstart (runs once the DAG is built, before any job; not on dry runs): stop if a job that would build an
+    encoder is planned for an encoder that cannot be built as configured (fmaudit.config.unusable_encoders:
+    remote code without a pinned commit, a registry weight file that is not there)."""
+    planned = {job.wildcards.get("encoder") for job in workflow.dag.needrun_jobs()
+               if job.rule.name in ENCODER_BUILDING_RULES}
+    problems = [UNUSABLE_ENCODERS[enc] for enc in sorted(planned) if enc in UNUSABLE_ENCODERS]
+    if problems:
+        raise WorkflowError("stopped before the first job:\n" + "\n".join(problems))
+
+
+def validated_splits():
+    """The split validation as an input of every job that spends (embedding, analysis shards), as ancient(), so
+    that a rerun of the checks (a task or manifest changed) does not by itself rerun what depends on them; those
+    jobs rerun on their own inputs and parameters."""
+    return ancient(VALIDATION)
+
+
 # ---- data ----------------------------------------------------------------------------------------------
 
 
 def manifest_path(dataset):
-    return f"{RESULTS}/manifests/{dataset}.parquet"
+    return manifest_file(config, dataset)
 
 
 def dataset_entry(wildcards):
-    """The registry entry of one data set with the config's parameter overrides (params of prepare_manifest)."""
-    entry = dict(DATASETS[wildcards.dataset])
-    entry["params"] = dataset_params(config, DATASETS, wildcards.dataset)
-    return canonical(entry)
+    """What a data set's preparation depends on: its preparer and the registry's parameters with the config's
+    overrides (params of prepare_manifest). Its description, licence or citation are left out, so editing them
+    rebuilds no manifest (and no embedding after it)."""
+    dataset = config_name("dataset", wildcards.dataset, "datasets")
+    return canonical({"preparer": DATASETS[dataset]["preparer"], "params": dataset_params(config, DATASETS, dataset)})
+
+
+def download_entry(wildcards):
+    """What a data set's download depends on: its files (URLs, checksums) and how to get it otherwise."""
+    dataset = config_name("dataset", wildcards.dataset, "datasets")
+    return canonical({k: DATASETS[dataset][k] for k in ("files", "how_to_get") if k in DATASETS[dataset]})
 
 
 def dataset_input_files(wildcards):
     """Files a preparation depends on that live in the repository (slide sheets), so edits re-run it."""
-    params = dataset_params(config, DATASETS, wildcards.dataset)
+    params = dataset_params(config, DATASETS, config_name("dataset", wildcards.dataset, "datasets"))
     sheet = params.get("slides")
     return [sheet] if sheet else []
 
 
+# Every tile-level task with its resolved domains, as the split checks take it, and the manifests they read.
+VALIDATION_TASKS = canonical(resolved_tile_tasks(config, DATASETS))
+VALIDATION_MANIFESTS = {ds: manifest_path(ds) for spec in VALIDATION_TASKS.values() for ds in spec["datasets"]}
+
+
 # ---- embeddings ----------------------------------------------------------------------------------------
+
+# The key of each encoder's embeddings: a hash of what decides their numbers (fmaudit.registry.EMBEDDING_KEYS:
+# architecture, weights with their revision and sha256, preprocessing, readouts, precision) and of the config's
+# encoder_weights override. Embeddings lie in a folder of that key: a change that alters the numbers writes a
+# new folder and leaves the earlier embeddings where they were (a rerun that fails loses nothing; going back
+# finds them done); an edit of a description or licence changes nothing.
+EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], config["encoder_weights"].get(enc)) for enc in config["encoders"]}
 
 
 def embedding_path(encoder, dataset):
-    return f"{RESULTS}/embeddings/{encoder}/{dataset}.npz"
+    """Where ``encoder``'s embeddings of ``dataset`` lie (every rule that reads embeddings asks here)."""
+    return f"{RESULTS}/embeddings/{encoder}/{EMBEDDING_KEY[encoder]}/{dataset}.npz"
+
+
+def embed_encoder(wildcards):
+    """The encoder of an embedding job, checked against the config and the key in the requested path."""
+    encoder = config_name("encoder", wildcards.encoder, "encoders")
+    config_name("dataset", wildcards.dataset, "datasets")
+    if wildcards.key != EMBEDDING_KEY[encoder]:
+        raise FmauditInputError(
+            f"embeddings of {encoder!r} with key {wildcards.key} were asked for, but the config gives encoder "
+            f"{encoder!r} the key {EMBEDDING_KEY[encoder]} (its registry entry or config 'encoder_weights' changed); "
+            f"ask for {embedding_path(encoder, wildcards.dataset)}")
+    return encoder
 
 
 def encoder_entry(wildcards):
-    """The registry entry of one encoder: a change to it re-embeds only that encoder."""
-    return canonical(ENCODERS[wildcards.encoder])
+    """What decides an encoder's embeddings (fmaudit.registry.embedding_spec): a change to it (a new key) embeds
+    again; descriptive keys (description, licence, exposure, pretraining corpora ...) are left out."""
+    return canonical(embedding_spec(ENCODERS[embed_encoder(wildcards)]))
 
 
 def encoder_weights(wildcards):
     """A local checkpoint that overrides the registry's weight source ('' for none)."""
-    return (config.get("encoder_weights") or {}).get(wildcards.encoder, "")
+    return config["encoder_weights"].get(embed_encoder(wildcards), "")
 
 
 def embed_gpus(wildcards):
@@ -91,16 +176,22 @@ def embed_runtime(wildcards, attempt):
 
 def probe_shard_inputs(wildcards):
     """Manifests and this encoder's embeddings of the task's data sets: nothing about other encoders."""
-    datasets = config["tasks"][wildcards.task]["datasets"]
+    config_name("encoder", wildcards.encoder, "encoders")
+    datasets = config["tasks"][config_name("task", wildcards.task, "tasks")]["datasets"]
     return {
         "manifests": [manifest_path(ds) for ds in datasets],
         "embeddings": [embedding_path(wildcards.encoder, ds) for ds in datasets],
     }
 
 
+# Keys of a task that decide its probe runs' numbers; the others (description, label_map, allow_missing_classes)
+# change no probe number: allow_missing_classes only changes what the validate stage accepts.
+PROBE_TASK_KEYS = ("datasets", "domains", "transfer")
+
+
 def probe_task(wildcards):
-    """The task's config entry with its resolved domains."""
-    spec = dict(config["tasks"][wildcards.task])
+    """The task's config entry (the keys that decide its runs) with its resolved domains."""
+    spec = {k: v for k, v in config["tasks"][wildcards.task].items() if k in PROBE_TASK_KEYS}
     spec["domains"] = task_domains(config, wildcards.task, DATASETS)
     return canonical(spec)
 
@@ -118,7 +209,10 @@ def calibration_settings(wildcards):
 
 
 def bootstrap_settings(wildcards):
-    return canonical(section(config, "bootstrap", task=wildcards.task))
+    """What the shards' row intervals use: the paired count feeds only the report, so changing it reruns only
+    the report."""
+    settings = section(config, "bootstrap", task=wildcards.task)
+    return canonical({key: settings[key] for key in ("n_boot", "seed")})
 
 
 def shard_mem_mb(wildcards, attempt):
@@ -142,7 +236,34 @@ def all_embeddings():
 
 
 def all_targets():
-    return [f"{RESULTS}/report/index.md"]
+    return [f"{REPORT}/index.md"]
+
+
+# ---- report --------------------------------------------------------------------------------------------
+
+# Every table and figure the report writes (fmaudit.report.report_outputs), so the report rule declares
+# exactly what it writes; each CSV and figure carries its caption, resources/report/{tables,figures}/<name>.rst.
+REPORT_OUTPUTS = report_outputs()
+
+
+def report_tables():
+    return [report(f"{REPORT}/tables/{name}.csv", caption=f"../resources/report/tables/{name}.rst", category=category)
+            for name, category in REPORT_OUTPUTS["tables"].items()]
+
+
+def report_table_formats():
+    """The Markdown and LaTeX copies of every table."""
+    return [f"{REPORT}/tables/{name}{ext}" for name in REPORT_OUTPUTS["tables"] for ext in (".md", ".tex")]
+
+
+def report_figures():
+    return [report(f"{REPORT}/figures/{name}.png", caption=f"../resources/report/figures/{name}.rst", category=category)
+            for name, category in REPORT_OUTPUTS["figures"].items()]
+
+
+def report_settings(name):
+    """{task: its `name` section}: the report's calibration and bootstrap settings (also in its captions)."""
+    return canonical(settings_by_task(config, name))
 
 
 def downloadable_datasets(wildcards):

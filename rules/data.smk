@@ -23,6 +23,31 @@ rule prepare_manifest:
         "../scripts/prepare_manifest.py"
 
 
+# Every split check of every tile-level task (fmaudit.validation.validate_task_splits), once all manifests are
+# prepared and before any embedding: groups on two splits, classes evaluated but absent from training, label
+# ranges, single-class training splits, duplicate ids and files. The report lists each check; a problem stops
+# the run here, naming the manifest, the group and both splits or the class. Also a target of its own:
+# `snakemake validate` prepares the manifests and checks them without embedding anything.
+rule validate:
+    input:
+        list(VALIDATION_MANIFESTS.values()),
+    output:
+        VALIDATION,
+    log:
+        f"{RESULTS}/logs/validate.log",
+    params:
+        manifests=VALIDATION_MANIFESTS,
+        tasks=VALIDATION_TASKS,
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/validate.py"
+
+
 # Downloads are explicit targets (`snakemake download`), never implied by preparation: on clusters the data
 # usually lie in a shared data_root already, and a download must not start because a file's date changed.
 rule download_dataset:
@@ -31,7 +56,7 @@ rule download_dataset:
     log:
         f"{RESULTS}/logs/download_dataset/{{dataset}}.log",
     params:
-        entry=dataset_entry,
+        entry=download_entry,
         data_root=config["data_root"],
     threads: 1
     resources:

@@ -1,15 +1,19 @@
-# Embeddings: one job per (encoder, data set), on a GPU for real encoders; resumable in chunks.
+# Embeddings: one job per (encoder, data set), on a GPU for real encoders; resumable in chunks. Only once every
+# task's splits passed validation. The {key} folder is the hash of what decides the numbers (EMBEDDING_KEY in
+# common.smk): a new key writes beside the earlier embeddings instead of replacing them. Read embeddings through
+# embedding_path(encoder, dataset).
 
 
 rule embed:
     input:
         manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",
+        validated=validated_splits(),
     output:
-        f"{RESULTS}/embeddings/{{encoder}}/{{dataset}}.npz",
+        f"{RESULTS}/embeddings/{{encoder}}/{{key}}/{{dataset}}.npz",
     log:
-        f"{RESULTS}/logs/embed/{{encoder}}/{{dataset}}.log",
+        f"{RESULTS}/logs/embed/{{encoder}}/{{key}}/{{dataset}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/embed/{{encoder}}/{{dataset}}.tsv"
+        f"{RESULTS}/benchmarks/embed/{{encoder}}/{{key}}/{{dataset}}.tsv"
     params:
         encoder=encoder_entry,
         weights=encoder_weights,

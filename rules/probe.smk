@@ -4,6 +4,7 @@
 rule probe_shard:
     input:
         unpack(probe_shard_inputs),
+        validated=validated_splits(),
     output:
         runs=f"{RESULTS}/shards/probe/{{task}}/{{encoder}}.runs.parquet",
         predictions=f"{RESULTS}/shards/probe/{{task}}/{{encoder}}.predictions.parquet",

@@ -4,9 +4,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import download_step  # noqa: E402
+from fmaudit.jobs.data import download_job  # noqa: E402
 
-download_step(
+download_job(
     dataset=snakemake.wildcards.dataset,  # noqa: F821
     entry=snakemake.params.entry,  # noqa: F821
     data_root=snakemake.params.data_root,  # noqa: F821

@@ -4,9 +4,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import embed_step  # noqa: E402
+from fmaudit.jobs.embed import embed_job  # noqa: E402
 
-embed_step(
+embed_job(
     encoder=snakemake.wildcards.encoder,  # noqa: F821
     spec=snakemake.params.encoder,  # noqa: F821
     manifest=snakemake.input.manifest,  # noqa: F821
@@ -15,4 +15,5 @@ embed_step(
     batch_size=snakemake.params.batch_size,  # noqa: F821
     threads=snakemake.threads,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
+    key=snakemake.wildcards.key,  # noqa: F821
 )

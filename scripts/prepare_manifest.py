@@ -4,9 +4,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import prepare_manifest_step  # noqa: E402
+from fmaudit.jobs.data import prepare_manifest_job  # noqa: E402
 
-prepare_manifest_step(
+prepare_manifest_job(
     dataset=snakemake.wildcards.dataset,  # noqa: F821
     entry=snakemake.params.entry,  # noqa: F821
     data_root=snakemake.params.data_root,  # noqa: F821

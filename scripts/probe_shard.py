@@ -4,9 +4,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import probe_shard_step  # noqa: E402
+from fmaudit.jobs.probe import probe_shard_job  # noqa: E402
 
-probe_shard_step(
+probe_shard_job(
     encoder=snakemake.wildcards.encoder,  # noqa: F821
     task=snakemake.wildcards.task,  # noqa: F821
     task_spec=snakemake.params.task,  # noqa: F821

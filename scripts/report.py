@@ -4,12 +4,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.workflow_steps import report_step  # noqa: E402
+from fmaudit.jobs.report import report_job  # noqa: E402
 
-report_step(
+report_job(
     runs=snakemake.input.runs,  # noqa: F821
     predictions=list(snakemake.input.predictions),  # noqa: F821
     embeddings=list(snakemake.input.embeddings),  # noqa: F821
     out_dir=str(Path(snakemake.output.index).parent),  # noqa: F821
+    calibration=snakemake.params.calibration,  # noqa: F821
+    bootstrap=snakemake.params.bootstrap,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
 )

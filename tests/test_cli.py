@@ -1,102 +1,51 @@
-"""The command line on arrays made elsewhere: same functions as the workflow, clear errors."""
+"""The command line dispatches to one module per subcommand, each registered through ``register(subparsers)``."""
 
-import json
+import argparse
 
-import numpy as np
-import pandas as pd
 import pytest
 
-from fmaudit.cli import main
-from fmaudit.config import REPO_ROOT
+from fmaudit import cli
+from fmaudit.commands import floats, ints, words
 
 
-@pytest.fixture()
-def arrays(tmp_path):
-    rng = np.random.default_rng(0)
-    means = rng.normal(scale=2, size=(3, 6))
-    def draw(n):
-        y = np.repeat(np.arange(3), n)
-        return means[y] + rng.normal(size=(len(y), 6)), y
-    for split, n in (("train", 20), ("test", 10)):
-        x, y = draw(n)
-        np.save(tmp_path / f"x_{split}.npy", x)
-        np.save(tmp_path / f"y_{split}.npy", y)
-    return tmp_path
+def test_every_command_module_is_registered(capsys):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"probe", "grid", "download", "check-config", "profile", "cells", "gate", "adapt"}
+    for command in cli.COMMANDS:  # every module registers a parser whose handler lives in that module
+        handlers = {p.get_default("func") for p in sub.choices.values()}
+        handlers |= {q.get_default("func") for p in sub.choices.values() for a in p._actions
+                     if isinstance(a, argparse._SubParsersAction) for q in a.choices.values()}
+        assert any(getattr(h, "__module__", None) == command.__name__ for h in handlers), command.__name__
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "check-config" in capsys.readouterr().out
 
 
-def probe_args(d, *extra):
-    return ["probe", "--train-features", str(d / "x_train.npy"), "--train-labels", str(d / "y_train.npy"),
-            "--test-features", str(d / "x_test.npy"), "--test-labels", str(d / "y_test.npy"),
-            "--kshot-k", "4,8", "--kshot-draws", "3", "--n-boot", "50", *extra]
+def test_a_new_command_needs_only_a_register_function(monkeypatch, capsys):
+    class Hello:
+        @staticmethod
+        def run(args):
+            print(f"hello {args.name}")
+            return 3
+
+        @classmethod
+        def register(cls, subparsers):
+            p = subparsers.add_parser("hello")
+            p.add_argument("name")
+            p.set_defaults(func=cls.run)
+
+    monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, Hello))
+    assert cli.main(["hello", "world"]) == 3
+    assert capsys.readouterr().out == "hello world\n"
 
 
-def test_probe_writes_one_row_per_fraction_and_seed(arrays):
-    out = arrays / "runs.csv"
-    assert main(probe_args(arrays, "--fractions", "0.25,1", "--seeds", "0,1", "--out", str(out))) == 0
-    df = pd.read_csv(out)
-    assert len(df) == 4
-    for col in ("macro_f1", "ece_top_15_lohi", "nll", "brier_sum", "auroc_ovr_macro", "adaptive_ece_15_equalmass",
-                "ece_top_15_lohi__source_ts", "ece_top_15_lohi__oracle_ts", "ece_top_15_lohi__kshot4_ts",
-                "temperature__source_ts", "label_budget", "macro_f1_ci_lo"):
-        assert col in df.columns, col
-    assert (df["macro_f1"] > 0.8).all()
+def test_input_errors_exit_2_with_the_message(capsys):
+    assert cli.main(["check-config", "--configfile", "no/such/config.yaml"]) == 2
+    assert "no/such/config.yaml" in capsys.readouterr().err
 
 
-def test_probe_reads_hdf5_features(arrays):
-    import h5py
-
-    with h5py.File(arrays / "train.h5", "w") as f:
-        f["features"] = np.load(arrays / "x_train.npy")[None]
-    out = arrays / "h5.csv"
-    args = probe_args(arrays, "--out", str(out))
-    args[args.index("--train-features") + 1] = str(arrays / "train.h5")
-    assert main(args) == 0
-    ref = arrays / "npy.csv"
-    assert main(probe_args(arrays, "--out", str(ref))) == 0
-    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(ref))
-
-
-def test_mismatched_dimensions_and_lengths_are_errors(arrays, capsys):
-    np.save(arrays / "x_bad.npy", np.zeros((30, 5)))
-    args = probe_args(arrays, "--out", str(arrays / "o.csv"))
-    args[args.index("--test-features") + 1] = str(arrays / "x_bad.npy")
-    assert main(args) == 2
-    assert "differ in dimension" in capsys.readouterr().err
-    np.save(arrays / "y_short.npy", np.zeros(3, int))
-    args = probe_args(arrays, "--out", str(arrays / "o.csv"))
-    args[args.index("--train-labels") + 1] = str(arrays / "y_short.npy")
-    assert main(args) == 2
-    assert "y_short.npy" in capsys.readouterr().err
-
-
-def test_nan_features_are_named(arrays, capsys):
-    x = np.load(arrays / "x_train.npy")
-    x[7, 2] = np.nan
-    np.save(arrays / "x_nan.npy", x)
-    args = probe_args(arrays, "--out", str(arrays / "o.csv"))
-    args[args.index("--train-features") + 1] = str(arrays / "x_nan.npy")
-    assert main(args) == 2
-    assert "row 7" in capsys.readouterr().err
-
-
-def test_grid_json_and_check_config(capsys):
-    assert main(["grid", "--configfile", str(REPO_ROOT / "config.yaml"), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    fits = [r for r in rows if r["analysis"] == "probe" and r["protocol"].startswith("fits")][0]
-    assert fits["runs"] == 4 * 3 * 1 * 2 * 2  # encoders × domains × heads × fractions × seeds
-    assert main(["check-config", "--configfile", str(REPO_ROOT / "config.yaml")]) == 0
-
-
-def test_unknown_config_key_exit_code(tmp_path, capsys):
-    (tmp_path / "c.yaml").write_text("data_root: x\nencoders: [demo-vit-tiny]\ndatasets: [demo-tiles]\n"
-                                     "tasks: {t: {datasets: [demo-tiles]}}\nprobes: {}\n")
-    assert main(["check-config", "--configfile", str(tmp_path / "c.yaml")]) == 2
-    assert "probes" in capsys.readouterr().err
-
-
-def test_probe_c_grid(arrays):
-    out = arrays / "grid.csv"
-    assert main(probe_args(arrays, "--C", "0.001,10", "--out", str(out))) == 0
-    df = pd.read_csv(out)
-    assert sorted(df["head"]) == ["logistic_C0.001", "logistic_C10"]
-    assert df.set_index("head").loc["logistic_C0.001", "nll"] != df.set_index("head").loc["logistic_C10", "nll"]
+def test_list_options_accept_commas_and_spaces():
+    assert floats("0.01,0.1 1") == [0.01, 0.1, 1.0]
+    assert ints("0, 1,2") == [0, 1, 2]
+    assert words("logistic,knn") == ["logistic", "knn"]

@@ -5,8 +5,20 @@ import copy
 import pytest
 import yaml
 
-from fmaudit.config import REPO_ROOT, check_names, dataset_params, load_config, load_yaml, validate_config
+from fmaudit.config import (
+    check_config,
+    check_names,
+    dataset_params,
+    fill_config,
+    fill_section,
+    load_config,
+    manifest_file,
+    results_dir,
+    schema_default,
+    unusable_encoders,
+)
 from fmaudit.io import FmauditInputError
+from fmaudit.schema import REPO_ROOT, load_yaml
 
 
 @pytest.fixture()
@@ -16,11 +28,11 @@ def demo_config():
 
 @pytest.fixture()
 def registries():
-    return load_yaml("resources/encoders.yaml"), load_yaml("resources/datasets.yaml")
+    return load_yaml(REPO_ROOT / "resources" / "encoders.yaml"), load_yaml(REPO_ROOT / "resources" / "datasets.yaml")
 
 
 def test_demo_config_is_valid_and_gets_defaults(demo_config, registries):
-    cfg = validate_config(copy.deepcopy(demo_config))
+    cfg = fill_config(copy.deepcopy(demo_config))
     check_names(cfg, *registries)
     assert cfg["encoder_registry"] == "resources/encoders.yaml"
     assert cfg["calibration"]["ece_bins"] == 15
@@ -29,41 +41,41 @@ def test_demo_config_is_valid_and_gets_defaults(demo_config, registries):
 def test_unknown_top_level_key_is_named(demo_config):
     demo_config["encoderz"] = ["x"]
     with pytest.raises(FmauditInputError, match="encoderz"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_wrong_type_names_the_key(demo_config):
     demo_config["probe"]["fractions"] = "all"
     with pytest.raises(FmauditInputError, match="probe.fractions"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_fraction_out_of_range(demo_config):
     demo_config["probe"]["fractions"] = [0.0, 1.5]
     with pytest.raises(FmauditInputError, match="probe.fractions"):
-        validate_config(demo_config)
+        fill_config(demo_config)
 
 
 def test_unknown_encoder_suggests_close_name(demo_config, registries):
     demo_config["encoders"] = ["demo-vit-tiniy"]
     with pytest.raises(FmauditInputError, match=r"unknown encoder 'demo-vit-tiniy'.*did you mean 'demo-vit-tiny'"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_unknown_dataset(demo_config, registries):
     demo_config["datasets"].append("no-such-data")
     with pytest.raises(FmauditInputError, match="unknown dataset 'no-such-data'"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_task_on_dataset_not_in_config(demo_config, registries):
     demo_config["tasks"]["demo-tissue"]["datasets"] = ["cmu-small-regio"]
     with pytest.raises(FmauditInputError, match="tasks.demo-tissue.datasets"):
-        check_names(validate_config(demo_config), *registries)
+        check_names(fill_config(demo_config), *registries)
 
 
 def test_dataset_param_override_and_typo(demo_config, registries):
-    cfg = validate_config(demo_config)
+    cfg = fill_config(demo_config)
     params = dataset_params(cfg, registries[1], "demo-tiles")
     assert params["seed"] == 0 and "image_size" in params
     cfg["dataset_params"]["demo-tiles"] = {"sede": 3}
@@ -76,3 +88,134 @@ def test_load_config_reports_bad_yaml(tmp_path):
     p.write_text("encoders: [a\n")
     with pytest.raises(FmauditInputError, match=str(p)):
         load_config(p)
+
+
+def test_defaults_are_filled_inside_tasks_and_study_sections(demo_config):
+    config = {
+        "data_root": "x", "encoders": ["a"], "datasets": ["d"],
+        "tasks": {"t": {"datasets": ["d"]}, "u": {"datasets": ["d"], "transfer": False}},
+        "studies": {"s": {"encoders": ["a"], "tasks": ["t", "u"], "calibration": {"ece_bins": 10}}},
+    }
+    cfg = fill_config(config)
+    assert cfg is config  # filled in place, as the Snakefile's config is
+    assert cfg["tasks"]["t"]["transfer"] is True and cfg["tasks"]["u"]["transfer"] is False
+    study = cfg["studies"]["s"]["calibration"]
+    assert study == {"ece_bins": 10, "kshot_k": [4, 8, 16, 32, 64], "kshot_draws": 25}
+    assert "probe" not in cfg["studies"]["s"]  # a study without its own section uses the top-level one
+    assert cfg["bootstrap"] == {"n_boot": 1000, "seed": 0, "paired_n_boot": 2000}
+    # defaults are copies: filling twice, or mutating one config, leaves the schema's values alone
+    cfg["probe"]["fractions"].append(0.5)
+    assert fill_config(copy.deepcopy(demo_config))["probe"]["fractions"] == [0.1, 1.0]
+    assert schema_default("probe", "fractions") == [1.0]
+
+
+def test_fill_section_and_schema_default_read_the_schema():
+    assert fill_section("bootstrap", {"n_boot": 50}) == {"n_boot": 50, "seed": 0, "paired_n_boot": 2000}
+    assert schema_default("calibration", "ece_bins") == 15
+    assert schema_default("dataset_registry") == "resources/datasets.yaml"
+    with pytest.raises(FmauditInputError, match=r"n_boot: 5 is less than the minimum of 10"):
+        fill_section("bootstrap", {"n_boot": 5}, source="options")
+    with pytest.raises(KeyError, match="data_root"):
+        schema_default("data_root")
+
+
+def test_declared_sections_get_their_defaults_when_present(demo_config):
+    demo_config["prior_shift"] = {"task": "demo-tissue", "priors": {"flat": {"a": 0.5, "b": 0.5}}, "sample_size": 10}
+    cfg = fill_config(demo_config)
+    assert cfg["prior_shift"]["draws"] == 25 and cfg["prior_shift"]["seeds"] == [0]
+    assert "ood" not in cfg  # an analysis the config does not ask for stays absent
+
+
+def test_check_config_is_the_workflows_checks(demo_config, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    encoders, datasets = check_config(fill_config(demo_config))
+    assert "demo-vit-tiny" in encoders and "cmu-small-region" in datasets
+    bad = fill_config(yaml.safe_load((REPO_ROOT / "config.yaml").read_text()))
+    bad["cells"] = {"taxonomies": {"fine": "demo-tissue"}, "sections": {"o": ["s1"]},
+                    "protocols": {"IOCD": {"seeds": [0], "min_sections_per_organ": 2}}}
+    with pytest.raises(FmauditInputError, match="no evaluation unit"):
+        check_config(bad)
+
+
+
+# ---------------------------------------------------------------- study folder, weights and revisions
+
+
+def test_each_study_writes_under_its_own_results_folder(demo_config):
+    cfg = fill_config(copy.deepcopy(demo_config))
+    assert cfg["study"] == "demo" and results_dir(cfg) == "results/demo"
+    assert manifest_file(cfg, "demo-tiles") == "results/demo/manifests/demo-tiles.parquet"
+    del demo_config["study"]
+    assert fill_config(demo_config)["study"] == schema_default("study") == "demo"
+    for name in ("prism", "audit", "hema", "cellpath", "all"):
+        assert results_dir(load_config(REPO_ROOT / "resources" / "presets" / f"{name}.yaml")) == f"results/{name}"
+    demo_config["study"] = "../elsewhere"
+    with pytest.raises(FmauditInputError, match="study"):
+        fill_config(demo_config)
+
+
+def test_a_missing_weights_override_stops_at_config_time_naming_the_key(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "nowhere.safetensors")}
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_weights.demo-convnet': weight file .*nowhere"
+                                                r".safetensors does not exist"):
+        check_config(fill_config(demo_config))
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path)}
+    with pytest.raises(FmauditInputError, match="encoder_weights.demo-convnet': .* is not a file"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    (tmp_path / "w.safetensors").write_bytes(b"x")
+    demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "w.safetensors")}
+    check_config(fill_config(demo_config))
+
+
+def _remote_registry(tmp_path):
+    registry = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
+    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
+                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                           "format": "safetensors"}}
+    path = tmp_path / "encoders.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    return path
+
+
+def test_encoders_that_cannot_be_embedded_name_the_key_to_set(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config.update(encoder_registry=str(_remote_registry(tmp_path)), encoders=["demo-vit-tiny", "remote-demo"])
+    cfg = fill_config(copy.deepcopy(demo_config))
+    encoders, _ = check_config(cfg)  # the config itself is fine: dry runs and `fmaudit grid` work
+    problems = unusable_encoders(cfg, encoders)
+    assert list(problems) == ["remote-demo"]
+    assert "set `encoder_revisions.remote-demo: <commit>` in your config" in problems["remote-demo"]
+    # the key it names makes it usable, and changes what the registry entry says for this config only
+    demo_config["encoder_revisions"] = {"remote-demo": "b" * 40}
+    cfg = fill_config(demo_config)
+    encoders, _ = check_config(cfg)
+    assert unusable_encoders(cfg, encoders) == {}
+    assert encoders["remote-demo"]["weights"]["revision"] == "b" * 40
+    assert load_yaml(tmp_path / "encoders.yaml")["remote-demo"]["weights"]["revision"] is None
+
+
+def test_encoder_revisions_are_checked(demo_config, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    demo_config["encoder_revisions"] = {"demo-vit-tiny": "c" * 40}  # a random-init entry has no hub revision
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_revisions.demo-vit-tiny': encoder 'demo-vit-tiny' "
+                                                r"does not load its weights from the Hugging Face hub"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    demo_config["encoder_revisions"] = {"uni": "c" * 40}
+    with pytest.raises(FmauditInputError, match=r"config 'encoder_revisions': unknown encoder 'uni'"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    demo_config["encoder_revisions"] = {"demo-vit-tiny": "main"}
+    with pytest.raises(FmauditInputError, match="encoder_revisions"):
+        fill_config(demo_config)
+
+
+def test_a_missing_registry_weight_file_makes_the_encoder_unusable_not_the_config(demo_config, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = fill_config(load_yaml(REPO_ROOT / "resources" / "presets" / "audit.yaml"))
+    encoders, _ = check_config(cfg)
+    problems = unusable_encoders(cfg, encoders)
+    assert set(problems) == {"ctranspath", "hibou-b", "hibou-l"}
+    assert "encoder_weights.ctranspath" in problems["ctranspath"] and "ctranspath.pth" in problems["ctranspath"]
+    (tmp_path / "ctranspath.pth").write_bytes(b"x")
+    cfg["encoder_weights"] = {"ctranspath": str(tmp_path / "ctranspath.pth")}
+    assert "ctranspath" not in unusable_encoders(cfg, encoders)

@@ -291,3 +291,106 @@ def test_cuda_request_falls_back_to_cpu_without_cuda(manifest, tmp_path, caplog,
     assert prov["device"] == "cpu" and prov["precision"] == "float32"
     assert "CUDA requested but not available" in caplog.text
     assert torch.get_num_threads() == threads
+
+
+# ---------------------------------------------------------------- no lost work: keys, chunks, temp files
+
+
+def _interrupted_after_first_chunk(manifest, out, spec, weights_path=None):
+    """Run the engine until its first chunk is on disk, then stop it (a killed job, in-process)."""
+    import fmaudit.embed as engine
+
+    class Stop(Exception):
+        pass
+
+    original = engine._write_chunk
+
+    def write_then_stop(path, ids, feats, key, index):
+        original(path, ids, feats, key, index)
+        raise Stop()
+
+    engine._write_chunk = write_then_stop
+    try:
+        embed_manifest(manifest, spec, out, batch_size=2, chunk_size=4, weights_path=weights_path)
+    except Stop:
+        return
+    finally:
+        engine._write_chunk = original
+    raise AssertionError("the engine wrote no chunk")
+
+
+def test_chunks_are_reused_only_when_what_decides_their_numbers_matches(manifest, tmp_path):
+    import copy
+
+    from fmaudit.encoders import save_weights
+
+    spec = get_encoder_spec(ENCODER)
+    out = tmp_path / "toy.npz"
+    _interrupted_after_first_chunk(manifest, out, spec)
+    # an edit that changes no number (description, licence, exposure) keeps the key: the chunk is reused
+    described = copy.deepcopy(spec)
+    described.update(description="edited", licence="MIT", exposure={"x": {"status": "no", "evidence": "e"}})
+    log = tmp_path / "described.log"
+    embed_manifest(manifest, described, out, batch_size=2, chunk_size=4, log=log)
+    assert "chunk 00000: reused" in log.read_text() and "chunk 00001: computed" in log.read_text()
+
+    # other weights under the same override path: their sha256 differs, so the chunk is recomputed
+    weights = tmp_path / "w.safetensors"
+    save_weights(build_encoder(spec), weights)
+    out2 = tmp_path / "override.npz"
+    _interrupted_after_first_chunk(manifest, out2, spec, weights_path=weights)
+    reseeded = copy.deepcopy(spec)
+    reseeded["weights"]["seed"] = 3
+    save_weights(build_encoder(reseeded), weights)
+    log = tmp_path / "override.log"
+    prov = embed_manifest(manifest, spec, out2, batch_size=2, chunk_size=4, weights_path=weights, log=log)
+    assert "chunk 00000: computed" in log.read_text() and "chunk 00000: reused" not in log.read_text()
+    np.testing.assert_allclose(read_npz(out2)[0]["feat__cls"], direct_features(reseeded, manifest, "cls"),
+                               atol=1e-5, rtol=0)
+    assert prov["weights"] == {"source": "override", "sha256": [sha256_of(weights)]}
+
+
+def sha256_of(path):
+    from fmaudit.io import sha256_file
+
+    return sha256_file(path)
+
+
+def test_temporary_files_of_a_killed_run_are_removed_by_the_next_run(manifest, tmp_path):
+    from fmaudit.io import _HOST
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "emb" / "toy.npz"
+    chunks = Path(f"{out}.chunks")
+    chunks.mkdir(parents=True)
+    leftovers = [out.parent / f".toy.npz.{_HOST}-{dead.pid}.abcd1234.tmp.npz",
+                 chunks / f".chunk_00000.npz.{_HOST}-{dead.pid}.efgh5678.tmp.npz"]
+    for path in leftovers:
+        path.write_bytes(b"half a file")
+    embed_manifest(manifest, ENCODER, out, batch_size=4, chunk_size=4)
+    assert not any(p.exists() for p in leftovers) and out.exists() and not chunks.exists()
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_provenance_and_inventory_say_what_the_weights_were(manifest, tmp_path):
+    from fmaudit.embed import embedding_inventory
+    from fmaudit.encoders import save_weights
+    from fmaudit.registry import embedding_key
+
+    spec = get_encoder_spec(ENCODER)
+    out = tmp_path / ENCODER / embedding_key(spec) / "toy.npz"
+    prov = embed_manifest(manifest, spec, out, batch_size=4)
+    assert prov["weights"] == {"source": "random", "seed": 0} and prov["weight_files"] == []
+    assert prov["embedding_key"] == embedding_key(spec) and prov["encoder_config_hash"] == encoder_config_hash(spec)
+    weights = save_weights(build_encoder(spec), tmp_path / "w.safetensors")
+    out2 = tmp_path / ENCODER / embedding_key(spec, str(weights)) / "toy.npz"
+    prov2 = embed_manifest(manifest, spec, out2, batch_size=4, weights_path=weights)
+    assert prov2["embedding_key"] == embedding_key(spec, str(weights)) != prov["embedding_key"]
+    assert prov2["weight_files"] == [{"path": str(weights.resolve()), "sha256": sha256_of(weights)}]
+    table = embedding_inventory([out, out2])
+    assert table["encoder"].tolist() == [ENCODER] * 2 and table["dataset"].tolist() == ["toy"] * 2
+    assert table["weights"].tolist() == ["random init (seed 0)", "local file (encoder_weights)"]
+    assert table["weights_sha256"].isna().tolist() == [True, False]
+    assert table["weights_sha256"].iloc[1] == sha256_of(weights)
+    assert table["embedding_key"].tolist() == [prov["embedding_key"], prov2["embedding_key"]]

@@ -1,6 +1,7 @@
 """Atomic writes, table and array formats, feature files brought from elsewhere."""
 
 import json
+import os
 
 import h5py
 import numpy as np
@@ -126,3 +127,55 @@ def test_npz_provenance_alone(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(io.FmauditInputError, match="bad.npz"):
         io.read_npz_provenance(tmp_path / "bad.npz")
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import numpy as np
+from fmaudit import io
+
+with io.atomic_path(sys.argv[1], suffix=".npz") as tmp:
+    with open(tmp, "wb") as fh:
+        np.savez(fh, x=np.zeros(1000))
+    print(tmp, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # as a job killed by Slurm or the OOM killer: no cleanup runs
+"""
+
+
+def test_a_killed_writes_temp_file_is_cleaned_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    target = tmp_path / "emb" / "demo-tiles.npz"
+    src = Path(io.__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(target)], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == -9, done.stderr
+    leftover = Path(done.stdout.strip())
+    assert leftover.exists() and leftover.name.startswith(".demo-tiles.npz.") and leftover.name.endswith(".tmp.npz")
+    assert not target.exists()
+    # leftovers of this target from another host and from before writers were named go too; a live
+    # writer's file (this process) and other targets' files stay
+    foreign = target.parent / ".demo-tiles.npz.node07-4242.abcd1234.tmp.npz"
+    legacy = target.parent / ".demo-tiles.npz.k3j_9x0a.tmp.npz"
+    live = target.parent / f".demo-tiles.npz.{io._HOST}-{os.getpid()}.zzzzzzzz.tmp.npz"
+    other = target.parent / ".demo-cells.npz.node07-4242.abcd1234.tmp.npz"
+    for p in (foreign, legacy, live, other):
+        p.write_bytes(b"partial")
+    io.write_npz(target, {"x": np.ones(3)}, {"k": 1})
+    assert not leftover.exists() and not foreign.exists() and not legacy.exists()
+    assert live.exists() and other.exists()
+    arrays, prov = io.read_npz(target)
+    assert arrays["x"].tolist() == [1, 1, 1] and prov == {"k": 1}
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        [target.name, live.name, other.name])
+
+
+def test_table_writes_clean_their_own_leftovers_too(tmp_path):
+    target = tmp_path / "runs.parquet"
+    stale = tmp_path / ".runs.parquet.deadhost-1.abcdefgh.tmp.parquet"
+    stale.write_bytes(b"x")
+    io.write_table(target, pd.DataFrame({"a": [1]}))
+    assert not stale.exists()
+    assert io.remove_stale_temps(tmp_path / "missing" / "x.npz") == []

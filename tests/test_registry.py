@@ -11,15 +11,21 @@ import yaml
 
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import (
+    DESCRIPTIVE_KEYS,
+    EMBEDDING_KEYS,
     ENCODER_REGISTRY_ENV,
+    ENCODER_SCHEMA,
     check_encoder_entry,
+    check_encoder_usable,
+    embedding_key,
+    embedding_spec,
     encoder_config_hash,
     get_encoder_spec,
     load_registry,
-    load_yaml,
     load_yaml_registry,
     readout_dims,
 )
+from fmaudit.schema import load_yaml
 
 DEMO_ENTRY = {
     "description": "tiny test encoder",
@@ -199,3 +205,108 @@ def test_readout_dims(registry):
     assert readout_dims(registry["virchow2"]) == {"cls": 1280, "mean": 1280, "cls_mean": 2560}
     assert readout_dims(registry["clip-vit-b16"]) == {"cls": 768, "mean": 768, "pooled": 512}
     assert readout_dims(registry["demo-vit-tiny"], ["patch_grid"]) == {"patch_grid": 64}
+
+
+REMOTE_CODE_ENTRY = {
+    **DEMO_ENTRY,
+    "loader": "transformers",
+    "architecture": {"model_class": "AutoModel"},
+    "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "format": "safetensors"},
+    "trust_remote_code": True,
+}
+
+
+def test_schema_requires_a_pinned_revision_with_trust_remote_code(tmp_path):
+    path = write_registry(tmp_path, {"remote": REMOTE_CODE_ENTRY})
+    with pytest.raises(FmauditInputError, match=r"remote/weights: 'revision' is a required property"):
+        load_registry(path)
+    branch = copy.deepcopy(REMOTE_CODE_ENTRY)
+    branch["weights"]["revision"] = "main"  # a branch moves: not a pin of the code that runs
+    with pytest.raises(FmauditInputError, match=r"remote/weights/revision: 'main' does not match"):
+        load_registry(write_registry(tmp_path, {"remote": branch}))
+    pinned = copy.deepcopy(REMOTE_CODE_ENTRY)
+    pinned["weights"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+    registry = load_registry(write_registry(tmp_path, {"remote": pinned}))
+    assert get_encoder_spec("remote", registry)["weights"]["revision"] == pinned["weights"]["revision"]
+    # without trust_remote_code a revision stays optional, and a tag or branch is allowed
+    plain = copy.deepcopy(REMOTE_CODE_ENTRY)
+    del plain["trust_remote_code"]
+    plain["weights"]["revision"] = "v1.0"
+    assert load_registry(write_registry(tmp_path, {"plain": plain, "tiny": DEMO_ENTRY}))
+
+
+def test_remote_code_entry_with_unknown_revision_loads_but_cannot_be_used(tmp_path):
+    unknown = copy.deepcopy(REMOTE_CODE_ENTRY)
+    unknown["weights"]["revision"] = None  # no published commit known: the registry says so explicitly
+    registry = load_registry(write_registry(tmp_path, {"remote": unknown, "tiny": DEMO_ENTRY}))
+    check_encoder_usable("tiny", registry["tiny"])  # the rest of the registry is usable
+    with pytest.raises(FmauditInputError, match=r"encoder 'remote': weights.revision is not set, and "
+                                                r"trust_remote_code: true runs Python code from org/remote"):
+        check_encoder_usable("remote", registry["remote"])
+    with pytest.raises(FmauditInputError, match=r"^my.yaml: encoder 'remote': weights.revision"):
+        check_encoder_usable("remote", unknown, source="my.yaml")
+
+
+def test_shipped_registry_pins_what_it_can_and_marks_the_rest(registry):
+    hub = {n: e for n, e in registry.items() if e["weights"]["source"] == "hf_hub"}
+    pinned = {n for n, e in hub.items() if e["weights"].get("revision")}
+    assert {"uni", "conch", "dinov2-vits14", "dinov2-vitg14"} <= pinned
+    assert registry["dinov2-vitb14"]["weights"]["revision"] == "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
+    for name, entry in hub.items():
+        if name not in pinned:
+            assert entry.get("verify") is True, f"{name}: unpinned hub entries must say verify: true"
+    for name in ("hibou-b", "hibou-l"):  # remote code, no published commit found: explicit and unusable
+        assert registry[name]["weights"]["revision"] is None
+        with pytest.raises(FmauditInputError, match=f"encoder '{name}': weights.revision is not set"):
+            check_encoder_usable(name, registry[name])
+
+
+# ---------------------------------------------------------------- what decides an embedding's numbers
+
+
+def test_every_entry_key_is_either_number_deciding_or_descriptive():
+    schema = load_yaml(ENCODER_SCHEMA)
+    keys = set(schema["$defs"]["encoder"]["properties"])
+    assert not set(EMBEDDING_KEYS) & set(DESCRIPTIVE_KEYS)
+    assert set(EMBEDDING_KEYS) | set(DESCRIPTIVE_KEYS) == keys  # a new key must be placed in one of the two lists
+
+
+def test_descriptive_edits_change_neither_the_hash_nor_the_key(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    edited = copy.deepcopy(spec)
+    edited.update(description="another sentence", licence="MIT", pretraining_corpora=["x"], paper="y", gpu=True,
+                  exposure={"demo-tiles": {"status": "no", "evidence": "z"}}, notes="n", default_readout="mean")
+    assert embedding_spec(edited) == embedding_spec(spec)
+    assert "description" not in embedding_spec(spec) and embedding_spec(spec)["name"] == "demo-vit-tiny"
+    assert encoder_config_hash(edited) == encoder_config_hash(spec)
+    assert embedding_key(edited) == embedding_key(spec)
+
+
+@pytest.mark.parametrize("change", [
+    lambda e: e["weights"].update(seed=1),
+    lambda e: e["preprocessing"].update(std=[0.5, 0.5, 0.5]),
+    lambda e: e.update(readouts=["cls"]),
+    lambda e: e.update(precision="float16"),
+    lambda e: e["weights"].update(source="hf_hub", hf_hub_id="org/x", revision="a" * 40, format="safetensors"),
+])
+def test_number_deciding_edits_change_the_hash_and_the_key(registry, change):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    edited = copy.deepcopy(spec)
+    change(edited)
+    assert encoder_config_hash(edited) != encoder_config_hash(spec)
+    assert embedding_key(edited) != embedding_key(spec)
+
+
+def test_embedding_key_tracks_the_weights_override(registry):
+    spec = get_encoder_spec("demo-vit-tiny", registry)
+    assert re.fullmatch(r"[0-9a-f]{12}", embedding_key(spec))
+    assert embedding_key(spec, "w/a.safetensors") != embedding_key(spec) != embedding_key(spec, "w/b.safetensors")
+    assert embedding_key(spec, "") == embedding_key(spec, None) == embedding_key(spec)
+
+
+def test_usability_message_names_the_config_key(tmp_path):
+    unknown = copy.deepcopy(REMOTE_CODE_ENTRY)
+    unknown["weights"]["revision"] = None
+    with pytest.raises(FmauditInputError, match=r"set `encoder_revisions.remote: <commit>` in your config \(or "
+                                                r"weights.revision in my.yaml\)"):
+        check_encoder_usable("remote", unknown, source="my.yaml", config_key="encoder_revisions.remote")

@@ -27,6 +27,7 @@ from scipy.optimize import minimize_scalar
 
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import (
+    DEFAULT_N_BINS,
     log_softmax,
     softmax,
     summary_metric_keys,
@@ -42,7 +43,6 @@ DEFAULT_TEMPERATURE_BOUNDS = (0.05, 20.0)
 AT_BOUND_LOG_TOLERANCE = 1e-3
 CALIBRATED_TOLERANCE = 1e-3
 LADDER_STAGES = ("raw", "source_ts", "oracle_ts", "kshot_ts")
-DEFAULT_KS = (4, 8, 16, 32, 64)
 
 __all__ = [
     "TemperatureScaler",
@@ -167,9 +167,10 @@ def kshot_temperature_draws(
     target_logits: Any,
     target_labels: Any,
     k: int,
-    draws: int = 25,
+    *,
+    draws: int,
     random_state: int = 0,
-    n_bins: int = 15,
+    n_bins: int = DEFAULT_N_BINS,
     stratified: bool = False,
     bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
 ) -> pd.DataFrame:
@@ -218,10 +219,11 @@ def calibration_ladder(
     source_val_labels: Any | None,
     target_logits: Any,
     target_labels: Any,
-    ks: Sequence[int] = DEFAULT_KS,
-    draws: int = 25,
+    *,
+    ks: Sequence[int],
+    draws: int,
     random_state: int = 0,
-    n_bins: int = 15,
+    n_bins: int = DEFAULT_N_BINS,
     stratified: bool = False,
     bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS,
 ) -> pd.DataFrame:
@@ -275,7 +277,8 @@ def calibration_ladder(
         if k >= len(y_t):
             logger.warning("calibration_ladder: skipping K = %d, the target has only %d items", k, len(y_t))
             continue
-        per_draw = kshot_temperature_draws(z_t, y_t, k, draws, random_state, n_bins, stratified, bounds)
+        per_draw = kshot_temperature_draws(z_t, y_t, k, draws=draws, random_state=random_state, n_bins=n_bins,
+                                           stratified=stratified, bounds=bounds)
         rows.append(
             {
                 "stage": "kshot_ts",

@@ -4,17 +4,22 @@ Output of :func:`embed_manifest`, an ``.npz`` written by :func:`fmaudit.io.write
 
 - ``item_id``: str array, the manifest's item ids in manifest order;
 - ``feat__<readout>``: float32, ``(n_items, D)`` per readout (``patch_grid``: ``(n_items, D, H/p, W/p)``);
-- provenance: encoder, encoder_config_hash, manifest_hash, fmaudit_version, n_items, readouts, embed_dim
-  (per readout), images_per_s (of the items computed in this run; null if all were reused), device,
-  precision, weights (the ``weights_path`` override, if any).
+- provenance: encoder, encoder_config_hash (of the entry's number-deciding keys only,
+  :func:`fmaudit.registry.encoder_config_hash`), embedding_key (:func:`fmaudit.registry.embedding_key`),
+  manifest_hash, fmaudit_version, n_items, readouts, embed_dim (per readout), images_per_s (of the items
+  computed in this run; null if all were reused), device, precision, weights (what the weights are, path-free:
+  source and seed, or the sha256 of every file and, for hub weights, the repo, requested revision and resolved
+  snapshot commit; :class:`fmaudit.encoders.weights.ResolvedWeights`), weight_files (each file's path and
+  sha256) and weights_sha256_checked (whether a sha256 of the registry was checked).
 
 Resuming: items are processed in chunks of ``chunk_size`` manifest rows. Each finished chunk is written
 atomically to ``<out_path>.chunks/chunk_NNNNN.npz`` with its item ids and a chunk key (a hash of the encoder
-config, the weights override, the readouts, the autocast precision and the chunk's pixel-defining manifest
-columns). A rerun reuses every chunk whose key and ids match and recomputes the rest; the final file is
-assembled, written atomically, and only then is the chunk folder removed. A job killed at any point leaves no
-final file. Batches never straddle chunks, so a resumed run computes every item in the same batch as an
-uninterrupted one.
+config hash, the weights' identity above, the readouts, the autocast precision and the chunk's pixel-defining
+manifest columns): what decides its numbers, and nothing else. A rerun reuses every chunk whose key and ids
+match and recomputes the rest; the final file is assembled, written atomically, and only then is the chunk
+folder removed. A job killed at any point leaves no final file; its temporary files are removed by the next
+write of the same file (:func:`fmaudit.io.write_npz`). Batches never straddle chunks, so a resumed run computes
+every item in the same batch as an uninterrupted one.
 
 An existing final file whose provenance matches (encoder config, manifest, readouts, weights) is kept and
 returned as is; one that does not match raises unless ``overwrite=True``: embeddings are never silently
@@ -36,7 +41,8 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from fmaudit.encoders import READOUTS, build_encoder
+from fmaudit.devices import resolve_device
+from fmaudit.encoders import READOUTS, ResolvedWeights, build_encoder, resolve_weights
 from fmaudit.io import (
     FmauditInputError,
     PathLike,
@@ -47,10 +53,13 @@ from fmaudit.io import (
     stable_hash,
     write_npz,
 )
-from fmaudit.registry import encoder_config_hash, get_encoder_spec, readout_dims
+from fmaudit.logs import file_handler
+from fmaudit.registry import embedding_key, encoder_config_hash, get_encoder_spec, readout_dims
 
 # the manifest columns that decide an item's pixels: a chunk is reused only if these are unchanged
 PIXEL_COLUMNS = ["item_id", "source", "x", "y", "level", "size"]
+# optional column of derived manifests (fmaudit.ood.perturb): an image-space perturbation spec per row
+PERTURBATION_COLUMN = "perturbation"
 FEATURE_PREFIX = "feat__"
 _AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -68,7 +77,8 @@ class ItemDataset(Dataset):
 
     A row with ``x`` set is a slide tile read with :func:`fmaudit.slides.read_tile` (one open slide handle per
     source, kept per DataLoader worker); otherwise ``source`` is an image file read with PIL. Unreadable items
-    raise :class:`FmauditInputError` naming the item id and the file.
+    raise :class:`FmauditInputError` naming the item id and the file. A row with a ``perturbation`` spec
+    (derived manifests, :mod:`fmaudit.ood.perturb`) is perturbed after reading, before the transform.
     """
 
     def __init__(self, manifest: pd.DataFrame, transform):
@@ -80,12 +90,31 @@ class ItemDataset(Dataset):
         self.sizes = [_optional_int(v) for v in manifest["size"]]
         self.transform = transform
         self._slides: dict[str, Any] = {}
+        self.perturbations = [None] * len(self.item_ids)
+        if PERTURBATION_COLUMN in manifest.columns:
+            from fmaudit.ood.perturb import parse_perturbation
+
+            self.perturbations = [None if pd.isna(v) else str(v) for v in manifest[PERTURBATION_COLUMN]]
+            for item, spec in zip(self.item_ids, self.perturbations):
+                if spec is not None:
+                    try:
+                        parse_perturbation(spec)
+                    except FmauditInputError as e:
+                        raise FmauditInputError(f"item {item!r}: {e}") from e
 
     def __len__(self) -> int:
         return len(self.item_ids)
 
     def load_image(self, i: int):
-        """The item's RGB PIL image (before the encoder's transform)."""
+        """The item's RGB PIL image (before the encoder's transform), perturbed when its row says so."""
+        image = self._read_image(i)
+        if self.perturbations[i] is None:
+            return image
+        from fmaudit.ood.perturb import apply_perturbation
+
+        return apply_perturbation(image, self.perturbations[i], item_key=self.item_ids[i])
+
+    def _read_image(self, i: int):
         item, source = self.item_ids[i], self.sources[i]
         if self.xs[i] is not None:
             return self._read_tile(i)
@@ -136,32 +165,10 @@ def _logger(log: logging.Logger | PathLike | None) -> tuple[logging.Logger, logg
     logger = logging.getLogger("fmaudit.embed")
     if log is None:
         return logger, None
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(log)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler = file_handler(log)
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     return logger, handler
-
-
-def resolve_device(device: str | torch.device, logger: logging.Logger | None = None) -> torch.device:
-    """``auto`` -> CUDA if available else CPU; an unavailable CUDA request falls back to CPU with a warning."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        if logger:
-            logger.warning("CUDA requested but not available: embedding on the CPU")
-        return torch.device("cpu")
-    return dev
-
-
-def _weights_identity(weights_path: PathLike | None) -> dict[str, Any] | None:
-    if not weights_path:
-        return None
-    path = Path(weights_path)
-    st = path.stat()
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _chunk_path(chunk_dir: Path, index: int) -> Path:
@@ -267,9 +274,16 @@ def embed_manifest(
         precision = spec.get("precision", "float32") if dev.type == "cuda" else "float32"
         out = Path(out_path)
         config_hash = encoder_config_hash(spec)
-        weights_id = _weights_identity(weights_path)
+        # the weights are located, checked and hashed once, before anything else: their identity keys the chunks
+        resolved = resolve_weights(spec, weights_path)
+        weights_id = resolved.identity
         expected = {"encoder": name, "encoder_config_hash": config_hash, "manifest_hash": dataframe_hash(manifest),
                     "readouts": readouts, "weights": weights_id}
+        for f in resolved.files:
+            how = "checked against the registry" if resolved.sha256_checked else "recorded"
+            logger.info("weights of %s: %s, sha256 %s (%s)", name, f["path"], f["sha256"], how)
+        if weights_id.get("resolved_commit"):
+            logger.info("weights of %s: %s at commit %s", name, weights_id["hf_hub_id"], weights_id["resolved_commit"])
         existing = _existing_output(out, expected, overwrite)
         if existing is not None:
             logger.info("%s is up to date (same encoder config, manifest and readouts): kept", out)
@@ -277,7 +291,7 @@ def embed_manifest(
 
         ids = manifest["item_id"].astype(str).tolist()
         bounds = [(s, min(s + chunk_size, len(ids))) for s in range(0, len(ids), chunk_size)]
-        pixels = manifest[PIXEL_COLUMNS]
+        pixels = manifest[PIXEL_COLUMNS + [c for c in (PERTURBATION_COLUMN,) if c in manifest.columns]]
         keys = [stable_hash({"encoder_config_hash": config_hash, "weights": weights_id, "readouts": readouts,
                              "precision": precision, "items": dataframe_hash(pixels.iloc[s:e])})
                 for s, e in bounds]
@@ -294,8 +308,8 @@ def embed_manifest(
         if pending:
             images_per_s = _compute_chunks(manifest, spec, readouts, bounds, keys, pending, chunk_dir, ids,
                                            batch_size=batch_size, num_workers=num_workers, device=dev,
-                                           precision=precision, weights_path=weights_path, logger=logger,
-                                           log_every=log_every)
+                                           precision=precision, weights_path=weights_path, resolved=resolved,
+                                           logger=logger, log_every=log_every)
 
         arrays: dict[str, Any] = {"item_id": np.asarray(ids, dtype=str)}
         parts: dict[str, list[np.ndarray]] = {r: [] for r in readouts}
@@ -311,8 +325,10 @@ def embed_manifest(
         declared = readout_dims(spec, readouts)
         if dims != declared:
             raise FmauditInputError(f"encoder {name!r}: feature widths {dims} differ from the registry's {declared}")
-        prov = provenance(**expected, n_items=len(ids), embed_dim=dims, images_per_s=images_per_s,
-                          device=str(dev), precision=precision, chunk_size=chunk_size)
+        key = embedding_key(spec, str(weights_path) if weights_path else None)
+        prov = provenance(**expected, embedding_key=key, weight_files=resolved.files,
+                          weights_sha256_checked=resolved.sha256_checked, n_items=len(ids), embed_dim=dims,
+                          images_per_s=images_per_s, device=str(dev), precision=precision, chunk_size=chunk_size)
         write_npz(out, arrays, prov)
         shutil.rmtree(chunk_dir, ignore_errors=True)
         logger.info("wrote %s (%d items; readouts %s)", out, len(ids), dims)
@@ -327,11 +343,12 @@ def embed_manifest(
 def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: list[str],
                     bounds: list[tuple[int, int]], keys: list[str], pending: list[int], chunk_dir: Path,
                     ids: list[str], *, batch_size: int, num_workers: int, device: torch.device, precision: str,
-                    weights_path: PathLike | None, logger: logging.Logger, log_every: int) -> float:
+                    weights_path: PathLike | None, resolved: ResolvedWeights, logger: logging.Logger,
+                    log_every: int) -> float:
     """Embed the pending chunks, writing each as it completes; returns images/s of the full path."""
     name = spec.get("name", "?")
     t_build = time.perf_counter()
-    encoder = build_encoder(spec, weights_path=weights_path, device=device)
+    encoder = build_encoder(spec, weights_path=weights_path, device=device, resolved=resolved)
     logger.info("built %s in %.1f s", name, time.perf_counter() - t_build)
     # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
     dataset = ItemDataset(manifest, encoder.pixel_transform)
@@ -427,3 +444,43 @@ def align_to_manifest(features: np.ndarray, ids: Sequence[str], manifest: pd.Dat
         raise FmauditInputError(
             f"{source}: {len(missing)} manifest item(s) have no embedding, e.g. {shown}; re-embed with this manifest")
     return np.asarray(features)[[position[item] for item in wanted]]
+
+
+def _weights_text(identity: Mapping[str, Any] | None) -> str | None:
+    """One line saying what the weights of an embedding were (see ``ResolvedWeights.identity``)."""
+    if not identity:
+        return None
+    source = identity.get("source")
+    if source == "random":
+        return f"random init (seed {identity.get('seed', 0)})"
+    if source == "hf_hub":
+        commit = identity.get("resolved_commit") or "unknown commit"
+        asked = identity.get("revision")
+        pinned = "" if asked and asked == commit else f" (revision asked: {asked or 'default branch'})"
+        return f"{identity.get('hf_hub_id')} @ {commit}{pinned}"
+    return {"file": "local file (weights.path)", "override": "local file (encoder_weights)"}.get(source, str(source))
+
+
+def embedding_inventory(paths: Sequence[PathLike]) -> pd.DataFrame:
+    """One row per embedding file (``<encoder>/<key>/<dataset>.npz``), from its provenance alone (the feature
+    arrays are not read): items, readouts with their widths, speed, device, the weights it was made with (the
+    hub commit they resolved to, every file's sha256) and the hashes that identify it."""
+    from fmaudit.io import read_npz_provenance
+
+    rows = []
+    for p in map(Path, paths):
+        prov = read_npz_provenance(p)
+        dims = prov.get("embed_dim") or {}
+        identity = prov.get("weights") or {}
+        rows.append({
+            "encoder": prov.get("encoder") or p.parent.name, "dataset": p.stem, "n_items": prov.get("n_items"),
+            "readouts": ", ".join(f"{r} ({dims[r]})" for r in prov.get("readouts") or dims),
+            "images_per_s": prov.get("images_per_s"), "device": prov.get("device"),
+            "weights": _weights_text(identity),
+            "weights_sha256": "; ".join(identity.get("sha256") or []) or None,
+            "weights_sha256_checked": prov.get("weights_sha256_checked"),
+            "embedding_key": prov.get("embedding_key"),
+            "encoder_config_hash": prov.get("encoder_config_hash"), "manifest_hash": prov.get("manifest_hash"),
+            "fmaudit_version": prov.get("fmaudit_version"),
+        })
+    return pd.DataFrame(rows)

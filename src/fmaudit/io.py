@@ -1,7 +1,12 @@
 """File formats and atomic writes: the one place that knows how artefacts are laid out on disk.
 
 Every writer goes to a temporary name in the destination folder and is renamed into place, so a killed
-job never leaves a file that looks complete. Imports nothing else of the project.
+job never leaves a file that looks complete. A temporary file is hidden and named after its target and
+its writer: ``.<target name>.<host>-<pid>.<random>.tmp<suffix>``. A killed job (SIGKILL, a node lost) leaves
+it behind; the next :func:`write_npz` or :func:`write_table` to the same target removes it (and any other
+leftover of that target whose writer is not a live process of this host: Snakemake never runs two jobs
+for one output, so a temporary file of the same target from another host is a leftover too). Imports
+nothing else of the project.
 """
 
 from __future__ import annotations
@@ -9,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -20,17 +28,73 @@ import pandas as pd
 PathLike = str | os.PathLike
 
 
+log = logging.getLogger(__name__)
+
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+# what follows ".<target name>." in a temporary file's name: "<host>-<pid>.<random>.tmp<suffix>", or the
+# "<random>.tmp<suffix>" of files written before the writer was part of the name
+_TEMP_TAIL = re.compile(r"^(?:(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)\.)?[a-z0-9_]{8}\.tmp[^/]*$")
+
+
 class FmauditInputError(ValueError):
     """Bad input: the message names the file, key or row at fault."""
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(path: PathLike) -> list[Path]:
+    """Remove temporary files of ``path`` left by interrupted writes; return those removed.
+
+    Kept: a temporary file whose writer is a live process of this host (a concurrent write in progress).
+    Removed: every other one of this target (a dead writer here, or a writer on another host: one output
+    has one writer at a time). Temporary files of other targets are not touched.
+    """
+    path = Path(path)
+    prefix = f".{path.name}."
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except FileNotFoundError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        m = _TEMP_TAIL.match(entry.name[len(prefix):])
+        if m is None:
+            continue
+        if m.group("host") == _HOST and _pid_alive(int(m.group("pid"))):
+            continue
+        try:
+            os.unlink(entry.path)
+        except FileNotFoundError:  # removed meanwhile by someone else
+            continue
+        removed.append(Path(entry.path))
+        log.info("removed %s, left by an interrupted write of %s", entry.path, path)
+    return removed
+
+
 @contextlib.contextmanager
-def atomic_path(path: PathLike, suffix: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+def atomic_path(path: PathLike, suffix: str | None = None, clean_stale: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds.
+
+    ``clean_stale`` first removes leftovers of earlier interrupted writes of ``path``
+    (:func:`remove_stale_temps`); it lists the folder, so writers of many small files leave it off.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if clean_stale:
+        remove_stale_temps(path)
     suffix = path.suffix if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_HOST}-{os.getpid()}.", suffix=f".tmp{suffix}",
+                               dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -78,7 +142,7 @@ def write_table(path: PathLike, df: pd.DataFrame, provenance: Mapping[str, Any] 
     """Write a DataFrame by extension (.parquet, .csv, .tsv, .md); parquet carries provenance metadata."""
     path = Path(path)
     ext = path.suffix.lower()
-    with atomic_path(path) as tmp:
+    with atomic_path(path, clean_stale=True) as tmp:
         if ext == ".parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -141,7 +205,7 @@ def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapp
     payload = dict(arrays)
     if provenance is not None:
         payload["provenance"] = np.array(json.dumps(provenance, sort_keys=True, default=_json_default))
-    with atomic_path(path, suffix=".npz") as tmp:
+    with atomic_path(path, suffix=".npz", clean_stale=True) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **payload)
 

@@ -1,23 +1,85 @@
-"""Logging set-up shared by the script adapters and the command line."""
+"""Logging set-up shared by the script adapters and the command line.
+
+Every workflow job calls :func:`setup_logging` with its rule's ``log:`` file first. From then on:
+
+- fmaudit's records (and Python warnings) go to the log file, one timestamped line each, and warnings and
+  errors also to stderr (on Slurm, the job's own Slurm log; locally, Snakemake's console);
+- an exception that ends the job (uncaught in the script) is written with its full traceback, chained causes
+  included, to the log file and to stderr, before the process exits with an error. This is installed as
+  ``sys.excepthook``, so every job inherits it by calling ``setup_logging`` first: Snakemake runs each
+  ``script:`` in its own Python process, where an uncaught exception reaches the hook.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+import traceback
 from pathlib import Path
+from types import TracebackType
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+__all__ = ["FORMAT", "file_handler", "log_uncaught_exceptions", "setup_logging"]
+
+
+def file_handler(path: str | Path, mode: str = "a") -> logging.FileHandler:
+    """A handler writing one timestamped line per record to ``path`` (its folder created)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, mode=mode)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    return handler
+
+
+def _stderr_handler(level: int) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.setLevel(level)
+    return handler
+
+
+def _log_uncaught(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """sys.excepthook: the failing job's full exception to every handler of the root logger (log file, stderr)."""
+    logger = logging.getLogger("fmaudit")
+    root = logging.getLogger()
+    if root.handlers:
+        what = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+        logger.critical("the job %s: %s: %s", what, exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+        for handler in root.handlers:
+            handler.flush()
+    else:  # logging was torn down: print it the way Python does
+        traceback.print_exception(exc_type, exc, tb)
+    previous = _previous_hook[0]
+    if previous is not None and previous is not sys.__excepthook__ and previous is not _log_uncaught:
+        previous(exc_type, exc, tb)  # somebody else's hook (a debugger, a test harness) still runs
+
+
+_previous_hook: list = [None]
+
+
+def log_uncaught_exceptions() -> None:
+    """Install :func:`_log_uncaught` as ``sys.excepthook`` (once; an earlier custom hook still runs after it)."""
+    if sys.excepthook is not _log_uncaught:
+        _previous_hook[0] = sys.excepthook
+        sys.excepthook = _log_uncaught
 
 
 def setup_logging(path: str | Path | None = None, level: int = logging.INFO) -> logging.Logger:
-    """Send fmaudit's log records (and warnings) to ``path`` (or stderr), one line each with a timestamp."""
-    handler: logging.Handler
+    """Send fmaudit's log records (and warnings) to ``path`` and stderr, and a job's uncaught exception with its
+    full traceback to both (see the module doc).
+
+    With ``path`` (a job's ``log:`` file, truncated), every record of ``level`` and above goes to the file and
+    warnings and errors also to stderr; without it (the command line), every record goes to stderr.
+    """
+    handlers: list[logging.Handler] = []
     if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path, mode="w")
+        handlers.append(file_handler(path, mode="w"))
+        handlers.append(_stderr_handler(logging.WARNING))
     else:
-        handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handlers.append(_stderr_handler(logging.NOTSET))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = handlers
     root.setLevel(level)
     logging.captureWarnings(True)
+    log_uncaught_exceptions()
     return logging.getLogger("fmaudit")

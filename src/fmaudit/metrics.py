@@ -24,6 +24,8 @@ Project defaults, and where other implementations differ:
   It is NaN (with a logged warning) when a class is absent from ``labels``.
 - AURC averages the correctness of tied confidences (expected value over a random order within a tie);
   E-AURC subtracts the discrete optimum (every correct prediction ranked first).
+- Novelty detection (``detection_auroc``, ``fpr_at_tpr``) takes two 1-D score arrays, ID and OOD; OOD is the
+  positive class and a higher score means more out-of-distribution (METHODS 5).
 """
 
 from __future__ import annotations
@@ -55,12 +57,17 @@ __all__ = [
     "balanced_accuracy",
     "binary_logits_from_decision",
     "bin_indices",
+    "binned_metric_columns",
     "brier",
     "classwise_ece",
     "confusion_counts",
     "degeneracy_share",
+    "detection_auroc",
     "ece",
     "eaurc",
+    "ece_column",
+    "ece_convention",
+    "fpr_at_tpr",
     "is_collapsed",
     "log_softmax",
     "macro_f1",
@@ -528,9 +535,28 @@ def is_collapsed(probs: Any, threshold: float = COLLAPSE_THRESHOLD) -> bool:
 # --------------------------------------------------------------------------------------------------
 # summary
 # --------------------------------------------------------------------------------------------------
+def binned_metric_columns(n_bins: int) -> dict[str, str]:
+    """Result-column name of each binned metric at ``n_bins`` bins (the bin count is part of the name, so a
+    table says which ECE it holds): ``{"ece": "ece_top_15_lohi", "adaptive_ece": ..., "classwise_ece": ...,
+    "mce": ...}``."""
+    b = _check_n_bins(n_bins)
+    return {"ece": f"ece_top_{b}_lohi", "adaptive_ece": f"adaptive_ece_{b}_equalmass",
+            "classwise_ece": f"classwise_ece_{b}", "mce": f"mce_{b}"}
+
+
+def ece_column(n_bins: int) -> str:
+    """Column of the top-label ECE at ``n_bins`` equal-width bins, e.g. ``ece_top_15_lohi``."""
+    return binned_metric_columns(n_bins)["ece"]
+
+
+def ece_convention(n_bins: int) -> str:
+    """The ECE convention in words, for the ``ece_convention`` column of every table that depends on it."""
+    return f"top-label, {_check_n_bins(n_bins)} equal-width bins, (lo,hi]"
+
+
 def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
     """The keys of :func:`summary_metrics`, in order."""
-    b = _check_n_bins(n_bins)
+    binned = binned_metric_columns(n_bins)
     return [
         "accuracy",
         "macro_f1",
@@ -538,10 +564,10 @@ def summary_metric_keys(n_bins: int = DEFAULT_N_BINS) -> list[str]:
         "auroc_ovr_macro",
         "nll",
         "brier_sum",
-        f"ece_top_{b}_lohi",
-        f"adaptive_ece_{b}_equalmass",
-        f"classwise_ece_{b}",
-        f"mce_{b}",
+        binned["ece"],
+        binned["adaptive_ece"],
+        binned["classwise_ece"],
+        binned["mce"],
         "aurc",
         "eaurc",
         "degeneracy_share",
@@ -605,3 +631,56 @@ def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> di
         "degeneracy_share": share,
         "collapsed": float(share > COLLAPSE_THRESHOLD),
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# novelty detection (METHODS 5): OOD is the positive class, a higher score means more out-of-distribution
+# --------------------------------------------------------------------------------------------------
+def _novelty_scores(values: Any, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise FmauditInputError(f"{name}: cannot convert to a float array ({err})") from err
+    if arr.ndim != 1:
+        raise FmauditInputError(f"{name}: expected a 1-D array of novelty scores, got shape {arr.shape}")
+    if arr.size == 0:
+        raise FmauditInputError(f"{name}: no scores (an empty set cannot be scored)")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise FmauditInputError(f"{name}: {int(bad.sum())} non-finite score(s), first at position {int(np.argmax(bad))}")
+    return arr
+
+
+def detection_auroc(scores_id: Any, scores_ood: Any) -> float:
+    """AUROC of a novelty score separating an OOD set (positive) from an in-distribution set (negative).
+
+    Equals ``roc_auc_score(r_[[0]*n_id + [1]*n_ood], r_[scores_id, scores_ood])``: the Mann-Whitney
+    probability that an OOD item scores above an ID item, ties counted 1/2. 0.5 is chance, 1 perfect.
+    """
+    s_id = _novelty_scores(scores_id, "scores_id")
+    s_ood = _novelty_scores(scores_ood, "scores_ood")
+    positive = np.r_[np.zeros(s_id.size, dtype=bool), np.ones(s_ood.size, dtype=bool)]
+    return _binary_auc(np.r_[s_id, s_ood], positive)
+
+
+def fpr_at_tpr(scores_id: Any, scores_ood: Any, tpr: float = 0.95) -> float:
+    """False-positive rate on the ID set at the highest threshold that flags at least ``tpr`` of the OOD set.
+
+    Convention: an item is flagged OOD when its score is >= the threshold t; the candidate thresholds are the
+    distinct observed scores, as in ``sklearn.metrics.roc_curve(..., drop_intermediate=False)``, so items
+    tied at t are flagged together (a tie block is never split). The result is the FPR of the first ROC point,
+    going from the highest threshold down, whose TPR (share of OOD items flagged) is >= ``tpr``. With
+    ``drop_intermediate=True`` scikit-learn may drop that very point (collinear ROC points), which gives a
+    larger FPR. OOD positive, higher score = more OOD.
+    """
+    if not 0.0 < float(tpr) <= 1.0:
+        raise FmauditInputError(f"tpr: must lie in (0, 1], got {tpr!r}")
+    s_id = _novelty_scores(scores_id, "scores_id")
+    s_ood = _novelty_scores(scores_ood, "scores_ood")
+    thresholds = np.unique(np.r_[s_id, s_ood])[::-1]  # descending distinct scores
+    # items with score >= t, for every candidate t (searchsorted on the ascending sorted scores)
+    ood_sorted, id_sorted = np.sort(s_ood), np.sort(s_id)
+    tp = s_ood.size - np.searchsorted(ood_sorted, thresholds, side="left")
+    fp = s_id.size - np.searchsorted(id_sorted, thresholds, side="left")
+    reached = np.flatnonzero(tp / s_ood.size >= float(tpr))
+    return float(fp[reached[0]] / s_id.size)

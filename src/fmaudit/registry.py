@@ -1,14 +1,20 @@
 """Registries of named things (encoders, data sets): YAML files validated against a JSON schema at load.
 
-Foundation layer: imports only :mod:`fmaudit.io`. A registry is a mapping ``slug -> entry``; an unknown slug
-raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
+Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping
+``slug -> entry``; an unknown slug raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
 
 - The encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment variable
   ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument names another file (the argument wins).
-- YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error (plain YAML would
-  silently keep the last one).
-- An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``;
-  :func:`encoder_config_hash` ignores ``name``, so the hash is that of the entry as written in the registry.
+- The data-set registry is ``resources/datasets.yaml`` unless the config's ``dataset_registry`` names another;
+  it is checked against ``resources/schemas/datasets.schema.yaml`` when loaded.
+- YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error
+  (:func:`fmaudit.schema.load_yaml`).
+- An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``.
+- An entry's keys are of two kinds, listed once here: :data:`EMBEDDING_KEYS` decide the numbers of its
+  embeddings (architecture, weights and their identity, preprocessing, readouts, precision);
+  :data:`DESCRIPTIVE_KEYS` describe it (description, licence, pretraining corpora, exposure, paper ...).
+  :func:`embedding_spec` keeps only the former and :func:`encoder_config_hash` hashes only them, so editing a
+  description or a licence changes no embedding key and reruns nothing.
 """
 
 from __future__ import annotations
@@ -19,69 +25,25 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from fmaudit.io import FmauditInputError, PathLike, stable_hash
+from fmaudit.schema import RESOURCES, SCHEMAS, load_yaml, repo_path, validate_against_schema
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESOURCES = REPO_ROOT / "resources"
 ENCODER_REGISTRY = RESOURCES / "encoders.yaml"
-ENCODER_SCHEMA = RESOURCES / "schemas" / "encoders.schema.yaml"
+ENCODER_SCHEMA = SCHEMAS / "encoders.schema.yaml"
 ENCODER_REGISTRY_ENV = "FMAUDIT_ENCODER_REGISTRY"
+DATASET_REGISTRY = RESOURCES / "datasets.yaml"
+DATASET_SCHEMA = SCHEMAS / "datasets.schema.yaml"
 
 READOUT_WIDTH_FACTOR = {"cls": 1, "mean": 1, "cls_mean": 2, "patch_grid": 1}
 
-
-class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses ~10x faster
-    """SafeLoader that rejects a key repeated within one mapping (merge keys excepted)."""
-
-    def construct_mapping(self, node, deep=False):  # noqa: D102 - yaml hook
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-def load_yaml(path: PathLike) -> Any:
-    """Parse a YAML file (anchors allowed, duplicate keys rejected); errors name the file and line."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        with open(path) as fh:
-            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise FmauditInputError(f"{path}: invalid YAML: {e}") from e
-
-
-def _error_location(error) -> str:
-    parts = [str(p) for p in error.absolute_path]
-    return "/".join(parts) if parts else "(top level)"
-
-
-def validate_against_schema(data: Any, schema: Mapping[str, Any], name: str) -> None:
-    """Validate ``data`` against a JSON schema; raise one FmauditInputError listing every violation by key."""
-    import jsonschema
-
-    validator_cls = jsonschema.validators.validator_for(schema)
-    validator = validator_cls(schema)
-    errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-    if not errors:
-        return
-    lines = []
-    for err in errors:
-        # anyOf/oneOf failures carry the branch errors in .context; the deepest one names the key best
-        leaf = err
-        while leaf.context:
-            leaf = max(leaf.context, key=lambda e: len(e.absolute_path))
-        lines.append(f"  {_error_location(leaf)}: {leaf.message}")
-    raise FmauditInputError(f"{name}: does not match its schema:\n" + "\n".join(lines))
+#: Keys of an encoder entry that decide the numbers of its embeddings: the workflow's embedding jobs take only
+#: these as parameters, and the embedding key and provenance hash are computed from them.
+EMBEDDING_KEYS = ("loader", "architecture", "weights", "trust_remote_code", "preprocessing", "readouts",
+                  "embed_dim", "pooled_dim", "patch_size", "num_prefix_tokens", "precision")
+#: Keys that describe an entry (or place its job: ``gpu``) without changing a single number of its embeddings;
+#: ``default_readout`` picks which readout the probes use, which the probe jobs take as their own parameter.
+DESCRIPTIVE_KEYS = ("description", "licence", "gated", "pretraining_corpora", "exposure", "paper", "magnification",
+                    "family", "params_m", "gpu", "verify", "notes", "default_readout")
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:
@@ -89,14 +51,13 @@ def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[
     data = load_yaml(path)
     if not isinstance(data, dict) or not data:
         raise FmauditInputError(f"{path}: a registry must be a non-empty mapping of slug -> entry")
-    validate_against_schema(data, load_yaml(schema_path), name=str(path))
-    return data
+    return validate_against_schema(data, load_yaml(schema_path), name=str(path))
 
 
 def encoder_registry_path(path: PathLike | None = None) -> Path:
     """The encoder registry in use: ``path``, else $FMAUDIT_ENCODER_REGISTRY, else resources/encoders.yaml."""
     if path is not None:
-        return Path(path)
+        return repo_path(path)
     env = os.environ.get(ENCODER_REGISTRY_ENV)
     return Path(env) if env else ENCODER_REGISTRY
 
@@ -127,12 +88,39 @@ def load_registry(path: PathLike | None = None, schema_path: PathLike | None = N
     return registry
 
 
+def load_dataset_registry(path: PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """The data-set registry (``resources/datasets.yaml`` by default), validated against its schema."""
+    return load_yaml_registry(repo_path(path) if path is not None else DATASET_REGISTRY, DATASET_SCHEMA)
+
+
 def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") -> FmauditInputError:
-    """FmauditInputError for an unknown slug, with difflib suggestions and the known slugs."""
+    """FmauditInputError for an unknown name (encoder, data set, task, parameter ...), with difflib
+    suggestions and the known names; ``where`` says which file or config key named it."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     prefix = f"{where}: " if where else ""
-    return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} known: {', '.join(sorted(known))}")
+    return FmauditInputError(f"{prefix}unknown {kind} {name!r}{hint} (known: {', '.join(sorted(known))})")
+
+
+def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "encoder registry",
+                         config_key: str | None = None) -> None:
+    """Rules for an entry a config actually uses (the registry may list entries not usable yet).
+
+    An entry with ``trust_remote_code: true`` runs Python code from its hub repo, so it must pin the commit
+    of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key to set:
+    ``config_key`` (the config's ``encoder_revisions.<name>``) when given, and the registry's
+    ``weights.revision``. The workflow calls it for every encoder it is about to embed, before the first job,
+    and the encoder builder calls it before building a network with remote code.
+    """
+    weights = entry.get("weights") or {}
+    if entry.get("trust_remote_code") and not weights.get("revision"):
+        repo = weights.get("hf_hub_id", "its hub repo")
+        where = (f"set `{config_key}: <commit>` in your config (or weights.revision in {source})" if config_key
+                 else "set weights.revision")
+        raise FmauditInputError(
+            f"{source}: encoder {name!r}: weights.revision is not set, and trust_remote_code: true runs Python "
+            f"code from {repo} in the embedding job; {where} to the 40-character commit hash of "
+            f"the {repo} revision whose code you reviewed (its 'Files and versions' history on the hub)")
 
 
 def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
@@ -145,9 +133,26 @@ def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None
     return spec
 
 
+def embedding_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an encoder entry that decides its embeddings' numbers (:data:`EMBEDDING_KEYS`), a deep copy;
+    ``name`` is kept when present (it names the encoder in messages, not in the numbers)."""
+    keep = EMBEDDING_KEYS + ("name",)
+    return {k: copy.deepcopy(v) for k, v in spec.items() if k in keep}
+
+
 def encoder_config_hash(spec: Mapping[str, Any]) -> str:
-    """Provenance hash of an encoder entry (the key ``name`` is ignored): any change to the entry changes it."""
-    return stable_hash({k: v for k, v in spec.items() if k != "name"})
+    """Provenance hash of what decides an encoder's embeddings (:func:`embedding_spec`, ``name`` ignored): a
+    change to the architecture, weights, preprocessing, readouts or precision changes it; a description,
+    licence or exposure edit does not."""
+    return stable_hash({k: v for k, v in embedding_spec(spec).items() if k != "name"})
+
+
+def embedding_key(spec: Mapping[str, Any], weights_override: str | None = None, length: int = 12) -> str:
+    """The key of an encoder's embeddings as a config sets them: :func:`encoder_config_hash` and the config's
+    local weights override (``encoder_weights``), if any. The workflow puts it in the embedding's path, so that
+    embeddings of another key never replace these (see README, "No lost work")."""
+    return stable_hash({"encoder_config_hash": encoder_config_hash(spec), "weights_override": weights_override or None},
+                       length=length)
 
 
 def readout_dims(spec: Mapping[str, Any], readouts: list[str] | None = None) -> dict[str, int]:

@@ -6,6 +6,7 @@ import pytest
 
 from fmaudit import grid
 from fmaudit.analyses.task_data import TaskData
+from fmaudit.config import fill_section
 
 DOMAINS = ["a", "b", "c"]
 
@@ -30,8 +31,7 @@ def make_task_data(noise: float, shift: float, seed: int = 0, n_per=(12, 4, 8), 
 
 
 def probe_config(**over):
-    probe = {**grid.PROBE_DEFAULTS, "fractions": [0.5, 1.0], "seeds": [0, 1], **over}
-    return probe
+    return fill_section("probe", {"fractions": [0.5, 1.0], "seeds": [0, 1], **over})
 
 
 CALIB = {"ece_bins": 15, "kshot_k": [4, 8], "kshot_draws": 3}
@@ -39,7 +39,7 @@ BOOT = {"n_boot": 50, "seed": 0}
 
 
 def runs_for(encoder: str, probe: dict) -> pd.DataFrame:
-    cfg = {"encoders": [encoder], "tasks": {"t": {"datasets": ["d"], "domains": DOMAINS}}, "probe": probe}
+    cfg = {"encoders": [encoder], "tasks": {"t": {"datasets": ["d"], "domains": DOMAINS, "transfer": True}}, "probe": probe}
     return grid.probe_runs(cfg)
 
 

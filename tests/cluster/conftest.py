@@ -2,8 +2,9 @@
 
 `slurm_cluster` brings the cluster up once per session with slurm_up.sh and takes it down again
 when the last test session using it ends, if a test session started it. `run_on_slurm` runs
-Snakemake through profiles/slurm plus the test overrides in profiles/slurm-test, with an `sbatch`
-wrapper first on PATH that records every submission, so a test can check what was asked of Slurm.
+Snakemake through profiles/slurm plus the test overrides in profiles/slurm-test (or through the
+profiles a test names, e.g. one installed by `fmaudit profile install`), with an `sbatch` wrapper
+first on PATH that records every submission, so a test can check what was asked of Slurm.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 
 CLUSTER_DIR = Path(__file__).resolve().parent
 REPO_ROOT = CLUSTER_DIR.parents[1]
-SLURM_PROFILES = (REPO_ROOT / "profiles" / "slurm", REPO_ROOT / "profiles" / "slurm-test")
+SLURM_TEST_OVERRIDES = REPO_ROOT / "profiles" / "slurm-test"
+SLURM_PROFILES = (REPO_ROOT / "profiles" / "slurm", SLURM_TEST_OVERRIDES)
 
 # Several pytest sessions on one machine share the cluster: each holds a shared lock while it uses
 # it, bring-up happens under the exclusive lock, and the last session out takes the cluster down
@@ -129,10 +131,12 @@ exit $rc
 
 @pytest.fixture
 def run_on_slurm(slurm_cluster, tmp_path):
-    """Return `run(workdir, *snakemake_args, timeout_s=...) -> SlurmRun`.
+    """Return `run(workdir, *snakemake_args, timeout_s=..., profiles=..., env=...) -> SlurmRun`.
 
-    Snakemake ignores SIGTERM while it has jobs out, so the call runs under `timeout -k 10`;
-    jobs left behind by a timed-out run are cancelled.
+    `profiles` are the --profile arguments in order (names or folders; default: the template plus the
+    test overrides); `env` adds environment variables (e.g. XDG_CONFIG_HOME, where Snakemake looks for
+    named profiles). Snakemake ignores SIGTERM while it has jobs out, so the call runs under
+    `timeout -k 10`; jobs left behind by a timed-out run are cancelled.
     """
     real_sbatch = shutil.which("sbatch")
     assert real_sbatch, "sbatch missing although slurm_up.sh succeeded"
@@ -142,8 +146,8 @@ def run_on_slurm(slurm_cluster, tmp_path):
     wrapper = wrapper_dir / "sbatch"
     wrapper.write_text(SBATCH_WRAPPER.format(real_sbatch=real_sbatch, log=submissions_log))
     wrapper.chmod(0o755)
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
-    env["PATH"] = f"{wrapper_dir}{os.pathsep}{env.get('PATH', '')}"
+    base_env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    base_env["PATH"] = f"{wrapper_dir}{os.pathsep}{base_env.get('PATH', '')}"
 
     def read_submissions() -> list[SlurmSubmission]:
         if not submissions_log.exists():
@@ -151,8 +155,9 @@ def run_on_slurm(slurm_cluster, tmp_path):
         rows = submissions_log.read_text().splitlines()
         return [SlurmSubmission(*row.split("\t", 1)) for row in rows if "\t" in row]
 
-    def run(workdir: Path, *snakemake_args: str, timeout_s: int = 240) -> SlurmRun:
-        profile_args = [arg for profile in SLURM_PROFILES for arg in ("--profile", str(profile))]
+    def run(workdir: Path, *snakemake_args: str, timeout_s: int = 240, profiles=SLURM_PROFILES,
+            env: dict[str, str] | None = None) -> SlurmRun:
+        profile_args = [arg for profile in profiles for arg in ("--profile", str(profile))]
         command = [
             "timeout", "-k", "10", str(timeout_s),
             sys.executable, "-m", "snakemake", *profile_args, *snakemake_args,
@@ -160,7 +165,7 @@ def run_on_slurm(slurm_cluster, tmp_path):
         completed = subprocess.run(
             command,
             cwd=workdir,
-            env=env,
+            env={**base_env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -90,7 +90,10 @@ SlurmctldTimeout=60
 MpiDefault=none
 MailProg=/bin/true
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$real_memory_mb Gres=gpu:1 State=UNKNOWN
+# Two partitions on the one node, as on a real site: the default (CPU) one and a GPU one, so that a
+# test can see which partition each job was sent to.
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=localhost Default=NO MaxTime=INFINITE State=UP
 EOF
 )
 new_gres_conf=$(cat <<EOF
@@ -177,4 +180,4 @@ case $state in
 esac
 gres=$(sinfo -h -N -n localhost -o %G | head -1)
 echo "slurm up: node localhost $state, CPUs=$cpus RealMemory=${real_memory_mb}MB $gres," \
-     "partition debug, state $STATE_DIR ($(( $(date +%s) - started_at ))s)"
+     "partitions debug (default) and gpu, state $STATE_DIR ($(( $(date +%s) - started_at ))s)"

@@ -19,8 +19,8 @@ import pandas as pd
 from fmaudit.analyses.task_data import TaskData
 from fmaudit.calibration import calibration_ladder
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import softmax
-from fmaudit.probes import fit_logistic_batch, make_head, split_train_val, stratified_subsample
+from fmaudit.metrics import ece_convention, softmax
+from fmaudit.probes import fit_logistic_batch, make_head, split_train_val, label_fraction_subsample
 from fmaudit.stats import cluster_bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
         return pd.DataFrame(), pd.DataFrame()
     task = str(runs["task"].iloc[0])
     encoder = str(runs["encoder"].iloc[0])
-    n_bins = int(calibration_cfg.get("ece_bins", 15))
+    n_bins = int(calibration_cfg["ece_bins"])
     domains = sorted(set(data.domains))
     metric_rows: list[dict] = []
     pred_parts: list[pd.DataFrame] = []
@@ -83,13 +83,13 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                 logits = model(data.features[idx], r)
                 ladder = calibration_ladder(
                     val_logits, data.labels[val], logits, data.labels[idx],
-                    ks=tuple(calibration_cfg.get("kshot_k", (4, 8, 16, 32, 64))),
-                    draws=int(calibration_cfg.get("kshot_draws", 25)), random_state=int(run.seed), n_bins=n_bins,
+                    ks=tuple(calibration_cfg["kshot_k"]), draws=int(calibration_cfg["kshot_draws"]),
+                    random_state=int(run.seed), n_bins=n_bins,
                 )
                 t_source = float(ladder.loc[ladder["stage"] == "source_ts", "temperature"].iloc[0])
                 ladder["confidence"] = confidence_flags(ladder)
                 ladder = _add_cis(ladder, logits, data.labels[idx], data.groups[idx], t_source, bootstrap_cfg,
-                                  seed=int(run.seed))
+                                  seed=int(run.seed), n_bins=n_bins)
                 ladder.insert(0, "run_id", run.run_id)
                 meta = {
                     "encoder": encoder, "task": task, "source_domain": source, "target_domain": target,
@@ -109,7 +109,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                     "logits": list(np.asarray(logits, dtype=np.float32)),
                 }))
     rows = pd.concat(metric_rows, ignore_index=True)
-    rows["ece_convention"] = f"top-label, {n_bins} equal-width bins, (lo,hi]"
+    rows["ece_convention"] = ece_convention(n_bins)
     rows["brier_convention"] = "sum over classes, range [0,2]"
     return rows, pd.concat(pred_parts, ignore_index=True)
 
@@ -131,19 +131,19 @@ def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, p
     k = data.n_classes
     splits, subsets = [], []
     for run in head_runs.itertuples(index=False):
-        train, val = _source_splits(data, source, int(run.seed), float(probe_cfg.get("val_fraction", 0.2)), task)
-        sub = train[stratified_subsample(data.labels[train], float(run.fraction), random_state=int(run.seed))]
+        train, val = _source_splits(data, source, int(run.seed), float(probe_cfg["val_fraction"]), task)
+        sub = train[label_fraction_subsample(data.labels[train], float(run.fraction), random_state=int(run.seed))]
         splits.append((sub, val))
         subsets.append(sub)
     if head == "logistic":
         batch = fit_logistic_batch(data.features, data.labels, subsets, np.asarray(head_runs["C"], dtype=float),
-                                   n_classes=k, standardize=bool(probe_cfg.get("standardize", True)),
+                                   n_classes=k, standardize=bool(probe_cfg["standardize"]),
                                    device="auto")
         return [(sub, val, batch.decision_logits, r) for r, (sub, val) in enumerate(splits)]
     out = []
     for run, (sub, val) in zip(head_runs.itertuples(index=False), splits):
         params = {"C": run.C} if head == "linear_svm" and not pd.isna(run.C) else {}
-        model = make_head(head, standardize=bool(probe_cfg.get("standardize", True)), **params)
+        model = make_head(head, standardize=bool(probe_cfg["standardize"]), **params)
         if head == "logistic_cv":
             model.fit(data.features[sub], data.labels[sub], groups=data.groups[sub], n_classes=k)
         else:
@@ -158,11 +158,11 @@ def _ignore_batch_index(decision_logits):
 
 
 def _add_cis(ladder: pd.DataFrame, logits: np.ndarray, labels: np.ndarray, groups: np.ndarray, t_source: float,
-             bootstrap_cfg: Mapping[str, Any], seed: int) -> pd.DataFrame:
+             bootstrap_cfg: Mapping[str, Any], seed: int, n_bins: int) -> pd.DataFrame:
     """Cluster-bootstrap CIs (resampling groups) of the headline metrics for the raw and source-TS stages."""
     ladder = ladder.copy()
-    n_boot = int(bootstrap_cfg.get("n_boot", 1000))
-    boot_seed = int(bootstrap_cfg.get("seed", 0)) + seed
+    n_boot = int(bootstrap_cfg["n_boot"])
+    boot_seed = int(bootstrap_cfg["seed"]) + seed
     for metric in CI_METRICS:
         ladder[f"{metric}_ci_lo"] = np.nan
         ladder[f"{metric}_ci_hi"] = np.nan
@@ -170,7 +170,9 @@ def _add_cis(ladder: pd.DataFrame, logits: np.ndarray, labels: np.ndarray, group
         probs = softmax(logits, temperature=temp)
         at = ladder["stage"] == stage
         for metric in CI_METRICS:
-            ci = cluster_bootstrap_ci(metric, probs, labels, groups=groups, n_boot=n_boot, random_state=boot_seed)
+            options = {"n_bins": n_bins} if metric == "ece" else {}  # the ECE of the row, at the row's bins
+            ci = cluster_bootstrap_ci(metric, probs, labels, groups=groups, n_boot=n_boot, random_state=boot_seed,
+                                      **options)
             ladder.loc[at, f"{metric}_ci_lo"] = ci["ci_lo"]
             ladder.loc[at, f"{metric}_ci_hi"] = ci["ci_hi"]
     ladder["ci_unit"] = "group (patient/slide) cluster bootstrap, 95% percentile"

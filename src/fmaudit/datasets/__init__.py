@@ -18,7 +18,8 @@ Preparer = Callable[[str, Path, dict[str, Any]], pd.DataFrame]
 PREPARERS: dict[str, Preparer] = {}
 
 # modules whose import registers preparers
-_PREPARER_MODULES = ("fmaudit.datasets.demo", "fmaudit.datasets.slide_tiles", "fmaudit.datasets.public")
+_PREPARER_MODULES = ("fmaudit.datasets.demo", "fmaudit.datasets.slide_tiles", "fmaudit.datasets.public",
+                     "fmaudit.cells.prepare")
 
 
 def register_preparer(name: str) -> Callable[[Preparer], Preparer]:
@@ -45,7 +46,7 @@ def _load_preparers() -> None:
 def get_preparer(name: str) -> Preparer:
     # Preparers the data-set registry already names (entries with status: pending) whose code arrives with a
     # later piece of work: asking for one says why it is missing rather than calling it unknown.
-    pending = {"xenium_cells": "cell-level data sets arrive with the cell-level analyses"}
+    pending: dict[str, str] = {}
     _load_preparers()
     if name in PREPARERS:
         return PREPARERS[name]

@@ -8,6 +8,10 @@
   a temporary folder beside the destination and moves the result into place, then writes a marker, so an
   interrupted unpack is simply redone.
 - :func:`download_dataset` does both for every ``files`` entry of a data-set registry entry.
+- A file whose source publishes no sha256 gets one recorded at its first download, in a sidecar
+  ``<file>.sha256`` (``sha256sum`` format) beside it; the value is printed once (a warning when the source
+  publishes no checksum at all), and every later run checks the file against it, so a changed or
+  corrupted file is noticed. :func:`downloaded_checksums` lists them for provenance.
 
 Nothing here runs inside the workflow's compute jobs: GPU nodes are often air-gapped, so data sets are
 fetched once, beforehand, by a person or a login-node job.
@@ -19,6 +23,7 @@ import gzip
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -30,7 +35,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-from fmaudit.io import FmauditInputError
+from fmaudit.io import FmauditInputError, write_text
 
 log = logging.getLogger(__name__)
 
@@ -48,20 +53,67 @@ def _digests(path: Path) -> tuple[str, str]:
 
 
 def verify_file(path: str | Path, sha256: str | None = None, md5: str | None = None,
-                expected_size: int | None = None, url: str | None = None) -> None:
-    """Raise :class:`FmauditInputError` if the file's size or checksums differ from the expected ones."""
+                expected_size: int | None = None, url: str | None = None) -> str | None:
+    """Raise :class:`FmauditInputError` if the file's size or checksums differ from the expected ones.
+
+    Returns the file's sha256 when a checksum was checked (the digests are computed in one read), else None.
+    """
     path = Path(path)
     what = f"{path}" + (f" (from {url})" if url else "")
     size = path.stat().st_size
     if expected_size is not None and size != int(expected_size):
         raise FmauditInputError(f"{what}: size {size} bytes, expected {int(expected_size)}")
     if sha256 is None and md5 is None:
-        return
+        return None
     got_sha, got_md5 = _digests(path)
     if sha256 is not None and got_sha != sha256.lower():
         raise FmauditInputError(f"{what}: sha256 {got_sha} does not match the expected {sha256.lower()}")
     if md5 is not None and got_md5 != md5.lower():
         raise FmauditInputError(f"{what}: md5 {got_md5} does not match the expected {md5.lower()}")
+    return got_sha
+
+
+def sha256_sidecar(path: str | Path) -> Path:
+    """Where the sha256 of a download without a published one is recorded: ``<file>.sha256``."""
+    path = Path(path)
+    return path.with_name(path.name + ".sha256")
+
+
+def _recorded_sha256(path: Path) -> str | None:
+    sidecar = sha256_sidecar(path)
+    if not sidecar.exists():
+        return None
+    fields = sidecar.read_text().split()
+    if not fields or not re.fullmatch(r"[0-9a-f]{64}", fields[0]):
+        raise FmauditInputError(f"{sidecar}: not a sha256 record ('<64 hex digits>  <file name>'); delete it to "
+                                "record the file's sha256 again")
+    return fields[0]
+
+
+def _record_sha256(path: Path, sha: str, url: str, md5: str | None) -> None:
+    """Write the sidecar and say so once: a warning when the source publishes no checksum at all."""
+    sidecar = sha256_sidecar(path)
+    write_text(sidecar, f"{sha}  {path.name}\n")
+    if md5 is None:
+        log.warning("%s: no published checksum; the sha256 of %s is %s (recorded in %s; later runs check "
+                    "the file against it)", url, path.name, sha, sidecar)
+    else:
+        log.info("%s: md5 verified; sha256 %s recorded in %s", url, sha, sidecar)
+
+
+def _verify_against_record(path: Path, md5: str | None, expected_size: int | None, url: str) -> None:
+    """Check a file without a published sha256 against its recorded one (recording it if there is none)."""
+    recorded = _recorded_sha256(path)
+    if recorded is None:
+        sha = verify_file(path, md5=md5, expected_size=expected_size, url=url) or _digests(path)[0]
+        _record_sha256(path, sha, url, md5)
+        return
+    try:
+        verify_file(path, sha256=recorded, md5=md5, expected_size=expected_size, url=url)
+    except FmauditInputError as e:
+        raise FmauditInputError(
+            f"{e} (the sha256 recorded in {sha256_sidecar(path)} when the file was first downloaded); if the "
+            f"source changed on purpose, delete both files to download and record it again") from e
 
 
 def _open(url: str, offset: int, timeout: float):
@@ -123,7 +175,10 @@ def fetch(
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
-        verify_file(dest, sha256=sha256, md5=md5, expected_size=expected_size, url=url)
+        if sha256 is None:
+            _verify_against_record(dest, md5, expected_size, url)
+        else:
+            verify_file(dest, sha256=sha256, md5=md5, expected_size=expected_size, url=url)
         log.info("%s: already present and verified", dest)
         return dest
     part = dest.with_name(dest.name + ".part")
@@ -150,12 +205,17 @@ def fetch(
             raise FmauditInputError(
                 f"{url}: transfer ended at {done} of {total} bytes; run again to resume from {part}"
             )
+    recorded = _recorded_sha256(dest) if sha256 is None else None  # an earlier copy of this file, since deleted
     try:
-        verify_file(part, sha256=sha256, md5=md5, expected_size=expected_size, url=url)
-    except FmauditInputError:
+        got_sha = verify_file(part, sha256=sha256 or recorded, md5=md5, expected_size=expected_size, url=url)
+    except FmauditInputError as e:
         part.unlink(missing_ok=True)
+        if recorded is not None:
+            raise FmauditInputError(f"{e} (recorded in {sha256_sidecar(dest)} at an earlier download)") from e
         raise
     os.replace(part, dest)
+    if sha256 is None and recorded is None:
+        _record_sha256(dest, got_sha or _digests(dest)[0], url, md5)
     log.info("%s: downloaded and verified", dest)
     return dest
 
@@ -293,6 +353,27 @@ def gunzip(path: str | Path) -> Path:
 
 # ---------------------------------------------------------------- registry entries
 
+def _item_path(slug: str, item: Mapping[str, Any], data_root: Path) -> Path:
+    name = item.get("name") or Path(urllib.parse.urlparse(item["url"]).path).name
+    if item.get("unpack", False):
+        return data_root / "downloads" / slug / name
+    return data_root / (item.get("into") or "") / name
+
+
+def downloaded_checksums(slug: str, entry: Mapping[str, Any], data_root: str | Path) -> list[dict[str, Any]]:
+    """The sha256 of every downloaded file of a registry entry: ``published`` or ``recorded`` (sidecar), for
+    provenance; files not downloaded (or recorded) yet have ``sha256`` None."""
+    rows = []
+    for item in entry.get("files") or []:
+        path = _item_path(slug, item, Path(data_root))
+        if item.get("sha256"):
+            sha, how = str(item["sha256"]).lower(), "published"
+        else:
+            sha, how = _recorded_sha256(path), "recorded"
+        rows.append({"url": item["url"], "path": str(path), "sha256": sha, "sha256_source": how})
+    return rows
+
+
 def download_dataset(slug: str, entry: Mapping[str, Any], data_root: str | Path, *, keep_archives: bool = True) -> Path:
     """Fetch and unpack every ``files`` item of a registry entry under ``data_root``; return ``data_root``.
 
@@ -309,13 +390,12 @@ def download_dataset(slug: str, entry: Mapping[str, Any], data_root: str | Path,
         raise FmauditInputError(f"{slug}: cannot be downloaded automatically. {how}")
     for item in files:
         url = item["url"]
-        name = item.get("name") or Path(urllib.parse.urlparse(url).path).name
         into = data_root / (item.get("into") or "")
         checks = dict(sha256=item.get("sha256"), expected_size=item.get("size_bytes"), md5=item.get("md5"))
         if not item.get("unpack", False):
-            fetch(url, into / name, **checks)  # a plain file goes straight to where the preparer reads it
+            fetch(url, _item_path(slug, item, data_root), **checks)  # straight to where the preparer reads it
             continue
-        archive = fetch(url, data_root / "downloads" / slug / name, **checks)
+        archive = fetch(url, _item_path(slug, item, data_root), **checks)
         unpack(archive, into)
         if not keep_archives:
             archive.unlink()

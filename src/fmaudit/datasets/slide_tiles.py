@@ -17,10 +17,10 @@ import pandas as pd
 
 from fmaudit.datasets import register_preparer
 from fmaudit.io import FmauditInputError
+from fmaudit.schema import SCHEMAS, load_yaml, schema_violations
 from fmaudit.slides import tile_coordinates
 
-# resources/ sits beside src/ in the repository (the package is installed editable from it)
-SLIDE_SHEET_SCHEMA = Path(__file__).resolve().parents[3] / "resources" / "schemas" / "slides.schema.yaml"
+SLIDE_SHEET_SCHEMA = SCHEMAS / "slides.schema.yaml"
 
 SHEET_COLUMNS = ("slide_id", "path", "group", "domain", "label", "label_name", "mpp")
 
@@ -31,15 +31,6 @@ SLIDE_TILES_DEFAULTS: dict[str, Any] = {
     "max_tiles_per_slide": None,
     "seed": 0,
 }
-
-
-def _load_schema(schema_path: Path) -> dict:
-    import yaml
-
-    if not Path(schema_path).exists():
-        raise FileNotFoundError(f"{schema_path}: slide sheet schema not found")
-    with open(schema_path) as fh:
-        return yaml.safe_load(fh)
 
 
 def _typed_record(sheet_path: Path, i: int, raw: dict[str, str]) -> dict[str, Any]:
@@ -63,8 +54,6 @@ def read_slide_sheet(path: str | Path, schema_path: str | Path = SLIDE_SHEET_SCH
     Each row is checked against the JSON schema; errors name the sheet, the row (0-based, header excluded),
     the slide and the key. Slide ids must be unique and ``label_name`` needs a ``label``.
     """
-    import jsonschema
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: slide sheet not found")
@@ -77,16 +66,13 @@ def read_slide_sheet(path: str | Path, schema_path: str | Path = SLIDE_SHEET_SCH
     if len(raw) == 0:
         raise FmauditInputError(f"{path}: the slide sheet has no rows")
 
-    schema = _load_schema(Path(schema_path))
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    schema = load_yaml(schema_path)
     records = []
     for i, row in enumerate(raw.to_dict("records")):
         record = _typed_record(path, i, row)
-        errors = sorted(validator.iter_errors(record), key=lambda e: list(e.path))
-        if errors:
-            err = errors[0]
-            where = f"key {err.path[0]!r}: " if err.path else ""
-            raise FmauditInputError(f"{path}: row {i} (slide {record.get('slide_id')!r}): {where}{err.message}")
+        for key, message in schema_violations(record, schema):
+            where = f"key {key[0]!r}: " if key else ""
+            raise FmauditInputError(f"{path}: row {i} (slide {record.get('slide_id')!r}): {where}{message}")
         if "label_name" in record and "label" not in record:
             raise FmauditInputError(f"{path}: row {i} (slide {record['slide_id']!r}) has a label_name but no label")
         records.append(record)

@@ -17,7 +17,7 @@ import hashlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -198,13 +198,10 @@ def carve_validation(
     return out
 
 
-def stratified_subsample(
-    df: pd.DataFrame, n: int, seed: int = 0, *, stratify_by: Sequence[str] = ("label",)
-) -> pd.DataFrame:
-    """``n`` rows drawn without replacement, each stratum keeping its share (largest-remainder rounding).
-
-    Rows keep their original order. ``n`` at least the table size returns the table unchanged.
-    """
+def _sample_strata(df: pd.DataFrame, n: int, seed: int, stratify_by: Sequence[str],
+                   allocate: Callable[[int, np.ndarray], np.ndarray]) -> pd.DataFrame:
+    """``allocate(n, stratum sizes)`` rows of each stratum (sorted stratum keys), drawn without replacement by
+    ``default_rng(seed)``; rows keep their original order; ``n`` at least the table size keeps every row."""
     n = int(n)
     if n <= 0:
         raise FmauditInputError(f"subsample size must be positive, got {n}")
@@ -214,14 +211,43 @@ def stratified_subsample(
     strata = _strata(df, stratify_by)
     keys = sorted(strata.unique())
     sizes = np.array([(strata == k).sum() for k in keys])
-    counts = _largest_remainder(n, sizes / sizes.sum())
-    counts = np.minimum(counts, sizes)
     keep = np.zeros(len(df), dtype=bool)
     pos = np.arange(len(df))
-    for k, c in zip(keys, counts):
+    for k, c in zip(keys, allocate(n, sizes)):
         idx = pos[(strata == k).to_numpy()]
         keep[rng.choice(idx, size=int(c), replace=False)] = True
     return df[keep].copy()
+
+
+def _proportional(n: int, sizes: np.ndarray) -> np.ndarray:
+    return np.minimum(_largest_remainder(n, sizes / sizes.sum()), sizes)
+
+
+def _water_filling(n: int, sizes: np.ndarray) -> np.ndarray:
+    """Equal shares, capped by what each stratum has; what a small stratum cannot give goes to the others."""
+    take = np.zeros(len(sizes), dtype=int)
+    left = n
+    while left > 0:
+        room = sizes - take
+        open_ = np.flatnonzero(room > 0)
+        share = max(1, left // len(open_))
+        for i in open_:
+            add = min(share, room[i], left)
+            take[i] += add
+            left -= add
+            if left == 0:
+                break
+    return take
+
+
+def stratified_row_sample(
+    df: pd.DataFrame, n: int, seed: int = 0, *, stratify_by: Sequence[str] = ("label",)
+) -> pd.DataFrame:
+    """``n`` rows drawn without replacement, each stratum keeping its share (largest-remainder rounding).
+
+    Rows keep their original order. ``n`` at least the table size returns the table unchanged.
+    """
+    return _sample_strata(df, n, seed, stratify_by, _proportional)
 
 
 def balanced_subsample(
@@ -232,34 +258,7 @@ def balanced_subsample(
     A stratum with fewer rows than its share gives all it has and the rest goes to the others, so the result
     has ``min(n, len(df))`` rows. Rows keep their original order.
     """
-    n = int(n)
-    if n <= 0:
-        raise FmauditInputError(f"subsample size must be positive, got {n}")
-    if n >= len(df):
-        return df.copy()
-    rng = np.random.default_rng(seed)
-    strata = _strata(df, stratify_by)
-    keys = sorted(strata.unique())
-    avail = np.array([(strata == k).sum() for k in keys])
-    take = np.zeros(len(keys), dtype=int)
-    left = n
-    # water-filling: equal shares, capped by what each stratum has
-    while left > 0:
-        room = avail - take
-        open_ = np.flatnonzero(room > 0)
-        share = max(1, left // len(open_))
-        for i in open_:
-            add = min(share, room[i], left)
-            take[i] += add
-            left -= add
-            if left == 0:
-                break
-    keep = np.zeros(len(df), dtype=bool)
-    pos = np.arange(len(df))
-    for k, c in zip(keys, take):
-        idx = pos[(strata == k).to_numpy()]
-        keep[rng.choice(idx, size=int(c), replace=False)] = True
-    return df[keep].copy()
+    return _sample_strata(df, n, seed, stratify_by, _water_filling)
 
 
 def pixel_digest(path: str | Path) -> str:

@@ -2,7 +2,7 @@
 
 - ``heads``: estimator-style probe heads with one output convention (``decision_logits`` -> (N, K)) and
   ``make_head(name, **params)``.
-- ``subsample``: ``stratified_subsample`` (PRISM label fractions) and ``split_train_val``.
+- ``subsample``: ``label_fraction_subsample`` (PRISM label fractions) and ``split_train_val``.
 - ``logistic_batch``: ``fit_logistic_batch``, many L2 logistic probes fitted at once in torch.
 """
 
@@ -17,16 +17,15 @@ from fmaudit.probes.heads import (
     ProbeHead,
     fill_absent_classes,
     make_head,
-    softmax,
 )
 from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     BatchLogistic,
     fit_logistic_batch,
-    resolve_device,
+    softmax_last_axis,
     subset_scaler,
 )
-from fmaudit.probes.subsample import split_train_val, stratified_subsample
+from fmaudit.probes.subsample import label_fraction_subsample, split_train_val
 
 __all__ = [
     "ABSENT_CLASS_LOGIT_GAP",
@@ -41,10 +40,9 @@ __all__ = [
     "ProbeHead",
     "fill_absent_classes",
     "fit_logistic_batch",
+    "label_fraction_subsample",
     "make_head",
-    "resolve_device",
-    "softmax",
+    "softmax_last_axis",
     "split_train_val",
-    "stratified_subsample",
     "subset_scaler",
 ]

@@ -33,16 +33,11 @@ from fmaudit.probes.logistic_batch import (
     check_features,
     check_labels,
     fit_logistic_batch,
+    softmax_last_axis,
     subset_scaler,
 )
 
 DEFAULT_CV_CS = np.logspace(-6, 0, 7)
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def fill_absent_classes(scores: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -123,7 +118,7 @@ class ProbeHead:
         return self._scores(self._transform(X))
 
     def predict_proba(self, X) -> np.ndarray:
-        return softmax(self.decision_logits(X))
+        return softmax_last_axis(self.decision_logits(X))
 
     def predict(self, X) -> np.ndarray:
         """``classes_`` value of the largest logit; ties go to the lowest class index."""

@@ -1,10 +1,12 @@
 """Label-fraction subsampling and train/validation splits of a training set.
 
 Conventions
-- ``stratified_subsample`` keeps ``max(1, int(n_c * fraction))`` items of every class c present (PRISM,
+- ``label_fraction_subsample`` keeps ``max(1, int(n_c * fraction))`` items of every class c present (PRISM,
   METHODS section 8). Each class is shuffled once by ``numpy.random.default_rng(random_state)`` in sorted
   class order and its first items are kept, so for one seed a smaller fraction's subset is contained in a
   larger fraction's subset (nested label fractions, as in a learning curve).
+- ``prism_subsample`` reproduces PRISM's own draw exactly (numpy's legacy seeded generator and ``choice`` per
+  class); its subsets are not nested across fractions. Use it to reproduce PRISM's per-run numbers.
 - ``split_train_val`` without groups is a stratified shuffle split; with groups it keeps every group on one
   side and chooses, among a few seeded candidate splits, one whose train side has every class.
 """
@@ -29,7 +31,7 @@ def _as_labels(labels, name: str = "labels") -> np.ndarray:
     return labels
 
 
-def stratified_subsample(labels, fraction: float, random_state: int | None = 0) -> np.ndarray:
+def label_fraction_subsample(labels, fraction: float, random_state: int | None = 0) -> np.ndarray:
     """Sorted row indices keeping ``max(1, int(n_c * fraction))`` items of each class (see module doc)."""
     labels = _as_labels(labels)
     fraction = float(fraction)
@@ -46,6 +48,61 @@ def stratified_subsample(labels, fraction: float, random_state: int | None = 0) 
         keep.append(members[rng.permutation(members.size)[:n_keep]])
     return np.sort(np.concatenate(keep))
 
+
+# numpy's legacy seeding (np.random.seed / RandomState) takes integers in [0, 2**32).
+_LEGACY_SEED_LIMIT = 2**32
+
+
+def prism_subsample(labels, fraction: float, seed: int, per_class: bool = True) -> np.ndarray:
+    """Sorted row indices of PRISM's label-fraction subset, drawn exactly as PRISM's code draws it.
+
+    PRISM (``alicemkyn/prism-benchmark``, ``prism_bench/evaluator.py``: ``stratified_sample``) calls
+    ``np.random.seed(seed)``, then for every class c of ``np.unique(labels)`` (sorted) draws
+    ``np.random.choice(rows_of_c, size=max(1, int(n_c * fraction)), replace=False)`` from the same global
+    stream, and returns the picked rows sorted. Here a fresh ``np.random.RandomState(seed)`` plays the global
+    generator (same stream, no side effect on numpy's global state). ``per_class=False`` gives the
+    class-agnostic draw of the per-dataset notebooks behind the submitted paper
+    (``np.random.choice(n, int(n * fraction), replace=False)``, replaced by the per-class draw in the
+    rebuttal revision, CHANGELOG_REBUTTAL section 3). PRISM's seeds are 42, 123 and 456. Unlike
+    ``stratified_subsample`` the subsets of one seed are not nested across fractions.
+
+    How PRISM fits and scores a run (``PRISMEvaluator.evaluate``, ``prism_bench/metrics.py``), for reproducing
+    it: ``LogisticRegression(C=1.0, max_iter=1000, random_state=seed)`` (lbfgs, scikit-learn's default
+    ``tol=1e-4``, multinomial for K > 2, scikit-learn's binary objective for K = 2) on the *unscaled* rows
+    ``train_features[idx]`` (``fit_logistic_batch(..., standardize=False)`` is the same objective); at
+    ``tol=1e-4`` lbfgs can stop far from the optimum on raw embeddings. Metrics use ``predict_proba``:
+    AUROC is ``roc_auc_score`` on p(class 1) for K = 2, else one-vs-rest macro; macro-F1 is
+    ``f1_score(average="macro", zero_division=0)`` over the labels present in the test labels or
+    predictions; raw ECE has 15 equal-width bins closed on the left, ``[lo, hi)``, so a confidence of
+    exactly 1.0 falls in no bin but still counts in the denominator; for K = 2 its confidence is p(class 1)
+    against ``label == 1`` (not top-label), for K > 2 the top-label confidence against argmax accuracy.
+    Temperature scaling uses the logits ``decision_function`` gives, a binary ``d`` turned into ``(-d, d)``
+    (so its softmax is sigmoid(2d), not ``predict_proba``, and its fitted T is twice the T of
+    ``sigmoid(d / T)``; fmaudit uses ``(-d/2, d/2)``), fitted by ``minimize_scalar`` bounded to
+    ``[0.1, 10]`` on the validation NLL. ``n_classes`` is the number of classes in the training labels.
+    """
+    labels = _as_labels(labels)
+    fraction = float(fraction)
+    if not 0.0 < fraction <= 1.0:
+        raise FmauditInputError(f"fraction={fraction}: a label fraction must lie in (0, 1]")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise FmauditInputError(f"seed={seed!r}: PRISM's draw needs an integer seed")
+    if not 0 <= int(seed) < _LEGACY_SEED_LIMIT:
+        raise FmauditInputError(f"seed={seed}: numpy's legacy seeding takes integers in [0, 2**32)")
+    generator = np.random.RandomState(int(seed))
+    rows = np.arange(labels.size)
+    if not per_class:
+        n_keep = int(labels.size * fraction)
+        if n_keep < 1:
+            raise FmauditInputError(
+                f"fraction={fraction}: the class-agnostic draw keeps int({labels.size} * {fraction}) = 0 rows"
+            )
+        return np.sort(generator.choice(labels.size, n_keep, replace=False))
+    picked = []
+    for c in np.unique(labels):
+        members = rows[labels == c]
+        picked.append(generator.choice(members, size=max(1, int(members.size * fraction)), replace=False))
+    return np.sort(np.concatenate(picked))
 
 def split_train_val(
     labels,

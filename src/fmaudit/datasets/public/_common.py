@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.datasets.manifest import check_group_disjoint
-from fmaudit.datasets.splits import carve_validation, grouped_split, remove_exact_duplicates, stratified_subsample
+from fmaudit.datasets.splits import carve_validation, grouped_split, remove_exact_duplicates, stratified_row_sample
 from fmaudit.io import FmauditInputError
 
 log = logging.getLogger("fmaudit.datasets.public")
@@ -191,7 +191,7 @@ def finish(
     if n_sub is not None:
         # an official test set is kept whole; the sample is drawn from the rest
         held = (df["split"] == "test").to_numpy() if official_split and "split" in df.columns else np.zeros(len(df), bool)
-        sampled = stratified_subsample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)
+        sampled = stratified_row_sample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)
         df = pd.concat([sampled, df[held]]).sort_values("source", kind="stable").reset_index(drop=True)
     if official_split:
         if "split" not in df.columns or df["split"].isna().any():

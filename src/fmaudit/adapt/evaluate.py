@@ -1,0 +1,517 @@
+"""The source probe and the evaluation of every adaptation method on resampled target draws (seed 000).
+
+Pipeline (METHODS 6 and 9). The *source probe* is the project's default probe: a StandardScaler fitted on the
+source training split (ddof 0) and an L2 multinomial logistic regression with C = 1 on the standardised
+features (:func:`fmaudit.probes.fit_logistic_batch`). A group-disjoint (or stratified, without groups)
+hold-out of the source, ``val_fraction`` of it drawn with ``split_train_val(random_state=seed)``, gives what the
+label-free methods may know about the source: the source temperature (:class:`fmaudit.calibration.
+TemperatureScaler` on the hold-out logits), the BBSE joint confusion, and the in-domain macro-F1. The source
+label prior is the training split's class shares.
+
+Methods, on a target draw (``fmaudit.adapt.methods``):
+
+- ``none``: source scaler + source probe.
+- ``global_standardization``: the draw's own mean and std replace the source scaler.
+- ``class_balanced_restandardization`` (CBR): class-balanced statistics from the ``none`` pseudo-labels.
+- ``oracle_restandardization``: the same from the true labels; NOT deployable (``deployable`` is False).
+- ``shot_im``: the probe's head tuned by SHOT's information maximisation on the source-standardised draw.
+- ``bbse``: ``none`` probabilities reweighted by the BBSE weights of the draw's ``none`` predictions.
+- ``saerens_em``: ``none`` probabilities re-estimated by EM from the source prior.
+
+The re-standardising methods replace the scaler in raw feature space; the engine works in the source-
+standardised space, where the same affine map is exact (a raw std s and eps become s / scale_s and
+eps / scale_s), and folds each draw's statistics into the probe's weights instead of writing standardised
+copies of the features.
+
+Calibration under adaptation: ECE is reported at T = 1 (``ece_raw``) and with the source temperature
+(``ece_source_t``). Logit-producing methods divide their logits by T; BBSE and EM, which reweight
+probabilities, are applied to the temperature-scaled ``none`` probabilities (calibrate first, then correct the
+prior, as Alexandari 2020 recommends), so their ``ece_source_t`` is that pipeline's. Macro-F1, recall and the
+selection scores are those of the T = 1 pipeline. ECE: top-label, 15 equal-width bins, (lo, hi].
+
+Everything is vectorised over the R draws of a target: one index matrix, one gather of the draw features, one
+batched product per method; the probe is fitted once per source seed and serves every prior and draw.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fmaudit import metrics
+from fmaudit.adapt import methods as m
+from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
+from fmaudit.calibration import TemperatureScaler
+from fmaudit.io import FmauditInputError
+from fmaudit.probes import ABSENT_CLASS_LOGIT_GAP, fit_logistic_batch, split_train_val
+from fmaudit.probes.logistic_batch import check_features, check_labels
+
+log = logging.getLogger(__name__)
+
+METHODS = ("none", "global_standardization", "class_balanced_restandardization", "shot_im", "bbse",
+           "saerens_em", "oracle_restandardization")
+#: Methods that read target labels: reported as references, never as something a user could deploy.
+NOT_DEPLOYABLE = frozenset({"oracle_restandardization"})
+STANDARDIZING_METHODS = ("global_standardization", "class_balanced_restandardization", "oracle_restandardization")
+ECE_CONVENTION = "top-label, {bins} equal-width bins, (lo,hi]"
+SHOT_IM_DEFAULTS: dict[str, Any] = {"epochs": 15, "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-3,
+                                    "batch_size": 64}
+# Draw features gathered per chunk are bounded to about this many float64 values (128 MB).
+_CHUNK_VALUES = 1 << 24
+
+
+def check_methods(methods: Sequence[str]) -> list[str]:
+    """The methods in evaluation order, ``none`` always included (every gain is against it)."""
+    methods = list(methods)
+    unknown = [x for x in methods if x not in METHODS]
+    if unknown:
+        raise FmauditInputError(f"unknown adaptation method(s) {unknown}; methods: {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise FmauditInputError(f"methods: duplicated entries in {methods}")
+    return ["none", *[x for x in methods if x != "none"]]
+
+
+def _mask_absent(logits: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Absent training classes get a logit ``ABSENT_CLASS_LOGIT_GAP`` below the row's lowest present one
+    (the batched engine's convention: probability 0, finite logits)."""
+    if present.all():
+        return logits
+    floor = np.where(present, logits, np.inf).min(axis=-1, keepdims=True) - ABSENT_CLASS_LOGIT_GAP
+    return np.where(present, logits, floor)
+
+
+def _softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    z = logits / temperature
+    z = z - z.max(axis=-1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
+
+
+class SourceProbe:
+    """The default probe of the prior-shift audit, with what label-free methods know about the source.
+
+    Parameters: ``C`` (inverse L2 strength, 1.0), ``val_fraction`` (source hold-out share), ``random_state``
+    (the source split: one source seed), ``device`` for the logistic engine, ``tol`` its stopping tolerance.
+
+    Fitted: ``train_index_``, ``val_index_`` (rows of the source arrays), ``mean_``, ``scale_`` (source scaler),
+    ``W_`` (D, K), ``b_`` (K,) on standardised features, ``present_`` (K,) classes seen in training,
+    ``source_prior_`` (K,) training class shares, ``temperature_`` and ``temperature_at_bound_`` (source
+    temperature), ``confusion_`` (K, K) hold-out joint ``P(pred = i, y = j)``, ``val_macro_f1_``, ``n_classes_``.
+    """
+
+    def __init__(self, C: float = 1.0, val_fraction: float = 0.2, random_state: int = 0, device: Any = None,
+                 tol: float = 1e-6):
+        self.C = C
+        self.val_fraction = val_fraction
+        self.random_state = random_state
+        self.device = device
+        self.tol = tol
+
+    def fit(self, X: Any, y: Any, n_classes: int | None = None, groups: Any = None) -> "SourceProbe":
+        _fit_probes([self], X, y, n_classes, groups)
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "W_"):
+            raise FmauditInputError("SourceProbe: call fit first")
+
+    def standardize(self, X: Any) -> np.ndarray:
+        """Source-standardised features ``(X - mean_) / scale_``."""
+        self._check_fitted()
+        X = check_features(X)
+        if X.shape[1] != self.W_.shape[0]:
+            raise FmauditInputError(f"X has {X.shape[1]} features but the source probe was fitted on {self.W_.shape[0]}")
+        return (X - self.mean_) / self.scale_
+
+    def logits_standardized(self, Z: np.ndarray) -> np.ndarray:
+        return _mask_absent(Z @ self.W_ + self.b_, self.present_)
+
+    def decision_logits(self, X: Any) -> np.ndarray:
+        """Logits (N, K) of the unadapted pipeline (source scaler, source probe)."""
+        return self.logits_standardized(self.standardize(X))
+
+
+def fit_source_probes(X: Any, y: Any, n_classes: int | None, seeds: Sequence[int], groups: Any = None,
+                      C: float = 1.0, val_fraction: float = 0.2, device: Any = None,
+                      tol: float = 1e-6) -> list[SourceProbe]:
+    """One fitted :class:`SourceProbe` per source seed, all logistic fits in one batched engine call."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise FmauditInputError("source seeds: none given")
+    return _fit_probes([SourceProbe(C, val_fraction, s, device, tol) for s in seeds], X, y, n_classes, groups)
+
+
+def _fit_probes(probes: list[SourceProbe], X: Any, y: Any, n_classes: int | None, groups: Any) -> list[SourceProbe]:
+    """Fit ``probes`` (same C, val_fraction, device and tol; one random_state each) in one engine call."""
+    X = check_features(X, "source features")
+    y = check_labels(y, X.shape[0], n_classes, "source labels")
+    if y.size == 0:
+        raise FmauditInputError("source: no labelled items")
+    k = int(n_classes) if n_classes is not None else int(y.max()) + 1
+    if np.unique(y).size < 2:
+        raise FmauditInputError(f"source labels: a single class ({int(y[0])}); the probe needs at least two")
+    first = probes[0]
+    splits = []
+    for probe in probes:
+        seed = int(probe.random_state)
+        train, val = split_train_val(y, groups=groups, val_fraction=first.val_fraction, random_state=seed)
+        if val.size == 0:
+            raise FmauditInputError(f"source seed {seed}: the hold-out split is empty (val_fraction="
+                                    f"{first.val_fraction}, {y.size} items); the source temperature and BBSE need one")
+        if np.unique(y[train]).size < 2:
+            raise FmauditInputError(f"source seed {seed}: the training split holds a single class")
+        splits.append((train, val))
+    batch = fit_logistic_batch(X, y, [tr for tr, _ in splits], float(first.C), n_classes=k, standardize=True,
+                               device=first.device, tol=first.tol)
+    for r, (probe, (train, val)) in enumerate(zip(probes, splits)):
+        probe.train_index_, probe.val_index_ = train, val
+        probe.n_classes_ = k
+        probe.mean_, probe.scale_ = batch.mean_[r], batch.scale_[r]
+        probe.W_, probe.b_ = batch.W_[r], batch.b_[r]
+        probe.present_ = batch.present_[r]
+        probe.converged_ = bool(batch.converged_[r])
+        probe.source_prior_ = np.bincount(y[train], minlength=k) / train.size
+        val_logits = batch.decision_logits(X[val], r)
+        scaler = TemperatureScaler().fit(val_logits, y[val])
+        probe.temperature_, probe.temperature_at_bound_ = scaler.temperature_, scaler.at_bound_
+        pred = val_logits.argmax(axis=1)
+        probe.confusion_ = m.bbse_confusion(y[val], pred, k)
+        probe.val_macro_f1_ = metrics._macro_f1_from_confusion(metrics.confusion_counts(y[val], pred, k))
+    return probes
+
+
+# --------------------------------------------------------------------------------------------------
+# batched scoring
+# --------------------------------------------------------------------------------------------------
+def batch_scores(P: np.ndarray, y: np.ndarray, n_bins: int = metrics.DEFAULT_N_BINS) -> dict[str, np.ndarray]:
+    """Per-draw metrics of probabilities P (R, n, K) against labels y (R, n), in the conventions of
+    :mod:`fmaudit.metrics`: macro-F1 over all K classes (zero_division 0), balanced accuracy, per-class recall
+    (NaN for a class absent from the draw), top-label ECE, and the label-free selection scores."""
+    R, n, K = P.shape
+    pred = P.argmax(axis=-1)
+    flat = (np.arange(R)[:, None] * K + y) * K + pred
+    cm = np.bincount(flat.ravel(), minlength=R * K * K).reshape(R, K, K).astype(np.float64)
+    tp = np.einsum("rkk->rk", cm)
+    true = cm.sum(axis=2)
+    denom = cm.sum(axis=1) + true
+    f1 = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0)
+    recall = np.divide(tp, true, out=np.full_like(tp, np.nan), where=true > 0)
+    conf = np.take_along_axis(P, pred[..., None], axis=-1)[..., 0]
+    correct = (pred == y).astype(np.float64)
+    bins = metrics.bin_indices(conf, n_bins) + np.arange(R)[:, None] * n_bins
+    gap = np.bincount(bins.ravel(), weights=(correct - conf).ravel(), minlength=R * n_bins).reshape(R, n_bins)
+    p_bar = P.mean(axis=1)
+    return {
+        "macro_f1": f1.mean(axis=1),
+        "balanced_accuracy": np.nanmean(recall, axis=1),
+        "accuracy": correct.mean(axis=1),
+        "recall": recall,
+        "ece": np.abs(gap).sum(axis=1) / n,
+        "marginal_entropy": m._entropy(p_bar),
+        "mean_entropy": m._entropy(P).mean(axis=1),
+        "mean_max_prob": conf.mean(axis=1),
+    }
+
+
+@dataclass
+class MethodScores:
+    """Per-draw results of one method on R draws: arrays of shape (R,) unless said otherwise."""
+
+    macro_f1: np.ndarray
+    balanced_accuracy: np.ndarray
+    accuracy: np.ndarray
+    recall: np.ndarray  # (R, K)
+    ece_raw: np.ndarray
+    ece_source_t: np.ndarray
+    marginal_entropy: np.ndarray
+    mean_entropy: np.ndarray
+    mean_max_prob: np.ndarray
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _method_scores(P_raw: np.ndarray, P_t: np.ndarray, y: np.ndarray, n_bins: int, **extra) -> MethodScores:
+    raw = batch_scores(P_raw, y, n_bins)
+    ece_t = batch_scores(P_t, y, n_bins)["ece"]
+    return MethodScores(raw["macro_f1"], raw["balanced_accuracy"], raw["accuracy"], raw["recall"], raw["ece"],
+                        ece_t, raw["marginal_entropy"], raw["mean_entropy"], raw["mean_max_prob"], dict(extra))
+
+
+def _bbse_estimates(weights: np.ndarray, confusion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and macro-F1 of the unadapted probe on the target as BBSE predicts them: the hold-out joint
+    confusion with each true-class column reweighted by w (label shift keeps P(pred | y))."""
+    joint = confusion[None] * weights[:, None, :]  # (R, K_pred, K_true)
+    total = joint.sum(axis=(1, 2))
+    ok = total > 0
+    joint = joint / np.where(ok, total, 1.0)[:, None, None]
+    tp = np.einsum("rkk->rk", joint)
+    denom = joint.sum(axis=1) + joint.sum(axis=2)
+    f1 = np.divide(2 * tp, denom, out=np.zeros_like(tp), where=denom > 0).mean(axis=1)
+    acc = tp.sum(axis=1)
+    return np.where(ok, acc, np.nan), np.where(ok, f1, np.nan)
+
+
+@dataclass
+class StandardizedPool:
+    """A target pool seen through one source probe, computed once and reused for every prior and draw:
+    source-standardised features ``Z`` (N, D) float64, labels (N,), unadapted logits (N, K)."""
+
+    probe: SourceProbe
+    Z: np.ndarray
+    labels: np.ndarray
+    logits: np.ndarray
+    _Z32: np.ndarray | None = None
+
+    @property
+    def Z32(self) -> np.ndarray:
+        """float32 copy of ``Z`` for SHOT-IM, which trains in float32."""
+        if self._Z32 is None:
+            self._Z32 = self.Z.astype(np.float32)
+        return self._Z32
+
+
+def standardize_pool(probe: SourceProbe, X: Any, y: Any) -> StandardizedPool:
+    """The target pool (X, y) standardised by ``probe``, with its unadapted logits."""
+    X = check_features(X, "target features")
+    y = check_labels(y, X.shape[0], probe.n_classes_, "target labels")
+    Z = probe.standardize(X)
+    return StandardizedPool(probe, Z, y, probe.logits_standardized(Z))
+
+
+def _draw_statistics(G: np.ndarray, label_sets: list[np.ndarray], K: int):
+    """Global and class-balanced statistics of R draws, reading the draw features twice.
+
+    Returns (global mean, global std, [(cb mean, cb std, collapsed, n_k) per label set]), shapes (R, D) and
+    (R,), (R, K). Second moments come from sum z^2 and the class sums (within SS = sum z^2 - sum_k S_k^2 / n_k),
+    which is exact to ~1e-12 in the source-standardised space where features have unit scale (tested against
+    the residual form of fmaudit.adapt.methods).
+    """
+    R, n, D = G.shape
+    S2 = np.einsum("rnd,rnd->rd", G, G)
+    onehot = np.concatenate([(lab[:, None, :] == np.arange(K)[:, None]) for lab in label_sets], axis=1)
+    S1 = np.matmul(onehot.astype(np.float64), G)  # (R, K * sets, D)
+    g_mean = S1[:, :K].sum(axis=1) / n
+    g_std = np.sqrt(np.maximum(S2 / n - g_mean * g_mean, 0.0))
+    out = []
+    for j in range(len(label_sets)):
+        sums = S1[:, j * K:(j + 1) * K]
+        n_k = onehot[:, j * K:(j + 1) * K].sum(axis=2).astype(np.float64)
+        present = n_k > 0
+        safe = np.where(present, n_k, 1.0)[..., None]
+        mean = (sums / safe).sum(axis=1) / present.sum(axis=1, keepdims=True)
+        within = np.maximum(S2 - (sums * sums / safe).sum(axis=1), 0.0)
+        dof = n - present.sum(axis=1)  # sum_k (n_k - 1) over the non-empty classes
+        collapsed = dof == 0
+        # full collapse: the source std, which is 1 in the source-standardised space
+        std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(collapsed, 1, dof)[:, None]))
+        out.append((mean, std, collapsed, n_k))
+    return g_mean, g_std, out
+
+
+def _cb_extra(stat) -> dict[str, np.ndarray]:
+    _, _, collapsed, n_k = stat
+    return {"std_fallback": collapsed.astype(np.float64), "n_empty_classes": (n_k == 0).sum(axis=1).astype(np.float64)}
+
+
+def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str],
+                n_bins: int = metrics.DEFAULT_N_BINS, shot_im: Mapping[str, Any] | None = None,
+                device: Any = None) -> dict[str, MethodScores]:
+    """Every method of ``methods`` on the R draws ``index`` (R, n) of a standardised target pool.
+
+    Returns per method the per-draw :class:`MethodScores`. The re-standardising methods share one gather of
+    the draw features, one pass for their statistics and one batched product for their logits.
+    """
+    methods = check_methods(methods)
+    probe = pool.probe
+    index = np.asarray(index, dtype=np.int64)
+    if index.ndim != 2 or index.size == 0:
+        raise FmauditInputError(f"index: expected a non-empty (R, n) matrix of pool rows, got shape {index.shape}")
+    R, n = index.shape
+    D, K = probe.W_.shape
+    chunk = max(1, _CHUNK_VALUES // max(1, n * D))
+    if R > chunk:
+        parts = [score_draws(pool, index[s:s + chunk], methods, n_bins, shot_im, device) for s in range(0, R, chunk)]
+        return {name: _concat_scores([p[name] for p in parts]) for name in parts[0]}
+    T = probe.temperature_
+    y = pool.labels[index]
+    L0 = pool.logits[index]
+    P0, P0_t = _softmax(L0), _softmax(L0, T)
+    pseudo = P0.argmax(axis=-1)
+    # BBSE's weights of the unadapted predictions also give the label-free accuracy estimate of "none".
+    C = probe.confusion_
+    w = m.bbse_weights_from_confusion(C, pseudo)
+    est_acc, est_f1 = _bbse_estimates(w, C)
+    actual_prior = (y[..., None] == np.arange(K)).mean(axis=1)
+    out: dict[str, MethodScores] = {"none": _method_scores(P0, P0_t, y, n_bins, bbse_estimated_accuracy=est_acc,
+                                                           bbse_estimated_macro_f1=est_f1)}
+    stat_methods = [x for x in methods if x in STANDARDIZING_METHODS]
+    if stat_methods:
+        G = pool.Z[index]
+        label_sets = [pseudo] + ([y] if "oracle_restandardization" in stat_methods else [])
+        g_mean, g_std, cb = _draw_statistics(G, label_sets, K)
+        eps = m.STD_EPS / probe.scale_  # the raw-space eps in source-standardised units
+        stats = {"global_standardization": (g_mean, g_std, {}),
+                 "class_balanced_restandardization": (cb[0][0], cb[0][1], _cb_extra(cb[0])),
+                 "oracle_restandardization": (cb[-1][0], cb[-1][1], _cb_extra(cb[-1]))}
+        Ws, bs = [], []
+        for name in stat_methods:
+            mean, std, _ = stats[name]
+            W = probe.W_[None] / (std + eps)[..., None]  # (R, D, K): the statistics folded into the probe
+            Ws.append(W)
+            bs.append(probe.b_ - np.einsum("rd,rdk->rk", mean, W))
+        logits = np.matmul(G, np.concatenate(Ws, axis=2)) + np.concatenate(bs, axis=1)[:, None, :]
+        del G
+        for j, name in enumerate(stat_methods):
+            L = _mask_absent(logits[..., j * K:(j + 1) * K], probe.present_)
+            out[name] = _method_scores(_softmax(L), _softmax(L, T), y, n_bins, **stats[name][2])
+    for name in methods[1:]:
+        if name == "shot_im":
+            params = {**SHOT_IM_DEFAULTS, **dict(shot_im or {})}
+            single = params.get("dtype", "float32") == "float32"
+            G = (pool.Z32 if single else pool.Z)[index]
+            head = m.ShotIMHead(**params, present=probe.present_, device=device).fit(G, probe.W_, probe.b_)
+            L = np.matmul(G, head.W_.astype(G.dtype)).astype(np.float64) + head.b_[:, None, :]
+            L = _mask_absent(L, probe.present_)
+            out[name] = _method_scores(_softmax(L), _softmax(L, T), y, n_bins,
+                                       im_loss_final=np.full(R, head.loss_[-1]))
+        elif name == "bbse":
+            q = m.bbse_target_prior(w, C.sum(axis=0))
+            out[name] = _method_scores(m.bbse_adjust(P0, w), m.bbse_adjust(P0_t, w), y, n_bins,
+                                       estimated_prior_l1=np.abs(q - actual_prior).sum(axis=1))
+        elif name == "saerens_em":
+            q, post, n_iter, _ = m._saerens_em(P0, probe.source_prior_, m.EM_TOL, m.EM_MAX_ITER)
+            _, post_t, _, _ = m._saerens_em(P0_t, probe.source_prior_, m.EM_TOL, m.EM_MAX_ITER)
+            out[name] = _method_scores(post, post_t, y, n_bins, estimated_prior_l1=np.abs(q - actual_prior).sum(axis=1),
+                                       em_iterations=n_iter.astype(np.float64))
+    return {name: out[name] for name in methods}
+
+
+def _concat_scores(parts: list[MethodScores]) -> MethodScores:
+    first = parts[0]
+    kwargs = {f: np.concatenate([getattr(p, f) for p in parts]) for f in
+              ("macro_f1", "balanced_accuracy", "accuracy", "recall", "ece_raw", "ece_source_t", "marginal_entropy",
+               "mean_entropy", "mean_max_prob")}
+    extra = {k: np.concatenate([p.extra[k] for p in parts]) for k in first.extra}
+    return MethodScores(**kwargs, extra=extra)
+
+
+EXTRA_COLUMNS = ("bbse_estimated_accuracy", "bbse_estimated_macro_f1", "estimated_prior_l1", "em_iterations",
+                 "im_loss_final", "std_fallback", "n_empty_classes")
+
+
+def scores_frame(scores: Mapping[str, MethodScores], class_names: Sequence[str], n_bins: int = metrics.DEFAULT_N_BINS,
+                 draw_columns: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Tidy rows, one per draw x method (draws fastest within a method), with gains against ``none``.
+
+    ``draw_columns``: per-draw values (length R) or constants prepended to every method's rows.
+    Columns: method, deployable, macro_f1, gain_macro_f1, balanced_accuracy, accuracy, ece_raw, ece_source_t,
+    delta_ece_raw / delta_ece_source_t (method minus none: negative is better calibrated), recall_<class>,
+    marginal_entropy, mean_entropy, mean_max_prob, and the method-specific columns of ``EXTRA_COLUMNS`` (NaN
+    where they do not apply).
+    """
+    base = scores["none"]
+    R = base.macro_f1.shape[0]
+    frames = []
+    for name, s in scores.items():
+        cols: dict[str, Any] = {}
+        for key, value in (draw_columns or {}).items():
+            cols[key] = value
+        cols.update({
+            "method": name, "deployable": name not in NOT_DEPLOYABLE,
+            "macro_f1": s.macro_f1, "gain_macro_f1": s.macro_f1 - base.macro_f1,
+            "balanced_accuracy": s.balanced_accuracy, "accuracy": s.accuracy,
+            "ece_raw": s.ece_raw, "ece_source_t": s.ece_source_t,
+            "delta_ece_raw": s.ece_raw - base.ece_raw, "delta_ece_source_t": s.ece_source_t - base.ece_source_t,
+        })
+        for k, cname in enumerate(class_names):
+            cols[f"recall_{cname}"] = s.recall[:, k]
+        cols.update({"marginal_entropy": s.marginal_entropy, "mean_entropy": s.mean_entropy,
+                     "mean_max_prob": s.mean_max_prob})
+        for key in EXTRA_COLUMNS:
+            cols[key] = s.extra.get(key, np.full(R, np.nan))
+        frames.append(pd.DataFrame(cols, index=pd.RangeIndex(R)))
+    out = pd.concat(frames, ignore_index=True)
+    out["ece_convention"] = ECE_CONVENTION.format(bins=n_bins)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# arrays in, one table out
+# --------------------------------------------------------------------------------------------------
+def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = METHODS, *,
+                   n_classes: int | None = None, class_names: Sequence[str] | None = None,
+                   prior: Mapping[str, float] | Sequence[float] | None = None, prior_name: str | None = None,
+                   sample_size: int | None = None, n_draws: int = 25, random_state: int = 0, C: float = 1.0,
+                   val_fraction: float = 0.2, n_bins: int = metrics.DEFAULT_N_BINS, source_groups: Any = None,
+                   shot_im: Mapping[str, Any] | None = None, device: Any = None) -> pd.DataFrame:
+    """Per draw x method rows of :func:`evaluate` (see there); with ``prior=None`` one "draw", the whole target."""
+    Xs = check_features(Xs, "source features")
+    Xt = check_features(Xt, "target features")
+    if Xs.shape[1] != Xt.shape[1]:
+        raise FmauditInputError(f"source features have {Xs.shape[1]} dimensions, target features {Xt.shape[1]}")
+    if n_classes is None and class_names is not None:
+        n_classes = len(class_names)
+    ys = check_labels(ys, Xs.shape[0], n_classes, "source labels")
+    yt = check_labels(yt, Xt.shape[0], n_classes, "target labels")
+    k = int(n_classes) if n_classes is not None else int(max(ys.max(), yt.max())) + 1
+    names = [str(c) for c in class_names] if class_names is not None else [f"class_{c}" for c in range(k)]
+    if len(names) != k:
+        raise FmauditInputError(f"class_names: {len(names)} names for {k} classes")
+    methods = check_methods(methods)
+    probe = fit_source_probes(Xs, ys, k, [random_state], groups=source_groups, C=C, val_fraction=val_fraction,
+                              device=device)[0]
+    pool = standardize_pool(probe, Xt, yt)
+    if prior is None:
+        index = np.arange(Xt.shape[0])[None]
+        draw_cols: dict[str, Any] = {"prior": "as given", "draw": 0, "draw_seed": -1, "n_items": Xt.shape[0]}
+    else:
+        label = prior_name or "custom"
+        shares = prior_vector(prior, names, name=f"prior {label!r}")
+        if sample_size is None:
+            raise FmauditInputError("sample_size: required with a prior")
+        seeds = [draw_seed(random_state, "target", label, d) for d in range(int(n_draws))]
+        draws = resample_target(yt, shares, int(sample_size), seeds, names, where="target")
+        index = draws.index
+        draw_cols = {"prior": label, "draw": np.arange(draws.n_draws), "draw_seed": draws.seeds,
+                     "n_items": draws.sample_size}
+    scores = score_draws(pool, index, methods, n_bins, shot_im, device)
+    frame = scores_frame(scores, names, n_bins, {**draw_cols, "seed": random_state,
+                                                   "temperature_source": probe.temperature_,
+                                                   "in_domain_macro_f1": probe.val_macro_f1_})
+    return frame
+
+
+SUMMARY_COLUMNS = ("macro_f1", "gain_macro_f1", "balanced_accuracy", "ece_raw", "ece_source_t", "delta_ece_raw",
+                   "delta_ece_source_t", "marginal_entropy", "mean_entropy", "mean_max_prob",
+                   "bbse_estimated_accuracy", "bbse_estimated_macro_f1", "estimated_prior_l1")
+
+
+def summarize_draws(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: means over draws of the metric columns, with the number of draws and of draws
+    where the method lost macro-F1 against ``none``."""
+    recall_cols = [c for c in rows.columns if c.startswith("recall_")]
+    cols = [c for c in SUMMARY_COLUMNS if c in rows.columns] + recall_cols
+    grouped = rows.groupby("method", sort=False)
+    out = grouped[cols].mean()
+    out.insert(0, "deployable", grouped["deployable"].first())
+    out["n_draws"] = grouped.size()
+    out["n_draws_negative_gain"] = grouped["gain_macro_f1"].apply(lambda g: int((g < 0).sum()))
+    for col in ("prior", "n_items", "temperature_source", "in_domain_macro_f1", "ece_convention"):
+        out[col] = grouped[col].first()
+    return out.reset_index()
+
+
+def evaluate(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = METHODS, **kwargs: Any) -> pd.DataFrame:
+    """Fit the default source probe on (Xs, ys), adapt it to (Xt, yt) with every method, and score.
+
+    One row per method (``none`` first) with macro-F1 and its gain over ``none``, ECE with and without the
+    source temperature, per-class recall and the label-free selection scores (column meanings:
+    :func:`scores_frame`). Without ``prior`` the whole target is evaluated once; with ``prior`` (class ->
+    share, or K shares) and ``sample_size``, ``n_draws`` resampled draws (:mod:`fmaudit.adapt.priors`) are
+    evaluated and the rows are their means. Keywords: those of :func:`evaluate_draws`.
+    """
+    return summarize_draws(evaluate_draws(Xs, ys, Xt, yt, methods, **kwargs))

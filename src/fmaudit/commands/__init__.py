@@ -1,0 +1,25 @@
+"""Subcommands of the ``fmaudit`` command line, one module each.
+
+Each module exposes ``register(subparsers)``: it adds its parser (with ``set_defaults(func=run)``) to the
+``argparse`` sub-parsers of :func:`fmaudit.cli.build_parser`, and ``run(args) -> exit code``. A new command is a
+new module here and one entry in :data:`fmaudit.cli.COMMANDS`. Option defaults that are workflow settings are
+read from the config schema (:func:`fmaudit.config.schema_default`), so the command line and the workflow
+share them.
+"""
+
+from __future__ import annotations
+
+
+def floats(text: str) -> list[float]:
+    """``"0.01,0.1 1"`` -> [0.01, 0.1, 1.0] (commas or spaces)."""
+    return [float(v) for v in text.replace(",", " ").split()]
+
+
+def ints(text: str) -> list[int]:
+    """``"0,1 2"`` -> [0, 1, 2] (commas or spaces)."""
+    return [int(v) for v in text.replace(",", " ").split()]
+
+
+def words(text: str) -> list[str]:
+    """``"logistic,knn"`` -> ["logistic", "knn"]."""
+    return [w for w in text.split(",") if w]

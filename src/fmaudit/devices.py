@@ -1,0 +1,30 @@
+"""Which torch device a computation runs on: one rule for the embedding engine and the probe engine.
+
+Foundation layer (imports torch only). ``"auto"`` means CUDA when it is available, else the CPU, so the same
+config runs on a laptop and on a GPU node; an explicit CUDA request on a machine without one falls back to the
+CPU with a warning instead of failing a cluster job that landed on the wrong node.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+__all__ = ["resolve_device"]
+
+_log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str | torch.device | None, logger: logging.Logger | None = None) -> torch.device:
+    """``None`` -> CPU; ``"auto"`` -> CUDA if available, else CPU; an unavailable CUDA request -> CPU with a
+    warning (to ``logger``, or this module's logger); anything else as ``torch.device(device)``."""
+    if device is None:
+        return torch.device("cpu")
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        (logger or _log).warning("CUDA requested but not available: running on the CPU")
+        return torch.device("cpu")
+    return dev

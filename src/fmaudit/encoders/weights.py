@@ -1,0 +1,288 @@
+"""Weights of an encoder entry: locate them (local file, Hugging Face hub or cache), check them (sha256), read
+them (safetensors, or ``torch.load(weights_only=True)``) and load them strictly.
+
+Whatever library builds the architecture (timm, transformers, open_clip), fmaudit loads the weights itself,
+so every encoder goes through one audited path:
+
+- ``source: random``: seeded initialisation (``weights.seed``, default 0) under a forked torch RNG, so building
+  an encoder neither depends on nor disturbs the global random state (:mod:`fmaudit.encoders.builders`).
+- ``source: file``: a local file; ``sha256`` is checked when given, computed and recorded otherwise.
+- ``source: hf_hub``: ``huggingface_hub.hf_hub_download`` into the Hugging Face cache. ``HF_HUB_OFFLINE=1``,
+  ``HF_HUB_CACHE`` and ``HF_HOME`` are read when the encoder is built (not when the library was imported), so
+  an air-gapped job reads a pre-populated cache and never touches the network. Tokens are left to
+  huggingface_hub (``HF_TOKEN`` or a login); fmaudit never reads, passes or logs them.
+- A ``weights_path`` argument overrides the entry's source with a local file (format from its suffix); the
+  entry's ``sha256``, when it has one, is checked against it too.
+
+:func:`resolve_weights` also says what the weights are (:class:`ResolvedWeights`): every file's sha256 and, for
+hub weights, the snapshot commit the requested revision resolved to, for each embedding's provenance.
+
+Formats: safetensors, or torch checkpoints read with ``torch.load(weights_only=True)``; full unpickling only
+where the entry says ``allow_pickle: true``. Loading is strict: missing, unexpected or mis-shaped keys raise
+:class:`~fmaudit.io.FmauditInputError` naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from fmaudit.io import FmauditInputError, sha256_file
+
+_DEFAULT_FILENAMES = {"safetensors": "model.safetensors", "torch": "pytorch_model.bin"}
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+__all__ = ["ResolvedWeights", "checkpoint_format", "extract_state_dict", "hub_commit_of", "hub_download",
+           "hub_snapshot", "load_state_dict_strict", "read_checkpoint", "resolve_weight_files", "resolve_weights"]
+
+
+def _hub_offline() -> bool:
+    import huggingface_hub
+
+    env = os.environ.get("HF_HUB_OFFLINE")
+    if env is not None:
+        return env.strip().upper() in {"1", "ON", "YES", "TRUE"}
+    return bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+
+
+def _hub_cache_dir() -> str | None:
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return str(Path(os.environ["HF_HOME"]) / "hub")
+    return None  # huggingface_hub's default
+
+
+def _hub_where() -> str:
+    return _hub_cache_dir() or "the default Hugging Face cache (~/.cache/huggingface/hub)"
+
+
+def hub_download(repo_id: str, filename: str, revision: str | None, encoder: str) -> Path:
+    """One file of a hub repo through the HF cache; offline mode reads the cache only."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    offline = _hub_offline()
+    rev = f" at revision {revision}" if revision else ""
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=_hub_cache_dir(),
+                                    local_files_only=offline))
+    except LocalEntryNotFoundError as e:
+        why = "HF_HUB_OFFLINE=1 forbids downloads" if offline else "the hub could not be reached"
+        raise FmauditInputError(
+            f"encoder {encoder!r}: {filename} of Hugging Face repo {repo_id}{rev} is not in the cache "
+            f"({_hub_where()}) and {why}. Pre-populate the cache on a machine with network "
+            f"(`hf download {repo_id} {filename}` with HF_HOME pointing at the shared cache), or use a local "
+            f"file (weights.source: file, or the encoder_weights config / weights_path)") from e
+    except GatedRepoError as e:
+        raise FmauditInputError(
+            f"encoder {encoder!r}: Hugging Face repo {repo_id} is gated: accept its conditions on huggingface.co "
+            f"and log in (`hf auth login` or the HF_TOKEN variable), or use a pre-populated cache or a local file"
+        ) from e
+    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError) as e:
+        raise FmauditInputError(
+            f"encoder {encoder!r}: {filename} not found in Hugging Face repo {repo_id}{rev} "
+            f"({type(e).__name__}); check weights.hf_hub_id / revision / filename in the registry") from e
+
+
+def hub_snapshot(repo_id: str, revision: str | None, patterns: list[str], encoder: str) -> Path:
+    """Config and code files of a hub repo (for transformers configs and remote code)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline = _hub_offline()
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=_hub_cache_dir(),
+                                      allow_patterns=patterns, local_files_only=offline))
+    except LocalEntryNotFoundError as e:
+        raise FmauditInputError(
+            f"encoder {encoder!r}: the config files ({', '.join(patterns)}) of Hugging Face repo {repo_id} are not "
+            f"in the cache ({_hub_where()}) and downloads are off or impossible; pre-populate the cache "
+            f"(`hf download {repo_id}`) or give the config inline (architecture.config)") from e
+
+
+@dataclass
+class ResolvedWeights:
+    """The weight files of an encoder entry, checked, and what identifies them.
+
+    ``identity`` is path-free, so the same weights give the same identity on every machine (it keys the
+    embedding chunks and is the ``weights`` field of an embedding's provenance): ``source`` (random, file,
+    hf_hub or override), the random ``seed``, or the files' ``sha256`` (in order) with, for hub weights, the
+    repo, the requested ``revision`` and the ``resolved_commit`` of the cached snapshot. ``files`` lists each
+    file's path and sha256, for provenance; ``sha256_checked`` says whether the registry's sha256 was checked
+    (it is recorded in any case).
+    """
+
+    paths: list[Path]
+    identity: dict[str, Any]
+    files: list[dict[str, str]] = field(default_factory=list)
+    sha256_checked: bool = False
+
+
+def hub_commit_of(path: Path) -> str | None:
+    """The commit of the Hugging Face cache snapshot a downloaded file lies in (``.../snapshots/<commit>/...``)."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i - 1] == "snapshots" and _COMMIT.match(parts[i]):
+            return parts[i]
+    return None
+
+
+def _check_sha256(name: str, path: Path, expected: str | None, what: str) -> str:
+    actual = sha256_file(path)
+    if expected and actual != expected.lower():
+        raise FmauditInputError(
+            f"encoder {name!r}: sha256 of {path} is {actual}, the registry expects {expected} ({what}); the file is "
+            f"corrupt or not the weights the entry describes")
+    return actual
+
+
+def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> ResolvedWeights:
+    """Locate the entry's weight file(s), check them and say what they are (see :class:`ResolvedWeights`).
+
+    A ``weights_path`` override is checked against the registry's ``weights.sha256`` when the entry has one (the
+    override is meant to be the same weights, stored locally); otherwise its sha256 is recorded. A local file
+    of ``source: file`` likewise. Hub files are hashed and recorded with the snapshot commit they resolved to.
+    """
+    name = spec.get("name", "?")
+    weights = spec["weights"]
+    expected = weights.get("sha256")
+    if weights_path:
+        path = Path(weights_path)
+        if not path.is_file():
+            raise FmauditInputError(f"encoder {name!r}: weight file {path} (weights_path) does not exist")
+        sha = _check_sha256(name, path, expected, "the encoder_weights override")
+        return ResolvedWeights([path], {"source": "override", "sha256": [sha]},
+                               [{"path": str(path.resolve()), "sha256": sha}], sha256_checked=bool(expected))
+    source = weights["source"]
+    if source == "random":
+        return ResolvedWeights([], {"source": "random", "seed": int(weights.get("seed", 0))})
+    if source == "file":
+        path = Path(weights["path"])
+        if not path.is_file():
+            raise FmauditInputError(
+                f"encoder {name!r}: weight file {path} (weights.path in the registry) does not exist"
+                + ("" if path.is_absolute() else f" (relative to {Path.cwd()})"))
+        sha = _check_sha256(name, path, expected, "weights.path")
+        return ResolvedWeights([path], {"source": "file", "sha256": [sha]},
+                               [{"path": str(path.resolve()), "sha256": sha}], sha256_checked=bool(expected))
+    if source != "hf_hub":  # the schema stops other values; keep the error explicit anyway
+        raise FmauditInputError(f"encoder {name!r}: unknown weights.source {source!r}")
+    repo, revision = weights["hf_hub_id"], weights.get("revision")
+    filename = weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
+    first = hub_download(repo, filename, revision, name)
+    if filename.endswith(".index.json"):
+        shard_names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
+        paths = [hub_download(repo, s, revision, name) for s in shard_names]
+    else:
+        paths = [first]
+    shas = [_check_sha256(name, p, expected if len(paths) == 1 else None, f"{repo} {p.name}") for p in paths]
+    identity = {"source": "hf_hub", "hf_hub_id": repo, "revision": revision,
+                "resolved_commit": hub_commit_of(paths[0]), "sha256": shas}
+    files = [{"path": str(p), "sha256": sha} for p, sha in zip(paths, shas)]
+    return ResolvedWeights(paths, identity, files, sha256_checked=bool(expected) and len(paths) == 1)
+
+
+def resolve_weight_files(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> list[Path]:
+    """The weight file(s) of an entry, checked to exist (and against sha256); [] for random init."""
+    return resolve_weights(spec, weights_path).paths
+
+
+def checkpoint_format(path: Path) -> str:
+    """Format of a weights_path override, from its suffix."""
+    return "safetensors" if path.suffix == ".safetensors" else "torch"
+
+
+def read_checkpoint(path: Path, fmt: str, allow_pickle: bool = False, encoder: str = "?") -> Any:
+    """Read a checkpoint file: safetensors, or torch.load(weights_only=True) unless ``allow_pickle``."""
+    if fmt == "safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path), device="cpu")
+        except (SafetensorError, OSError) as e:
+            raise FmauditInputError(f"encoder {encoder!r}: {path} is not a readable safetensors file ({e})") from e
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FmauditInputError(
+            f"encoder {encoder!r}: refused to unpickle {path}: it holds objects other than tensors and plain "
+            f"containers ({first}). Convert it to safetensors, or, only if you trust the file, set "
+            f"weights.allow_pickle: true in the registry entry") from e
+    except (RuntimeError, OSError, EOFError) as e:
+        raise FmauditInputError(f"encoder {encoder!r}: cannot read torch checkpoint {path} ({e})") from e
+
+
+def extract_state_dict(obj: Any, weights: Mapping[str, Any], source: str,
+                       encoder: str = "?") -> dict[str, torch.Tensor]:
+    """The tensor dict inside a checkpoint: ``state_dict_key``, then ``strip_prefix``, ``drop_keys_with_prefix``."""
+    key = weights.get("state_dict_key")
+    if key is not None:
+        if not isinstance(obj, Mapping) or key not in obj:
+            have = sorted(obj)[:20] if isinstance(obj, Mapping) else type(obj).__name__
+            raise FmauditInputError(f"encoder {encoder!r}: {source} has no key {key!r} (state_dict_key); it has {have}")
+        obj = obj[key]
+    if not isinstance(obj, Mapping):
+        raise FmauditInputError(f"encoder {encoder!r}: {source} holds a {type(obj).__name__}, not a state dict")
+    non_tensor = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)]
+    if non_tensor:
+        raise FmauditInputError(
+            f"encoder {encoder!r}: {source} is not a flat state dict (non-tensor entries {non_tensor[:5]}); "
+            f"set weights.state_dict_key to the entry that holds the weights")
+    sd = dict(obj)
+    prefix = weights.get("strip_prefix")
+    if prefix:
+        sd = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in sd.items()}
+    drops = tuple(weights.get("drop_keys_with_prefix") or ())
+    if drops:
+        sd = {k: v for k, v in sd.items() if not k.startswith(drops)}
+    return sd
+
+
+def _sample(keys: Sequence[str], n: int = 6) -> str:
+    keys = list(keys)
+    shown = ", ".join(keys[:n])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > n else "")
+
+
+def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str,
+                           encoder: str = "?") -> None:
+    """Strict load; missing, unexpected and mis-shaped keys are reported together in one clear error.
+
+    Checkpoint entries for the module's non-persistent buffers (e.g. ``position_ids`` saved by older
+    transformers releases) are ignored: they are recomputed, not learnt.
+    """
+    own = module.state_dict()
+    non_persistent = {n for n, _ in module.named_buffers()} - set(own)
+    sd = {k: v for k, v in state_dict.items() if k not in non_persistent}
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    mis_shaped = [f"{k} (checkpoint {tuple(sd[k].shape)}, model {tuple(own[k].shape)})"
+                  for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or mis_shaped:
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {_sample(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys: {_sample(unexpected)}")
+        if mis_shaped:
+            parts.append(f"shape mismatches: {_sample(mis_shaped, 3)}")
+        raise FmauditInputError(
+            f"encoder {encoder!r}: the weights in {source} do not fit the architecture; " + "; ".join(parts))
+    module.load_state_dict(sd, strict=True)

@@ -1,0 +1,210 @@
+"""Studies and settings sections of a (filled) config, and the domains of a task.
+
+Combined configs (``studies:``): each study runs its own encoders on its own tasks with its own sections
+(``probe``, ``calibration`` ... ``cells``), so a combined config plans exactly the union of its studies' runs
+instead of every encoder on every task. Without ``studies`` the whole config is one study.
+
+Domains of a task come from the config (``tasks.<t>.domains``), else from the data-set registry
+(``domains:`` of each data set), else the task is a single pooled domain ``"all"``: the grid never reads data.
+
+Every function here takes a config filled from its schema (:func:`fmaudit.config.fill_config`): sections are
+read as they are, never completed with defaults of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping
+
+from fmaudit.io import FmauditInputError
+
+POOLED_DOMAIN = "all"
+#: Sections a study may override; a study's own section replaces the top-level one for its tasks.
+SETTINGS_SECTIONS = ("probe", "calibration", "bootstrap")
+#: Analysis sections declared ahead of their rules; with ``studies`` they live inside a study.
+DECLARED_SECTIONS = ("head_sweep", "cross_dataset", "ood", "prior_shift", "cells")
+
+__all__ = [
+    "DECLARED_SECTIONS",
+    "POOLED_DOMAIN",
+    "SETTINGS_SECTIONS",
+    "cell_tasks",
+    "check_studies",
+    "parts_with",
+    "require_domains",
+    "require_tasks",
+    "resolved_tile_tasks",
+    "section",
+    "settings_by_task",
+    "study_of",
+    "study_parts",
+    "task_domains",
+    "tile_tasks",
+]
+
+
+def section(config: Mapping[str, Any], name: str, task: str | None = None) -> dict[str, Any]:
+    """A copy of a config section; with ``task``, the section of the study that holds the task when that
+    study has its own."""
+    source: Mapping[str, Any] = config
+    if task is not None:
+        study = study_of(config, task)
+        if study is not None and name in config["studies"][study]:
+            source = config["studies"][study]
+    if name not in source:
+        raise FmauditInputError(f"config has no {name!r} section (was the config filled from its schema?)")
+    return dict(source[name])
+
+
+def settings_by_task(config: Mapping[str, Any], name: str) -> dict[str, dict[str, Any]]:
+    """``{task: its section}`` for every tile-level task (the report's settings, which may differ by study)."""
+    return {task: section(config, name, task=task) for _, part in study_parts(config) for task in tile_tasks(part)}
+
+
+def task_domains(config: Mapping[str, Any], task: str, dataset_registry: Mapping[str, Any] | None = None) -> list[str]:
+    """Domains transfer runs go between, from the config or the data-set registry (see module doc)."""
+    tasks = config.get("tasks") or {}
+    if task not in tasks:
+        raise FmauditInputError(f"unknown task {task!r}; tasks in the config: {sorted(tasks)}")
+    spec = tasks[task]
+    if spec.get("domains"):
+        return list(spec["domains"])
+    domains: list[str] = []
+    for ds in spec["datasets"]:
+        entry = (dataset_registry or {}).get(ds) or {}
+        for d in entry.get("domains") or []:
+            if d not in domains:
+                domains.append(d)
+    return domains or [POOLED_DOMAIN]
+
+
+def study_of(config: Mapping[str, Any], task: str) -> str | None:
+    """The study that holds ``task`` (None without ``studies`` or for a task of no study)."""
+    for name, study in (config.get("studies") or {}).items():
+        if task in study["tasks"]:
+            return name
+    return None
+
+
+def check_studies(config: Mapping[str, Any]) -> None:
+    """Every study names encoders, data sets and tasks of the config; each task is in exactly one study and
+    every encoder and data set in at least one; analysis sections live inside studies."""
+    studies = config.get("studies") or {}
+    if not studies:
+        return
+    for name in DECLARED_SECTIONS:
+        if config.get(name):
+            raise FmauditInputError(f"config {name!r}: with 'studies', put this section inside the study it belongs to")
+    owner: dict[str, str] = {}
+    used_encoders: set[str] = set()
+    used_datasets: set[str] = set()
+    for name, study in studies.items():
+        where = f"config 'studies.{name}"
+        for key, known in (("encoders", config["encoders"]), ("tasks", list(config["tasks"])),
+                           ("datasets", config["datasets"])):
+            for item in study.get(key) or []:
+                if item not in known:
+                    raise FmauditInputError(
+                        f"{where}.{key}': {item!r} is not in the config's {key} ({', '.join(known)})")
+        datasets = _study_datasets(config, study)
+        for task in study["tasks"]:
+            if task in owner:
+                raise FmauditInputError(f"{where}.tasks': task {task!r} is already in study {owner[task]!r}")
+            owner[task] = name
+            for ds in config["tasks"][task]["datasets"]:
+                if ds not in datasets:
+                    raise FmauditInputError(f"{where}.datasets': task {task!r} uses {ds!r}, which the study lacks")
+        used_encoders.update(study["encoders"])
+        used_datasets.update(datasets)
+    for key, known, used in (("tasks", list(config["tasks"]), set(owner)),
+                             ("encoders", config["encoders"], used_encoders),
+                             ("datasets", config["datasets"], used_datasets)):
+        orphans = [x for x in known if x not in used]
+        if orphans:
+            raise FmauditInputError(f"config {key!r}: {', '.join(map(repr, orphans))} in no study (config 'studies')")
+
+
+def _study_datasets(config: Mapping[str, Any], study: Mapping[str, Any]) -> list[str]:
+    if study.get("datasets"):
+        return list(study["datasets"])
+    out: list[str] = []
+    for task in study["tasks"]:
+        for ds in config["tasks"][task]["datasets"]:
+            if ds not in out:
+                out.append(ds)
+    return out
+
+
+def study_parts(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(key prefix for messages, config of one study): the whole config when it has no studies."""
+    studies = config.get("studies") or {}
+    if not studies:
+        return [("", config)]
+    check_studies(config)
+    parts = []
+    for name, study in studies.items():
+        part = {k: v for k, v in config.items() if k not in ("studies", *DECLARED_SECTIONS)}
+        part["encoders"] = list(study["encoders"])
+        part["datasets"] = _study_datasets(config, study)
+        part["tasks"] = {t: config["tasks"][t] for t in study["tasks"]}
+        for key in (*SETTINGS_SECTIONS, *DECLARED_SECTIONS):
+            if key in study:
+                part[key] = study[key]
+        parts.append((f"studies.{name}.", part))
+    return parts
+
+
+def parts_with(config: Mapping[str, Any], name: str) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
+    """(config key of the section for messages, study part, its section) of every part with a ``name`` section:
+    what each declared analysis enumerates over."""
+    for prefix, part in study_parts(config):
+        if part.get(name):
+            yield f"{prefix}{name}", part, section(part, name)
+
+
+def cell_tasks(config: Mapping[str, Any]) -> list[str]:
+    """Tasks that are cell-level label spaces (``cells.taxonomies``), across studies: they leave the tile
+    probe grid, and a data set used only by them is not embedded tile-wise."""
+    out: list[str] = []
+    for _, part in study_parts(config):
+        for task in ((part.get("cells") or {}).get("taxonomies") or {}).values():
+            if task not in out:
+                out.append(task)
+    return out
+
+
+def tile_tasks(part: Mapping[str, Any]) -> list[str]:
+    """Tasks of one study part that are tile-level (not a cell taxonomy)."""
+    cells = set(((part.get("cells") or {}).get("taxonomies") or {}).values())
+    return [t for t in part["tasks"] if t not in cells]
+
+
+def require_tasks(part: Mapping[str, Any], names: Iterable[str], where: str) -> None:
+    """Raise naming the config key ``where`` if one of ``names`` is not a task of the part."""
+    for t in names:
+        if t not in part["tasks"]:
+            raise FmauditInputError(f"config {where!r}: unknown task {t!r} (tasks: {', '.join(part['tasks'])})")
+
+
+def require_domains(part: Mapping[str, Any], task: str, wanted: Iterable[str],
+                    registry: Mapping[str, Any] | None, where: str) -> list[str]:
+    """The task's domains; raise naming ``where`` if one of ``wanted`` is not among them."""
+    domains = task_domains(part, task, registry)
+    for d in wanted:
+        if d not in domains:
+            raise FmauditInputError(f"config {where!r}: {d!r} is not a domain of task {task!r} ({', '.join(domains)})")
+    return domains
+
+
+def resolved_tile_tasks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
+                        ) -> dict[str, dict[str, Any]]:
+    """Every tile-level task of the config (all studies) as the split checks take it
+    (:func:`fmaudit.validation.validate_task_splits`): its ``datasets``, resolved ``domains``
+    (:func:`task_domains`), ``transfer`` and ``allow_missing_classes``."""
+    out: dict[str, dict[str, Any]] = {}
+    for _, part in study_parts(config):
+        for task in tile_tasks(part):
+            spec = part["tasks"][task]
+            out[task] = {"datasets": list(spec["datasets"]), "domains": task_domains(part, task, dataset_registry),
+                         "transfer": bool(spec["transfer"]),
+                         "allow_missing_classes": list(spec["allow_missing_classes"])}
+    return out

@@ -1,0 +1,65 @@
+"""What ``fmaudit grid`` prints: runs and jobs by analysis and protocol, and whether each is planned yet."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+from fmaudit.grid.analyses import ANALYSES, enumerate_runs, jobs
+from fmaudit.grid.cells import CELL_PROTOCOLS
+from fmaudit.grid.probe import shards
+
+__all__ = ["summarize"]
+
+
+def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Runs and jobs by analysis and protocol.
+
+    Each row counts one kind of unit, so ``runs`` do not add up across rows (fits and their evaluations are
+    separate rows); ``jobs`` do: a job is counted on one row of its analysis and 0 elsewhere. ``planned`` says
+    whether the workflow has rules for it yet (:data:`fmaudit.grid.ANALYSES`); declared analyses are counted
+    all the same.
+    """
+    tables = enumerate_runs(config, dataset_registry)
+    rows: list[dict[str, Any]] = []
+
+    def add(analysis: str, protocol: str, runs: int, n_jobs: int) -> None:
+        rows.append({"analysis": analysis, "protocol": protocol, "runs": int(runs), "jobs": int(n_jobs),
+                     "planned": ANALYSES[analysis].ruled})
+
+    n_embed = len(tables["embed"])
+    add("embed", "encoder x dataset", n_embed, n_embed)
+    probe = tables["probe"]
+    single = probe["n_targets"] == 1
+    add("probe", "fits (in-domain)", len(probe), len(shards(config)))
+    add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0)
+    add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0)
+    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0)
+
+    sweep = tables["head_sweep"]
+    if len(sweep):
+        add("head_sweep", "fits (in-domain)", len(sweep), len(jobs(sweep, "head_sweep")))
+        add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0)
+    cross = tables["cross_dataset"]
+    if len(cross):
+        add("cross_dataset", "evaluations (source task -> target task)", len(cross), len(jobs(cross, "cross_dataset")))
+    ood, gate, blur = tables["ood"], tables["ood_gate"], tables["ood_blur"]
+    if len(ood) or len(gate):
+        ood_jobs = pd.concat([jobs(ood, "ood"), jobs(gate, "ood_gate")]).drop_duplicates()
+        add("ood", "detection (condition x scorer)", len(ood), len(ood_jobs))
+        if len(gate):
+            add("ood", "abstention gate (task setting)", len(gate), 0)
+    if len(blur):
+        add("ood", "blurred test embeddings (task x sigma)", len(blur), len(jobs(blur, "ood_blur")))
+    prior = tables["prior_shift"]
+    if len(prior):
+        add("prior_shift", "source seed x target x prior x draw", len(prior), len(jobs(prior, "prior_shift")))
+    features, cells = tables["cell_features"], tables["cells"]
+    if len(features):
+        add("cells", "features (section x magnification)", len(features), len(jobs(features, "cell_features")))
+    for protocol in CELL_PROTOCOLS:
+        sub = cells[cells["protocol"] == protocol] if len(cells) else cells
+        if len(sub):
+            add("cells", protocol, len(sub), len(jobs(sub, "cells")))
+    return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])

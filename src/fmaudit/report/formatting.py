@@ -1,0 +1,55 @@
+"""Formatting shared by the report's sections: point estimates with intervals, the settings in words, and one
+table written in every format (CSV, Markdown, LaTeX)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fmaudit.io import write_table, write_text
+
+#: Formats every report table is written in, the first one carrying the caption in Snakemake's report.
+TABLE_FORMATS = (".csv", ".md", ".tex")
+_ECE_COLUMN = re.compile(r"^ece_top_(\d+)_lohi$")
+
+__all__ = ["TABLE_FORMATS", "ece_columns", "fmt_ci", "settings_text", "write_all_formats"]
+
+
+def fmt_ci(point: float, lo: float, hi: float) -> str:
+    """``0.812 [0.790, 0.833]``; ``n/a`` for an undefined point."""
+    if not np.isfinite(point):
+        return "n/a"
+    return f"{point:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def write_all_formats(df: pd.DataFrame, stem: Path) -> list[Path]:
+    """Write ``df`` as ``stem.csv``, ``stem.md`` and ``stem.tex`` (each atomically); returns the paths."""
+    paths = [stem.with_suffix(ext) for ext in TABLE_FORMATS]
+    write_table(paths[0], df)
+    write_table(paths[1], df)
+    write_text(paths[2], df.to_latex(index=False, float_format="%.3f", escape=True))
+    return paths
+
+
+def ece_columns(df: pd.DataFrame) -> list[str]:
+    """The top-label ECE columns of a table (``ece_top_<bins>_lohi``), by bin count."""
+    return sorted((c for c in df.columns if _ECE_COLUMN.match(str(c))),
+                  key=lambda c: int(_ECE_COLUMN.match(c).group(1)))
+
+
+def _tasks(tasks: Sequence[str]) -> str:
+    return ("task " if len(tasks) == 1 else "tasks ") + ", ".join(tasks)
+
+
+def settings_text(groups: Iterable[tuple[Mapping[str, Any], Sequence[str]]],
+                  template: str = "{ece_bins} equal-width bins, B={n_boot}") -> str:
+    """The settings a table was made with, in words: ``template`` filled with a group's settings, prefixed by
+    its tasks when the groups differ (``tasks a, b: 15 equal-width bins, B=1000; task c: ...``)."""
+    groups = list(groups)
+    if len(groups) == 1:
+        return template.format(**groups[0][0])
+    return "; ".join(f"{_tasks(tasks)}: {template.format(**s)}" for s, tasks in groups)

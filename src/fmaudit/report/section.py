@@ -1,0 +1,55 @@
+"""A report section: the tables and figures one analysis contributes, and the writer they go through.
+
+A section declares its outputs (so the workflow's ``report`` rule declares exactly what the report writes,
+each table and figure with its caption in ``resources/report/tables|figures/<name>.rst``) and a ``write``
+function that formats the results an analysis computed, writes them through the :class:`ReportWriter` and
+returns its lines of ``index.md``. ``write`` receives ``None`` when the config planned no run of the analysis;
+it must still write every declared output (saying so), so the rule's outputs are complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from fmaudit.report.formatting import TABLE_FORMATS, write_all_formats
+
+__all__ = ["ReportWriter", "Section"]
+
+
+@dataclass(frozen=True)
+class Section:
+    """``name``: key of the section's results in :func:`fmaudit.report.write_report`; ``tables`` and
+    ``figures``: output name -> category in Snakemake's HTML report; ``write(results or None, writer) ->
+    index.md lines``."""
+
+    name: str
+    tables: Mapping[str, str]
+    figures: Mapping[str, str]
+    write: Callable[[Any, "ReportWriter"], list[str]]
+
+    def outputs(self) -> list[str]:
+        """Paths of the section's outputs, relative to the report folder."""
+        return ([f"tables/{t}{ext}" for t in self.tables for ext in TABLE_FORMATS]
+                + [f"figures/{f}.png" for f in self.figures])
+
+
+class ReportWriter:
+    """Writes tables and figures under one report folder, atomically, and remembers what it wrote."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = Path(out_dir)
+        self.written: set[str] = set()
+
+    def table(self, name: str, df: pd.DataFrame) -> None:
+        for path in write_all_formats(df, self.out_dir / "tables" / name):
+            self.written.add(str(path.relative_to(self.out_dir)))
+
+    def figure(self, name: str, draw: Callable[[Path], None]) -> None:
+        """``draw(path)`` saves the figure at ``path`` (atomically)."""
+        path = self.out_dir / "figures" / f"{name}.png"
+        draw(path)
+        self.written.add(str(path.relative_to(self.out_dir)))

@@ -1,0 +1,86 @@
+"""Rankings of models across domains: rank transfer (Spearman, Kendall, dethroning) and the paired Wilcoxon
+"significant win" of CellPath-Bench (METHODS 7)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from fmaudit.io import FmauditInputError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["rank_transfer", "wilcoxon_win"]
+
+
+def rank_transfer(
+    scores_source: Mapping[str, float],
+    scores_target: Mapping[str, float],
+    higher_is_better: bool = True,
+) -> dict[str, Any]:
+    """How well a source-domain ranking of models carries over to a target domain.
+
+    Uses the models present in both mappings (others are logged and dropped). Spearman rho (average ranks
+    for ties) and Kendall tau-b with their scipy p-values; ``source_best`` is the best model on the source
+    (first in source order on a tie), ``target_rank_of_source_best`` its competition rank on the target
+    (1 = best; models tied with it share its rank), ``dethroned`` whether that rank is worse than 1.
+    """
+    common = [m for m in scores_source if m in scores_target]
+    dropped = sorted(set(scores_source) ^ set(scores_target), key=str)
+    if dropped:
+        logger.warning("rank_transfer: models missing from one domain were dropped: %s", dropped)
+    if len(common) < 2:
+        raise FmauditInputError(f"rank_transfer: need at least 2 models scored in both domains, got {common}")
+    src = np.array([scores_source[m] for m in common], dtype=np.float64)
+    tgt = np.array([scores_target[m] for m in common], dtype=np.float64)
+    for label, arr in (("scores_source", src), ("scores_target", tgt)):
+        if not np.isfinite(arr).all():
+            bad = [m for m, v in zip(common, arr) if not np.isfinite(v)]
+            raise FmauditInputError(f"{label}: non-finite score for model(s) {bad}")
+    sign = 1.0 if higher_is_better else -1.0
+    rho, rho_p = sps.spearmanr(src, tgt)
+    tau, tau_p = sps.kendalltau(src, tgt, variant="b")
+    best = int(np.argmax(sign * src))
+    rank = 1 + int((sign * tgt > sign * tgt[best]).sum())
+    return {
+        "spearman_rho": float(rho),
+        "spearman_p": float(rho_p),
+        "kendall_tau_b": float(tau),
+        "kendall_p": float(tau_p),
+        "n_models": len(common),
+        "source_best": common[best],
+        "target_rank_of_source_best": rank,
+        "dethroned": rank > 1,
+    }
+
+
+
+
+def wilcoxon_win(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
+    """CellPath "significant win" of a over b on paired units (METHODS 7).
+
+    Pairs where either value is NaN are dropped. ``scipy.stats.wilcoxon(a, b)`` with its defaults
+    (two-sided, zero_method="wilcox": zero differences are dropped). win = p < alpha and median(a - b) > 0.
+    With no non-zero difference p is NaN and win is False. Returns dict(p, median_diff, win, n_nonzero,
+    n_pairs).
+    """
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.ndim != 1 or x.shape != y.shape:
+        raise FmauditInputError(f"wilcoxon_win: a and b must be 1-D of equal length ({x.shape}, {y.shape})")
+    valid = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[valid], y[valid]
+    d = x - y
+    n_nonzero = int((d != 0).sum())
+    median_diff = float(np.median(d)) if d.size else float("nan")
+    p = float(sps.wilcoxon(x, y).pvalue) if n_nonzero > 0 else float("nan")
+    return {
+        "p": p,
+        "median_diff": median_diff,
+        "win": bool(n_nonzero > 0 and p < alpha and median_diff > 0),
+        "n_nonzero": n_nonzero,
+        "n_pairs": int(d.size),
+    }
