@@ -19,6 +19,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/embed.smk"
 include: "rules/probe.smk"
+include: "rules/cells.smk"
 include: "rules/report.smk"
 
 
@@ -30,6 +31,9 @@ localrules:
     download_dataset,
     validate,
     aggregate_probe,
+    validate_cells,
+    cell_feature_set,
+    aggregate_cells,
     report,
 
 

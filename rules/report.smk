@@ -8,6 +8,7 @@ rule report:
         runs=f"{RESULTS}/aggregate/probe_runs.parquet",
         predictions=all_probe_shards("predictions"),
         embeddings=all_embeddings(),
+        **cell_report_inputs(),
     output:
         index=f"{REPORT}/index.md",
         tables=report_tables(),
@@ -18,6 +19,7 @@ rule report:
     params:
         calibration=report_settings("calibration"),
         bootstrap=report_settings("bootstrap"),
+        cells=cell_report_settings(),
     conda:
         "../envs/analysis.yaml"
     script:

@@ -14,4 +14,7 @@ report_job(
     calibration=snakemake.params.calibration,  # noqa: F821
     bootstrap=snakemake.params.bootstrap,  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
+    cell_runs=snakemake.input.cell_runs[0] if snakemake.input.cell_runs else None,  # noqa: F821
+    cell_qc={Path(p).stem: p for p in snakemake.input.cell_qc},  # noqa: F821
+    cells=snakemake.params.cells,  # noqa: F821
 )

@@ -390,3 +390,19 @@ def check_partition(part: Partition, panel: PanelCells) -> None:
     if np.intersect1d(part.train, part.val).size or np.intersect1d(fitting, part.test).size:
         raise FmauditInputError(f"{part.protocol} unit {part.unit!r} seed {part.seed}: train, validation and "
                                 f"test cells overlap")
+
+
+def mask_excluded(manifests: Mapping[str, pd.DataFrame], excluded: Mapping[str, str],
+                  taxonomies: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The manifests with every label of an excluded section (fewer than two valid classes, see
+    :func:`fmaudit.cells.qc.section_eligibility`) set to NA: its cells then train, validate and test nothing,
+    in the split checks and the shards alike, while the section keeps its place (and its features) in the
+    panel."""
+    out = {}
+    for section, frame in manifests.items():
+        if section in excluded:
+            frame = frame.copy()
+            for tax in taxonomies:
+                frame[label_column(tax)] = pd.array([pd.NA] * len(frame), dtype="Int64")
+        out[section] = frame
+    return out

@@ -45,7 +45,7 @@ grid, its shards and embeddings, head sweep, cross-data-set pairs), :mod:`~fmaud
 """
 
 from fmaudit.grid.analyses import ANALYSES, JOB_KEYS, RULED_ANALYSES, Analysis, check_grid, enumerate_runs, jobs, ruled
-from fmaudit.grid.cells import CELL_PROTOCOLS, cell_feature_runs, cell_runs
+from fmaudit.grid.cells import CELL_PROTOCOLS, CellPlan, cell_feature_runs, cell_plan, cell_runs, protocol_sections
 from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_runs
 from fmaudit.grid.prior_shift import check_priors, prior_shift_runs
 from fmaudit.grid.probe import (
@@ -88,8 +88,10 @@ __all__ = [
     "PROBE_COLUMNS",
     "RULED_ANALYSES",
     "SETTINGS_SECTIONS",
+    "CellPlan",
     "Shard",
     "cell_feature_runs",
+    "cell_plan",
     "cell_runs",
     "cell_tasks",
     "check_grid",
@@ -108,6 +110,7 @@ __all__ = [
     "prior_shift_runs",
     "probe_runs",
     "probe_variants",
+    "protocol_sections",
     "ruled",
     "run_id",
     "resolved_tile_tasks",

@@ -58,7 +58,7 @@ def _cells_check(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] 
     check_cell_protocols(config)
 
 
-#: Every analysis, in summary order. Only ``embed`` and ``probe`` have rules today.
+#: Every analysis, in summary order. ``embed``, ``probe`` and the cell branch have rules today.
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("embed", embed_runs, ("encoder", "dataset"), ruled=True),
     Analysis("probe", probe_runs, ("encoder", "task"), ruled=True),
@@ -68,8 +68,9 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("ood_gate", ood_gate_runs, ("encoder", "task")),
     Analysis("ood_blur", ood_blur_runs, ("encoder", "task")),
     Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain")),
-    Analysis("cell_features", cell_feature_runs, ("encoder", "section"), checked=False),  # checked with cells
-    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), check=_cells_check),
+    Analysis("cell_features", cell_feature_runs, ("encoder", "section", "magnification"), ruled=True,
+             checked=False),  # checked with cells
+    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), ruled=True, check=_cells_check),
 )}
 
 #: Analyses the workflow plans today (their rules exist).

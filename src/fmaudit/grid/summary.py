@@ -20,27 +20,35 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     separate rows); ``jobs`` do: a job is counted on one row of its analysis and 0 elsewhere. ``planned`` says
     whether the workflow has rules for it yet (:data:`fmaudit.grid.ANALYSES`); declared analyses are counted
     all the same.
+
+    Totals: each analysis with rows ends with a ``total`` row (its runs: the rows that count runs of its own
+    kind, i.e. fits, detections, protocol runs and feature jobs' pairs are not added to evaluations or to the
+    cell feature fields; its jobs: all of them), and the table ends with ``all / total (config)``: the sum of
+    the analyses' totals (CellPath preset: 304,920 runs).
     """
     tables = enumerate_runs(config, dataset_registry)
     rows: list[dict[str, Any]] = []
 
-    def add(analysis: str, protocol: str, runs: int, n_jobs: int) -> None:
+    counted: list[bool] = []
+
+    def add(analysis: str, protocol: str, runs: int, n_jobs: int, in_total: bool = True) -> None:
         rows.append({"analysis": analysis, "protocol": protocol, "runs": int(runs), "jobs": int(n_jobs),
                      "planned": ANALYSES[analysis].ruled})
+        counted.append(in_total)
 
     n_embed = len(tables["embed"])
     add("embed", "encoder x dataset", n_embed, n_embed)
     probe = tables["probe"]
     single = probe["n_targets"] == 1
     add("probe", "fits (in-domain)", len(probe), len(shards(config)))
-    add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0)
-    add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0)
-    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0)
+    add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0, in_total=False)
+    add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0, in_total=False)
+    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0, in_total=False)
 
     sweep = tables["head_sweep"]
     if len(sweep):
         add("head_sweep", "fits (in-domain)", len(sweep), len(jobs(sweep, "head_sweep")))
-        add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0)
+        add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0, in_total=False)
     cross = tables["cross_dataset"]
     if len(cross):
         add("cross_dataset", "evaluations (source task -> target task)", len(cross), len(jobs(cross, "cross_dataset")))
@@ -57,9 +65,27 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
         add("prior_shift", "source seed x target x prior x draw", len(prior), len(jobs(prior, "prior_shift")))
     features, cells = tables["cell_features"], tables["cells"]
     if len(features):
-        add("cells", "features (section x magnification)", len(features), len(jobs(features, "cell_features")))
+        add("cells", "features (section x magnification)", len(features), len(jobs(features, "cell_features")), in_total=False)
     for protocol in CELL_PROTOCOLS:
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):
             add("cells", protocol, len(sub), len(jobs(sub, "cells")))
-    return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
+    return _with_totals(rows, counted)
+
+
+def _with_totals(rows: list[dict[str, Any]], counted: list[bool]) -> pd.DataFrame:
+    columns = ["analysis", "protocol", "runs", "jobs", "planned"]
+    out: list[dict[str, Any]] = []
+    grand_runs = grand_jobs = 0
+    for analysis in dict.fromkeys(r["analysis"] for r in rows):
+        mine = [(r, c) for r, c in zip(rows, counted) if r["analysis"] == analysis]
+        runs = sum(r["runs"] for r, c in mine if c)
+        n_jobs = sum(r["jobs"] for r, _ in mine)
+        out += [r for r, _ in mine]
+        out.append({"analysis": analysis, "protocol": "total", "runs": runs, "jobs": n_jobs,
+                    "planned": mine[0][0]["planned"]})
+        grand_runs += runs
+        grand_jobs += n_jobs
+    out.append({"analysis": "all", "protocol": "total (config)", "runs": grand_runs, "jobs": grand_jobs,
+                "planned": all(r["planned"] for r in rows) if rows else True})
+    return pd.DataFrame(out, columns=columns)

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
-from fmaudit.report import embeddings, probe
+from fmaudit.report import cells, embeddings, probe
 from fmaudit.report.section import ReportWriter, Section
 
 #: The report's sections, in the order index.md shows them: one line per analysis.
 SECTIONS: tuple[Section, ...] = (
     probe.SECTION,
+    cells.SECTION,
     embeddings.SECTION,
 )
 
