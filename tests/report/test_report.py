@@ -21,7 +21,8 @@ def test_outputs_are_the_sections_declarations():
     assert list(outputs["tables"]) == [t for s in SECTIONS for t in s.tables]
     assert outputs["tables"]["leaderboard"] == "Accuracy under shift"
     assert outputs["tables"]["embeddings"] == "Provenance"
-    assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction"}
+    assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction", "cell_cra_crt_landscape",
+                                       "cell_qc_overlays"}
 
 
 def test_a_config_without_probe_runs_still_writes_every_declared_output(tmp_path):
