@@ -43,7 +43,7 @@ EMBEDDING_KEYS = ("loader", "architecture", "weights", "trust_remote_code", "pre
 #: Keys that describe an entry (or place its job: ``gpu``) without changing a single number of its embeddings;
 #: ``default_readout`` picks which readout the probes use, which the probe jobs take as their own parameter.
 DESCRIPTIVE_KEYS = ("description", "licence", "gated", "pretraining_corpora", "exposure", "paper", "magnification",
-                    "family", "params_m", "gpu", "verify", "notes", "default_readout")
+                    "family", "params_m", "gpu", "verify", "notes", "default_readout", "pretraining_wsis")
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:

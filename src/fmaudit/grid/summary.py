@@ -13,7 +13,8 @@ from fmaudit.grid.probe import shards
 __all__ = ["summarize"]
 
 
-def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None,
+              totals: bool = False) -> pd.DataFrame:
     """Runs and jobs by analysis and protocol.
 
     Each row counts one kind of unit, so ``runs`` do not add up across rows (fits and their evaluations are
@@ -21,10 +22,11 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     whether the workflow has rules for it yet (:data:`fmaudit.grid.ANALYSES`); declared analyses are counted
     all the same.
 
-    Totals: each analysis with rows ends with a ``total`` row (its runs: the rows that count runs of its own
+    ``totals`` (what ``fmaudit grid`` prints): each analysis with rows ends with a ``total`` row (its runs: the rows that count runs of its own
     kind, i.e. fits, detections, protocol runs and feature jobs' pairs are not added to evaluations or to the
     cell feature fields; its jobs: all of them), and the table ends with ``all / total (config)``: the sum of
-    the analyses' totals (CellPath preset: 304,920 runs).
+    the analyses' totals (CellPath preset: 304,920 runs). Without ``totals`` every job is on one row only, so
+    the ``jobs`` column adds up.
     """
     tables = enumerate_runs(config, dataset_registry)
     rows: list[dict[str, Any]] = []
@@ -70,6 +72,8 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):
             add("cells", protocol, len(sub), len(jobs(sub, "cells")))
+    if not totals:
+        return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
     return _with_totals(rows, counted)
 
 
