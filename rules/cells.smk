@@ -32,13 +32,13 @@ rule prepare_cell_section:
 # every test class in training (or allowed by name in the taxonomy task's allow_missing_classes).
 rule validate_cells:
     input:
-        manifests=lambda wildcards: [cell_manifest_path(s) for s in CELL_PLAN.sections],
+        manifests=lambda wildcards: [cell_manifest_path(s) for s in sorted(CELL_PLAN.sections)],
     output:
         CELL_VALIDATION,
     log:
         f"{RESULTS}/logs/validate_cells.log",
     params:
-        sections=lambda wildcards: list(CELL_PLAN.sections),
+        sections=lambda wildcards: sorted(CELL_PLAN.sections),
         cells=lambda wildcards: cell_validation_settings(),
         taxonomies=lambda wildcards: cell_taxonomies(),
     threads: 1
@@ -89,7 +89,7 @@ rule cell_feature_set:
     log:
         f"{RESULTS}/logs/cell_feature_set/{{encoder}}/{{key}}/{{magnification}}x.log",
     params:
-        sections=lambda wildcards: list(CELL_PLAN.sections),
+        sections=lambda wildcards: sorted(CELL_PLAN.sections),
     conda:
         "../envs/analysis.yaml"
     script:
@@ -110,7 +110,7 @@ rule cell_shard:
         f"{RESULTS}/benchmarks/cell_shard/{{protocol}}/{{encoder}}/{{magnification}}x.tsv"
     params:
         cells=cell_shard_settings,
-        taxonomy_tasks=lambda wildcards: list(CELL_PLAN.taxonomy_tasks.values()),
+        taxonomy_tasks=lambda wildcards: sorted(set(CELL_PLAN.taxonomy_tasks.values())),
     threads: 1
     resources:
         mem_mb=shard_mem_mb,

@@ -379,9 +379,10 @@ def cell_feature_set_path(encoder, magnification):
 def cell_feature_set_inputs(wildcards):
     """Every section's feature folder of this encoder and magnification, and the sections' manifests."""
     cell_encoder(wildcards)
+    sections = sorted(CELL_PLAN.sections)  # the order of params.sections: a reordered config reruns nothing
     return {
-        "manifests": [cell_manifest_path(s) for s in CELL_PLAN.sections],
-        "features": [cell_features_path(wildcards.encoder, s, wildcards.magnification) for s in CELL_PLAN.sections],
+        "manifests": [cell_manifest_path(s) for s in sections],
+        "features": [cell_features_path(wildcards.encoder, s, wildcards.magnification) for s in sections],
     }
 
 
