@@ -369,7 +369,8 @@ def failed_rerun(demo_run, tmp_path_factory):
     (work / "weights").mkdir()
     save_file({"not_a_layer.weight": torch.zeros(3)}, str(work / "weights" / "wrong.safetensors"))
     _write_config(work, "wrong-weights.yaml", encoder_weights={"demo-vit-tiny": "weights/wrong.safetensors"})
-    proc = snakemake(work, "--cores", "1", "--configfile", "wrong-weights.yaml", check=False)
+    # --keep-going: the cell features of demo-vit-tiny fail the same way and may be scheduled first
+    proc = snakemake(work, "--cores", "1", "--keep-going", "--configfile", "wrong-weights.yaml", check=False)
     return work, before, proc
 
 
