@@ -160,11 +160,10 @@ def test_fold_manifest_is_organ_aware_and_validated(tmp_path):
 
 def test_preset_fold_manifest_and_settings_from_the_config():
     from fmaudit.analyses.cell_suite import shard_settings
-    from fmaudit.config import validate_config
-    from fmaudit.registry import load_yaml
+    from fmaudit.config import load_config
     from slide_utils import REPO_ROOT
 
-    preset = validate_config(load_yaml(REPO_ROOT / "resources" / "presets" / "cellpath.yaml"))
+    preset = load_config(REPO_ROOT / "resources" / "presets" / "cellpath.yaml")
     cells = preset["cells"]
     mocv = shard_settings(cells, "MOCV")
     assert mocv["fold_manifest"] == "resources/cells/cellpath_folds.tsv" and mocv["n_folds"] == 5
@@ -257,7 +256,8 @@ def test_one_run_equals_scikit_learn_selected_on_validation(panel_files):
     from sklearn.preprocessing import StandardScaler
 
     manifests, folders = panel_files
-    runs = grid.cell_runs(cell_config(readouts=("nuc_cat_mean",), protocols={"IOCD": {"seeds": [3]}}))
+    runs = grid.cell_runs(cell_config(readouts=("nuc_cat_mean",),
+                                      protocols={"IOCD": {"seeds": [3], "min_sections_per_organ": 2}}))
     sub = runs[(runs["unit"] == "breast-2") & (runs["taxonomy"] == "fine")]
     out = shard(sub, panel_files, tol=1e-8, max_iter=5000, dtype="float64").iloc[0]
 
