@@ -213,6 +213,9 @@ def test_landscape_omits_encoders_without_pretraining_scale(tmp_path):
     result = cra_crt_landscape(cra_table(runs, 20), crt_table(runs, 20), scale, tmp_path / "landscape.png")
     assert result["plotted"] == ["enc-a", "enc-b"] and result["omitted_no_scale"] == ["enc-c"]
     assert (tmp_path / "landscape.png").stat().st_size > 10_000
+    drawn = cra_crt_landscape(cra_table(runs, 20), crt_table(runs, 20), scale, tmp_path / "hollow.png",
+                              draw_unscaled=True)
+    assert drawn["unscaled_hollow"] == ["enc-c"] and drawn["omitted_no_scale"] == []
 
 
 def test_registry_pretraining_scales_are_positive_where_given():

@@ -416,10 +416,13 @@ def pretraining_scale(registry: Mapping[str, Mapping[str, Any]], encoders: Seque
 
 
 def cra_crt_landscape(cra: pd.DataFrame, crt: pd.DataFrame, scale: Mapping[str, float] | pd.Series,
-                      path: PathLike, taxonomy: str = "fine", magnification: float | None = 20) -> dict[str, Any]:
+                      path: PathLike, taxonomy: str = "fine", magnification: float | None = 20,
+                      draw_unscaled: bool = False) -> dict[str, Any]:
     """Scatter of encoders: x = mean CRA (pp, IS), y = CRT (pp, provisional), point area growing with
     log10 of the WSI-equivalent pretraining count. Encoders without a pretraining scale are omitted and listed
-    under the plot; returns ``{"plotted": [...], "omitted_no_scale": [...], "omitted_no_value": [...]}``."""
+    under the plot, or, with ``draw_unscaled``, drawn as hollow points of the smallest size (and listed as
+    such); returns ``{"plotted": [...], "omitted_no_scale": [...], "omitted_no_value": [...],
+    "unscaled_hollow": [...]}``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,13 +444,20 @@ def cra_crt_landscape(cra: pd.DataFrame, crt: pd.DataFrame, scale: Mapping[str, 
         ax.scatter(a[plotted], b[plotted], s=sizes, alpha=0.6, edgecolor="black", linewidth=0.5)
         for e in plotted:
             ax.annotate(e, (a[e], b[e]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    hollow = no_scale if draw_unscaled else []
+    if hollow:
+        ax.scatter(a[hollow], b[hollow], s=30, facecolors="none", edgecolor="black", linewidth=0.8)
+        for e in hollow:
+            ax.annotate(e, (a[e], b[e]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.axhline(0, color="grey", lw=0.5)
     ax.set_xlabel(f"CRA (pp, IS, {magnification:g}x, mean over sections)" if magnification else "CRA (pp, IS)")
     ax.set_ylabel("CRT (pp vs panel median, provisional)")
-    ax.set_title(f"CRA-CRT landscape ({taxonomy} taxonomy); area ~ log10 WSI-equivalent pretraining")
+    ax.set_title(f"CRA-CRT landscape ({taxonomy} taxonomy); area ~ log10 WSI-equivalent pretraining",
+                 fontsize=9)
     notes = []
     if no_scale:
-        notes.append("omitted, no pretraining scale in the registry: " + ", ".join(no_scale))
+        notes.append(("hollow" if draw_unscaled else "omitted") + ", no pretraining scale in the registry: "
+                     + ", ".join(no_scale))
     if no_value:
         notes.append("omitted, no CRA or CRT: " + ", ".join(no_value))
     if notes:
@@ -457,4 +467,5 @@ def cra_crt_landscape(cra: pd.DataFrame, crt: pd.DataFrame, scale: Mapping[str, 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=150)
     plt.close(fig)
-    return {"plotted": plotted, "omitted_no_scale": no_scale, "omitted_no_value": no_value}
+    return {"plotted": plotted, "omitted_no_scale": [] if draw_unscaled else no_scale, "omitted_no_value": no_value,
+            "unscaled_hollow": hollow}

@@ -53,7 +53,8 @@ def _landscape(results: Mapping[str, Any], path: Path, taxonomy: str) -> None:
         figures.note_figure(NOTE if not results["n_runs"] else "no CRA or CRT to plot", path)
         return
     # written atomically by cra_crt_landscape itself
-    cra_crt_landscape(results["cra"], crt, results["scale"], path, taxonomy=taxonomy, magnification=main)
+    cra_crt_landscape(results["cra"], crt, results["scale"], path, taxonomy=taxonomy, magnification=main,
+                      draw_unscaled=True)
 
 
 def _or_note(df: pd.DataFrame, note: str) -> pd.DataFrame:
@@ -76,7 +77,8 @@ def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     writer.table("cell_magnification_retention", results["retention"])
     writer.table("cell_readouts", _or_note(results["readouts"], empty))
     writer.table("cell_run_status", _or_note(results["status"], empty))
-    taxonomy = results["taxonomies"][0] if results["taxonomies"] else "fine"
+    taxonomies = results["taxonomies"]
+    taxonomy = "fine" if "fine" in taxonomies or not taxonomies else taxonomies[0]
     writer.figure("cell_cra_crt_landscape", lambda p: _landscape(results, p, taxonomy))
     if results["qc"]:
         writer.figure("cell_qc_overlays", lambda p: qc_montage(results["qc"], p))
