@@ -21,6 +21,7 @@ include: "rules/embed.smk"
 include: "rules/probe.smk"
 include: "rules/ood.smk"
 include: "rules/prior_shift.smk"
+include: "rules/cells.smk"
 include: "rules/report.smk"
 
 
@@ -34,6 +35,9 @@ localrules:
     aggregate_probe,
     aggregate_ood,
     aggregate_prior_shift,
+    validate_cells,
+    cell_feature_set,
+    aggregate_cells,
     report,
 
 

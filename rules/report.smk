@@ -21,6 +21,7 @@ rule report:
         prior_shift=report_prior_shift(),
         variants=report_variants(),
         exposure=report_exposure(),
+        cells=cell_report_settings(),
     conda:
         "../envs/analysis.yaml"
     script:

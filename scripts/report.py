@@ -22,4 +22,7 @@ report_job(
     prior_shift=snakemake.params.prior_shift,  # noqa: F821
     variants=snakemake.params.variants,  # noqa: F821
     exposure=snakemake.params.exposure,  # noqa: F821
+    cell_runs=snakemake.input.cell_runs[0] if snakemake.input.cell_runs else None,  # noqa: F821
+    cell_qc={Path(p).stem: p for p in snakemake.input.cell_qc},  # noqa: F821
+    cells=snakemake.params.cells,  # noqa: F821
 )

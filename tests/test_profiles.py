@@ -62,7 +62,8 @@ def test_installed_profile_reads_back_through_snakemakes_profile_parser(config_h
         parsed = ProfileConfigFileParser().parse(fh)
     assert "slurm_account=lab_a" in parsed["default-resources"]
     assert parsed["slurm-partition-config"] == str(result.dest / PARTITIONS_FILE)  # resolved in the profile dir
-    assert parsed["preemptible-rules"] == ["embed", "probe_shard", "ood_shard", "prior_shift_shard", "scratch_reference"]
+    assert parsed["preemptible-rules"] == ["embed", "probe_shard", "ood_shard", "prior_shift_shard", "scratch_reference",
+                                           "cell_features", "cell_shard"]
     assert parsed["retries"] == "0" and parsed["preemptible-retries"] == "2"
     partitions = yaml.safe_load((result.dest / PARTITIONS_FILE).read_text())["partitions"]
     assert partitions == {"cpu": {"max_gpu": 0}, "gpu": {"max_gpu": 8}}

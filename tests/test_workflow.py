@@ -190,14 +190,23 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     (work / "more.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(work, "-n", "--configfile", "more.yaml")
     jobs = planned_jobs(proc.stdout)
+    cells = cfg["cells"]
+    tile_datasets = [d for d in cfg["datasets"] if d != "demo-xenium"]  # demo-xenium is cell-level only
+    tile_tasks = [t for t in cfg["tasks"] if t not in cells["taxonomies"].values()]
     copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
-    assert jobs.get("embed") == len(cfg["datasets"]) + copies, jobs
-    assert jobs.get("probe_shard") == len(cfg["tasks"]) == jobs.get("ood_shard"), jobs
+    assert jobs.get("embed") == len(tile_datasets) + copies, jobs
+    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard"), jobs
     # its prior-shift shards (one per target of the single source), nothing of the other encoders
     assert jobs.get("prior_shift_shard") == len(cfg["prior_shift"]["target_domains"]), jobs
-    assert "prepare_manifest" not in jobs and "derive_manifest" not in jobs
-    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "aggregate_probe", "aggregate_ood",
-                         "aggregate_prior_shift", "report", "all"}, jobs
+    # the cell branch: this encoder's feature jobs, its feature sets and shards, the merges; no section again
+    n_sections = sum(len(v) for v in cells["sections"].values())
+    n_mags = len(cells["magnifications"])
+    assert jobs.get("cell_features") == n_sections * n_mags, jobs
+    assert jobs.get("cell_feature_set") == n_mags, jobs
+    assert jobs.get("cell_shard") == len(cells["protocols"]) * n_mags, jobs
+    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "cell_features", "cell_feature_set",
+                         "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "aggregate_cells",
+                         "report", "all"}, jobs
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -206,7 +215,8 @@ def test_removing_an_encoder_reaggregates_only(demo_run):
     cfg["encoders"] = cfg["encoders"][:1]
     (work / "fewer.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", "fewer.yaml").stdout)
-    assert set(jobs) == {"aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "report", "all"}, jobs
+    assert set(jobs) == {"aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "aggregate_cells", "report",
+                         "all"}, jobs
 
 
 def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
@@ -503,7 +513,8 @@ def failed_rerun(demo_run, tmp_path_factory):
     (work / "weights").mkdir()
     save_file({"not_a_layer.weight": torch.zeros(3)}, str(work / "weights" / "wrong.safetensors"))
     _write_config(work, "wrong-weights.yaml", encoder_weights={"demo-vit-tiny": "weights/wrong.safetensors"})
-    proc = snakemake(work, "--cores", "1", "--configfile", "wrong-weights.yaml", check=False)
+    # --keep-going: the cell features of demo-vit-tiny fail the same way and may be scheduled first
+    proc = snakemake(work, "--cores", "1", "--keep-going", "--configfile", "wrong-weights.yaml", check=False)
     return work, before, proc
 
 
@@ -570,9 +581,12 @@ def second_study(demo_run, tmp_path_factory):
     """A second study (one encoder, one data set) run for real in the demo's checkout, and a preset's dry-run."""
     work, _ = demo_run
     report_before = _digests(work / DEMO / "report")
+    demo_cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg = _write_config(work, "solo.yaml", study="solo", encoders=["demo-convnet"], datasets=["demo-tiles"],
-                        dataset_params={"demo-tiles": yaml.safe_load((work / "config.yaml").read_text())[
-                            "dataset_params"]["demo-tiles"]})
+                        dataset_params={"demo-tiles": demo_cfg["dataset_params"]["demo-tiles"]},
+                        tasks={"demo-tissue": demo_cfg["tasks"]["demo-tissue"]})
+    cfg.pop("cells")  # a tile-only study
+    (work / "solo.yaml").write_text(yaml.safe_dump(cfg))
     solo = snakemake(work, "--cores", "2", "--configfile", "solo.yaml")
     prism = snakemake(work, "-n", "--configfile", "resources/presets/prism.yaml")
     return work, report_before, cfg, solo, prism
@@ -786,3 +800,56 @@ def test_the_hema_preset_plans_what_the_grid_counts(tmp_path):
     assert planned["scratch_reference"] == counted["scratch_reference"] == 5
     assert planned["embed"] == counted["embed"] == (15 + 1) * 4 and planned["probe_shard"] == counted["probe"] == 16
     assert planned["aggregate_prior_shift"] == 1 and planned["report"] == 1
+
+
+# ---- the cell branch (rules/cells.smk) -----------------------------------------------------------------
+
+
+def test_the_demo_cell_branch_runs_end_to_end_and_nuc_beats_mean(demo_run):
+    """Demo Xenium bundles generated from the real slide, registered, checked, embedded at the nuclei, probed
+    under every protocol, aggregated and reported; labels planted at the nucleus are read better by Nuc than by
+    the patch Mean."""
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cells = cfg["cells"]
+    sections = [s for v in cells["sections"].values() for s in v]
+    for s in sections:
+        assert (work / DEMO / "cells" / "qc" / f"{s}.png").stat().st_size > 1000
+        assert "registered" in (work / DEMO / "logs" / "prepare_cell_section" / f"{s}.log").read_text()
+    checks = pd.read_csv(work / DEMO / "validation" / "cells.tsv", sep="\t")
+    assert set(checks["status"]) <= {"ok", "allowed", "excluded"} and (checks["check"] == "partition_leakage").any()
+    runs = pd.read_parquet(work / DEMO / "aggregate" / "cell_runs.parquet")
+    assert set(runs["protocol"]) == set(cells["protocols"]) and set(runs["encoder"]) == set(cfg["encoders"])
+    units = {"IS": len(sections), "IOCD": len(sections), "LOOO": len(cells["sections"])}  # two sections per organ
+    n_expected = sum(units[p] * len(spec["seeds"]) for p, spec in cells["protocols"].items())
+    n_expected *= len(cfg["encoders"]) * len(cells["magnifications"]) * len(cells["taxonomies"]) * len(cells["readouts"])
+    assert len(runs) == n_expected
+    convnet = runs[runs["encoder"] == "demo-convnet"]  # no class token: Cls and its fusions are skipped
+    assert convnet.loc[convnet["readout"].str.contains("cls"), "status"].str.startswith("skipped").all()
+    report = work / DEMO / "report"
+    cra = pd.read_csv(report / "tables" / "cell_cra.csv")
+    fine = cra[cra["taxonomy"] == "fine"]
+    assert len(fine) == len(cfg["encoders"]) and fine["n_sections"].eq(len(sections)).all()
+    # the planted signal: Nuc above Mean, on average over the encoders and for most of them
+    assert fine["cra_mean_pp"].mean() > 0, fine[["encoder", "f1_nuc_mean_pct", "f1_mean_mean_pct", "cra_mean_pp"]]
+    assert (fine["f1_nuc_mean_pct"] > fine["f1_mean_mean_pct"]).sum() >= len(fine) - 1
+    for name in ("cell_crt", "cell_win_matrix", "cell_readouts", "cell_magnification_retention"):
+        assert (report / "tables" / f"{name}.csv").stat().st_size > 0
+    assert (report / "figures" / "cell_qc_overlays.png").stat().st_size > 10_000
+    assert "## Cells (CellPath-Bench)" in (report / "index.md").read_text()
+
+
+def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):
+    from fmaudit.config import load_config
+    from fmaudit.grid import enumerate_runs, jobs
+
+    work, _ = demo_run
+    proc = snakemake(work, "-n", "--configfile", "resources/presets/cellpath.yaml")
+    planned = planned_jobs(proc.stdout)
+    config = load_config(work / "resources" / "presets" / "cellpath.yaml")
+    runs = enumerate_runs(config, None, "cells")
+    assert len(runs) == 304_920
+    assert planned["cell_shard"] == len(jobs(runs, "cells")) == 360
+    assert planned["cell_features"] == len(jobs(enumerate_runs(config, None, "cell_features"), "cell_features")) == 2250
+    assert planned["prepare_cell_section"] == 25 and planned["cell_feature_set"] == 90
+    assert proc.stdout.count("rule cell_features:") == 2250

@@ -48,7 +48,7 @@ EMBEDDING_KEYS = ("loader", "architecture", "weights", "trust_remote_code", "pre
 #: ``default_readout`` picks which readout the probes use, which the probe jobs take as their own parameter.
 DESCRIPTIVE_KEYS = ("description", "licence", "gated", "pretraining_corpora", "exposure", "paper", "magnification",
                     "family", "params_m", "gpu", "verify", "notes", "default_readout", "variants", "variant",
-                    "variant_of")
+                    "variant_of", "pretraining_wsis")
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:

@@ -34,3 +34,51 @@ def test_cell_tasks_leave_the_tile_grid():
 def test_bad_cells_name_the_key(cells, message):
     with pytest.raises(FmauditInputError, match=message):
         grid.check_grid(_cells_config(**cells))
+
+
+# ---- the workflow's plan (fmaudit.grid.cell_plan) ---------------------------------------------------------
+
+
+def _preset():
+    from fmaudit.config import load_config
+    from fmaudit.schema import REPO_ROOT
+
+    return load_config(REPO_ROOT / "resources" / "presets" / "cellpath.yaml")
+
+
+def test_the_plan_has_the_grids_jobs():
+    from fmaudit.grid import cell_plan, enumerate_runs, jobs
+
+    config = _preset()
+    plan = cell_plan(config, {"cellpath-xenium": None})
+    features = jobs(enumerate_runs(config, None, "cell_features"), "cell_features")
+    shards = jobs(enumerate_runs(config, None, "cells"), "cells")
+    assert sorted(plan.feature_jobs) == sorted((e, s, float(m)) for e, s, m in features.itertuples(index=False))
+    assert sorted(plan.shard_jobs) == sorted((e, float(m), p) for e, m, p in shards.itertuples(index=False))
+    assert set(plan.dataset_of.values()) == {"cellpath-xenium"} and len(plan.organ_of) == 25
+
+
+def test_adding_an_encoder_adds_only_its_feature_and_shard_jobs():
+    from fmaudit.grid import cell_plan
+
+    config = _preset()
+    before = cell_plan(config, {})
+    config["encoders"] = [*config["encoders"], "uni2-h-copy"]
+    after = cell_plan(config, {})
+    new_features = set(after.feature_jobs) - set(before.feature_jobs)
+    new_shards = set(after.shard_jobs) - set(before.shard_jobs)
+    assert set(before.feature_jobs) <= set(after.feature_jobs) and set(before.shard_jobs) <= set(after.shard_jobs)
+    assert {e for e, _, _ in new_features} == {"uni2-h-copy"} and len(new_features) == 25 * 3
+    assert {e for e, _, _ in new_shards} == {"uni2-h-copy"} and len(new_shards) == 3 * 4
+    # what a shard's parameters hold (rules/common.smk: cell_shard_settings) does not name the encoders
+    assert before.cells == after.cells
+
+
+def test_a_section_no_data_set_lists_is_an_error_naming_the_key():
+    from fmaudit.grid import cell_plan
+
+    config = _preset()
+    config["tasks"]["cellpath-fine"]["datasets"] = ["cellpath-xenium", "xenium-breast-cancer-rep1"]
+    with pytest.raises(FmauditInputError, match=r"cells.sections.*'breast-1'.*none of the data sets"):
+        cell_plan(config, {"cellpath-xenium": ["lung-1"], "xenium-breast-cancer-rep1": ["breast-rep1"]})
+    assert cell_plan({k: v for k, v in config.items() if k != "cells"}, {}) is None

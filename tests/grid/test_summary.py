@@ -20,3 +20,29 @@ def test_summary_counts_jobs_not_runs():
     fits = s[(s["analysis"] == "probe") & (s["protocol"] == "fits (in-domain)")].iloc[0]
     assert fits["runs"] == len(grid.probe_runs(_config()))
     assert fits["jobs"] == 4
+
+
+def test_every_analysis_ends_with_a_total_and_the_config_with_a_grand_total():
+    s = grid.summarize(_config(), totals=True)
+    probe_total = s[(s["analysis"] == "probe") & (s["protocol"] == "total")].iloc[0]
+    assert probe_total["runs"] == len(grid.probe_runs(_config()))  # fits, not their evaluations
+    assert probe_total["jobs"] == 4
+    grand = s.iloc[-1]
+    assert (grand["analysis"], grand["protocol"]) == ("all", "total (config)")
+    totals = s[s["protocol"] == "total"]
+    assert grand["runs"] == totals["runs"].sum() and grand["jobs"] == totals["jobs"].sum()
+
+
+def test_the_cellpath_preset_totals_304920_runs():
+    from fmaudit.config import load_config
+    from fmaudit.schema import REPO_ROOT
+
+    s = grid.summarize(load_config(REPO_ROOT / "resources" / "presets" / "cellpath.yaml"), totals=True)
+    cells = s[(s["analysis"] == "cells") & (s["protocol"] == "total")].iloc[0]
+    assert cells["runs"] == 304_920 and cells["jobs"] == 2250 + 360 and bool(cells["planned"])
+    assert s.iloc[-1]["runs"] == 304_920
+
+
+def test_without_totals_every_job_is_on_one_row():
+    s = grid.summarize(_config())
+    assert "total" not in set(s["protocol"]) and s["jobs"].sum() == 2 + 4  # embed pairs + probe shards

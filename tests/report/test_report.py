@@ -22,7 +22,8 @@ def test_outputs_are_the_sections_declarations():
     assert outputs["tables"]["leaderboard"] == "Accuracy under shift"
     assert outputs["tables"]["embeddings"] == "Provenance"
     assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction", "ood_risk_coverage",
-                                       "ood_score_histograms", "ood_blur_accuracy", "prior_shift_gains"}
+                                       "ood_score_histograms", "ood_blur_accuracy", "prior_shift_gains",
+                                       "cell_cra_crt_landscape", "cell_qc_overlays"}
     assert outputs["tables"]["ood_gate"] == "Abstention gate"
 
 

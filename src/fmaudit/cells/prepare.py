@@ -72,6 +72,9 @@ XENIUM_CELLS_DEFAULTS: dict[str, Any] = {
     "taxonomy_fine": None,  # annotation label -> fine class table (None: resources/cells/taxonomy_fine.tsv)
     "taxonomy_coarse": None,  # fine -> coarse class table (None: resources/cells/taxonomy_coarse.tsv)
     "min_cells_per_class": 10,  # a class is valid in a section with at least this many labelled cells
+    # demo data sets only: keyword arguments of fmaudit.cells.demo.demo_section_specs; the sections are then
+    # generated under data_root/<dataset>/ from the real CC0 slide instead of being listed under `sections`
+    "demo": None,
 }
 TENX_DATASETS_URL = "https://www.10xgenomics.com/datasets"
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -317,6 +320,10 @@ def prepare_xenium_cells(dataset: str, data_root: Path, params: dict[str, Any]) 
 
     p = resolve_params("xenium_cells", params, XENIUM_CELLS_DEFAULTS)
     sections = p["sections"] or {}
+    if p["demo"]:
+        from fmaudit.cells.demo import write_demo_sections
+
+        sections = write_demo_sections(Path(data_root) / dataset, **dict(p["demo"]))
     if not isinstance(sections, Mapping) or not sections:
         raise FmauditInputError(f"{dataset}: params.sections lists no Xenium sections (section id -> organ, bundle, "
                                 "he_image, alignment, cell_types)")

@@ -14,7 +14,8 @@ def run(args: argparse.Namespace) -> int:
     from fmaudit.registry import load_dataset_registry
 
     config = load_config(args.configfile)
-    summary = grid.summarize(config, load_dataset_registry(config["dataset_registry"]))
+    # a total line per analysis and one for the config (``summarize(totals=True)``)
+    summary = grid.summarize(config, load_dataset_registry(config["dataset_registry"]), totals=True)
     if args.json:
         print(json.dumps(summary.to_dict(orient="records"), indent=2))
     else:

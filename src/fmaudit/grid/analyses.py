@@ -71,8 +71,9 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"), ruled=True),
     Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"), ruled=True,
              checked=False),  # checked with prior_shift
-    Analysis("cell_features", cell_feature_runs, ("encoder", "section"), checked=False),  # checked with cells
-    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), check=_cells_check),
+    Analysis("cell_features", cell_feature_runs, ("encoder", "section", "magnification"), ruled=True,
+             checked=False),  # checked with cells
+    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), ruled=True, check=_cells_check),
 )}
 
 #: Analyses the workflow plans today (their rules exist).

@@ -3,7 +3,8 @@ section, magnification) and probes per protocol (IS, IOCD, MOCV, LOOO) and evalu
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -13,7 +14,8 @@ from fmaudit.io import FmauditInputError
 
 CELL_PROTOCOLS = ("IS", "IOCD", "MOCV", "LOOO")
 
-__all__ = ["CELL_PROTOCOLS", "cell_feature_runs", "cell_runs", "check_cell_protocols"]
+__all__ = ["CELL_PROTOCOLS", "CellPlan", "cell_feature_runs", "cell_plan", "cell_runs", "check_cell_protocols",
+           "protocol_sections"]
 
 
 def _cell_units(cells: Mapping[str, Any], protocol: str, spec: Mapping[str, Any],
@@ -88,3 +90,76 @@ def check_cell_protocols(config: Mapping[str, Any]) -> None:
         _check_cells(part, cells, where)
         for protocol, spec in (cells.get("protocols") or {}).items():
             _cell_units(cells, protocol, spec, f"{where}.protocols.{protocol}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# what the workflow plans (rules/cells.smk)
+# --------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CellPlan:
+    """The cell branch of a config as the workflow plans it.
+
+    ``cells``: the (filled) ``cells`` section; ``encoders``: the study's encoders; ``organ_of`` and
+    ``dataset_of``: section -> organ and -> the data set listing it; ``feature_jobs``: (encoder, section,
+    magnification) of every feature job; ``shard_jobs``: (encoder, magnification, protocol) of every shard
+    job, both in grid order (:data:`fmaudit.grid.JOB_KEYS`)."""
+
+    where: str
+    cells: Mapping[str, Any]
+    encoders: tuple[str, ...]
+    taxonomy_tasks: Mapping[str, str]
+    organ_of: Mapping[str, str]
+    dataset_of: Mapping[str, str]
+    feature_jobs: tuple[tuple[str, str, float], ...]
+    shard_jobs: tuple[tuple[str, float, str], ...]
+
+    @property
+    def sections(self) -> list[str]:
+        return list(self.organ_of)
+
+
+def protocol_sections(cells: Mapping[str, Any], protocol: str) -> list[str]:
+    """Sections a protocol's shard reads (IOCD: those of organs with enough sections; others: every one)."""
+    sections = cells["sections"]
+    if protocol == "IOCD":
+        min_sections = int(cells["protocols"]["IOCD"]["min_sections_per_organ"])
+        return [s for secs in sections.values() if len(secs) >= min_sections for s in secs]
+    return [s for secs in sections.values() for s in secs]
+
+
+def cell_plan(config: Mapping[str, Any], section_lists: Mapping[str, Sequence[str] | None]) -> CellPlan | None:
+    """The cell branch of ``config`` (None without a ``cells`` section), the data set of each section found
+    from ``section_lists`` (data set -> the section ids its parameters list, or None for a data set that
+    lists none yet, e.g. a preset's placeholder panel): a section belongs to the one data set of its
+    taxonomies' tasks that lists it, or to the only data set of those tasks. Job lists are built from the
+    config's factors directly (the shard jobs are the distinct job keys of :func:`cell_runs`), so the
+    dry-run of a 300,000-run grid never builds its run table."""
+    parts = list(parts_with(config, "cells"))
+    if not parts:
+        return None
+    if len(parts) > 1:
+        raise FmauditInputError(f"config: the cell branch plans one study's cells; found {', '.join(w for w, _, _ in parts)}")
+    where, part, cells = parts[0]
+    _check_cells(part, cells, where)
+    check_cell_protocols(config)
+    tasks = dict(cells["taxonomies"])
+    datasets = list(dict.fromkeys(ds for t in tasks.values() for ds in part["tasks"][t]["datasets"]))
+    organ_of = {s: organ for organ, secs in cells["sections"].items() for s in secs}
+    dataset_of = {}
+    for s in organ_of:
+        listing = [ds for ds in datasets if s in (section_lists.get(ds) or ())]
+        if len(listing) == 1 or (not listing and len(datasets) == 1):
+            dataset_of[s] = (listing or datasets)[0]
+        elif not listing:
+            raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by none of the data sets "
+                                    f"{datasets} of the taxonomy tasks (dataset_params.<dataset>.sections)")
+        else:
+            raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by several data sets {listing}")
+    mags = [float(m) for m in cells["magnifications"]]
+    encoders = tuple(part["encoders"])
+    features = tuple((e, s, m) for e in encoders for s in organ_of for m in mags)
+    protocols = [p for p in CELL_PROTOCOLS if (cells.get("protocols") or {}).get(p) is not None]
+    shard_jobs = tuple((e, m, p) for p in protocols for e in encoders for m in mags)
+    return CellPlan(where=where, cells=cells, encoders=encoders, taxonomy_tasks=tasks, organ_of=organ_of,
+                    dataset_of=dataset_of, feature_jobs=features, shard_jobs=shard_jobs)

@@ -13,39 +13,49 @@ from fmaudit.grid.probe import shards
 __all__ = ["summarize"]
 
 
-def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None,
+              totals: bool = False) -> pd.DataFrame:
     """Runs and jobs by analysis and protocol.
 
     Each row counts one kind of unit, so ``runs`` do not add up across rows (fits and their evaluations are
     separate rows); ``jobs`` do: a job is counted on one row of its analysis and 0 elsewhere. ``planned`` says
     whether the workflow has rules for it yet (:data:`fmaudit.grid.ANALYSES`); declared analyses are counted
     all the same.
+
+    ``totals`` (what ``fmaudit grid`` prints): each analysis with rows ends with a ``total`` row (its runs: the rows that count runs of its own
+    kind, i.e. fits, detections, protocol runs and feature jobs' pairs are not added to evaluations or to the
+    cell feature fields; its jobs: all of them), and the table ends with ``all / total (config)``: the sum of
+    the analyses' totals (CellPath preset: 304,920 runs). Without ``totals`` every job is on one row only, so
+    the ``jobs`` column adds up.
     """
     tables = enumerate_runs(config, dataset_registry)
     rows: list[dict[str, Any]] = []
 
-    def add(analysis: str, protocol: str, runs: int, n_jobs: int) -> None:
+    counted: list[bool] = []
+
+    def add(analysis: str, protocol: str, runs: int, n_jobs: int, in_total: bool = True) -> None:
         rows.append({"analysis": analysis, "protocol": protocol, "runs": int(runs), "jobs": int(n_jobs),
                      "planned": ANALYSES[analysis].ruled})
+        counted.append(in_total)
 
-    def add_table(analysis: str, protocol: str, table: str) -> None:
+    def add_table(analysis: str, protocol: str, table: str, in_total: bool = True) -> None:
         """One row for a table of runs that its own analysis batches into jobs (nothing when it is empty)."""
         if len(tables[table]):
-            add(analysis, protocol, len(tables[table]), len(jobs(tables[table], table)))
+            add(analysis, protocol, len(tables[table]), len(jobs(tables[table], table)), in_total=in_total)
 
     n_embed = len(tables["embed"])
     add("embed", "encoder x dataset", n_embed, n_embed)
     probe = tables["probe"]
     single = probe["n_targets"] == 1
     add("probe", "fits (in-domain)", len(probe), len(shards(config)))
-    add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0)
-    add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0)
-    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0)
+    add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0, in_total=False)
+    add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0, in_total=False)
+    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0, in_total=False)
 
     sweep = tables["head_sweep"]
     if len(sweep):
         add("head_sweep", "fits (in-domain)", len(sweep), len(jobs(sweep, "head_sweep")))
-        add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0)
+        add("head_sweep", "evaluations (source x target)", sweep["n_targets"].sum(), 0, in_total=False)
     add_table("cross_dataset", "evaluations (source task -> target task)", "cross_dataset")
     ood, gate = tables["ood"], tables["ood_gate"]
     if len(ood) or len(gate):
@@ -57,10 +67,30 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     add_table("ood", "artefact test embeddings (task x artefact)", "ood_image_artefact")
     add_table("prior_shift", "source seed x target x prior x draw", "prior_shift")
     add_table("scratch_reference", "ResNet-18 from scratch (source x seed)", "scratch_reference")
-    add_table("cells", "features (section x magnification)", "cell_features")
+    add_table("cells", "features (section x magnification)", "cell_features", in_total=False)
     cells = tables["cells"]
     for protocol in CELL_PROTOCOLS:
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):
             add("cells", protocol, len(sub), len(jobs(sub, "cells")))
-    return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
+    if not totals:
+        return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
+    return _with_totals(rows, counted)
+
+
+def _with_totals(rows: list[dict[str, Any]], counted: list[bool]) -> pd.DataFrame:
+    columns = ["analysis", "protocol", "runs", "jobs", "planned"]
+    out: list[dict[str, Any]] = []
+    grand_runs = grand_jobs = 0
+    for analysis in dict.fromkeys(r["analysis"] for r in rows):
+        mine = [(r, c) for r, c in zip(rows, counted) if r["analysis"] == analysis]
+        runs = sum(r["runs"] for r, c in mine if c)
+        n_jobs = sum(r["jobs"] for r, _ in mine)
+        out += [r for r, _ in mine]
+        out.append({"analysis": analysis, "protocol": "total", "runs": runs, "jobs": n_jobs,
+                    "planned": mine[0][0]["planned"]})
+        grand_runs += runs
+        grand_jobs += n_jobs
+    out.append({"analysis": "all", "protocol": "total (config)", "runs": grand_runs, "jobs": grand_jobs,
+                "planned": all(r["planned"] for r in rows) if rows else True})
+    return pd.DataFrame(out, columns=columns)

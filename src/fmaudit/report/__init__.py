@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
-from fmaudit.report import embeddings, exposure, ood, prior_shift, probe, variants
+from fmaudit.report import cells, embeddings, exposure, ood, prior_shift, probe, variants
 from fmaudit.report.section import ReportWriter, Section
 
 #: The report's sections, in the order index.md shows them: one line per analysis.
@@ -25,6 +25,7 @@ SECTIONS: tuple[Section, ...] = (
     variants.SECTION,
     prior_shift.SECTION,
     exposure.SECTION,
+    cells.SECTION,
     embeddings.SECTION,
 )
 

@@ -1,0 +1,351 @@
+"""Benchmark: one CellPath protocol shard at the paper's panel shape, and the on-disk cost of cell features.
+
+Part 1, the shard (``fmaudit.analyses.cell_suite.run_cell_shard``). The panel has the paper's shape: the
+CellPath preset's 25 sections in 11 organs (resources/presets/cellpath.yaml), 9 fine and 3 coarse classes,
+7 readouts, the preset's seeds and the MOCV fold manifest of resources/cells/. Cells are simulated, written in
+the real feature format (float16 folders, ``write_cell_features``): ``--cells-per-section`` cells per section
+(default 20,000; the paper averages ~283,000, 7,079,283 / 25, which would need ~4 GB of features per
+encoder and magnification at width 384 and hours of CPU here), ``--cells-per-patch`` per patch, width
+``--dim``. Nuc carries the class (planted), the patch Mean dilutes it, sections and organs shift every
+readout. The job's run count is the grid's (``fmaudit.grid.cell_runs`` on the preset, one encoder and
+magnification). It is run in a fresh process, so its peak RSS (``resource.getrusage``) is the shard's alone;
+a second fresh process that only imports, reads the manifests and opens the memory maps gives the floor.
+Printed: runs, wall seconds, runs/s, peak RSS, floor RSS, and what materialising all seven readouts of every
+section at once would take (the bound the streaming avoids). Nothing is extrapolated to 283k cells.
+
+Baseline (same process as the engine's timing, same unit): scikit-learn
+``make_pipeline(StandardScaler(), LogisticRegression(C, tol=1e-4, max_iter=1000))`` fitted once per
+(run, C) on the same partitions and readouts, C chosen on the same validation cells, evaluated on the same
+test cells with the same metric code: the work of the first ``--baseline-units`` units of the shard, against
+the engine on exactly those runs. Printed: both runs/s, the speed ratio, and the largest |macro-F1| gap.
+
+Part 2, bytes per cell on disk. From the format: per cell, Nuc (D float16) + a row of cells.parquet (item id,
+patch, u, v); per patch Mean and Cls (D float16 each) shared by the patch's cells. Fusions are computed on
+read. For ViT-S/16 (384), ViT-L (1024) and ViT-H (1536) at the cells-per-patch this benchmark's panel uses,
+and measured on a folder the demo encoder writes on the real slide resources/data/CMU-1-Small-Region.svs
+(cells on a jittered grid at ``--demo-density`` cells/mm²), against "seven stored float32 copies".
+
+Run: ``OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/bench_cell_shard.py [--protocol LOOO]
+[--cells-per-section 20000] [--dim 384] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+PRESET = REPO / "resources" / "presets" / "cellpath.yaml"
+FOLDS = REPO / "resources" / "cells" / "cellpath_folds.tsv"
+K_FINE, COARSE_OF = 9, np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+CS = (0.001, 0.01, 0.1, 1.0)
+
+
+def preset_cells() -> dict:
+    from fmaudit.registry import load_yaml
+
+    return load_yaml(PRESET)
+
+
+def simulate_panel(root: Path, cells_per_section: int, cells_per_patch: int, dim: int, seed: int = 0) -> None:
+    """Write manifests and float16 feature folders of the preset's 25 sections (see the module doc)."""
+    from fmaudit.cells.features import write_cell_features
+    from fmaudit.io import write_table
+
+    sections = preset_cells()["cells"]["sections"]
+    rng = np.random.default_rng(seed)
+    class_means = rng.normal(scale=2.5 / np.sqrt(2 * dim), size=(K_FINE, dim))  # means ~2.5 noise SDs apart
+    organ_shift = {o: rng.normal(scale=0.4, size=dim) for o in sections}
+    for organ, secs in sections.items():
+        for section in secs:
+            n = cells_per_section
+            labels = rng.choice(K_FINE, n, p=rng.dirichlet(np.full(K_FINE, 2.0)))
+            n_patches = n // cells_per_patch
+            side = int(np.ceil(np.sqrt(n_patches)))
+            cell_patch = np.sort(rng.integers(0, n_patches, n))
+            uv = rng.uniform(size=(n, 2)).astype(np.float32)
+            shift = organ_shift[organ] + rng.normal(scale=0.2, size=dim)
+            nuc = (class_means[labels] + rng.normal(size=(n, dim)) + shift).astype(np.float32)
+            sums = np.zeros((n_patches, dim))
+            np.add.at(sums, cell_patch, class_means[labels])
+            counts = np.maximum(np.bincount(cell_patch, minlength=n_patches), 1)[:, None]
+            mean = (sums / counts + 0.5 * rng.normal(size=(n_patches, dim)) + shift).astype(np.float32)
+            cls = (mean + 0.5 * rng.normal(size=(n_patches, dim))).astype(np.float32)
+            write_cell_features(root / "features" / section, [f"{section}/c{i}" for i in range(n)], cell_patch, uv,
+                                nuc, mean, cls, meta={"encoder": "sim-vit", "magnification": 20.0})
+            unlabelled = rng.uniform(size=n) < 0.05
+            fine = pd.array(np.where(unlabelled, -1, labels), dtype="Int64")
+            fine[unlabelled] = pd.NA
+            coarse = pd.array(np.where(unlabelled, -1, COARSE_OF[labels]), dtype="Int64")
+            coarse[unlabelled] = pd.NA
+            x = (cell_patch % side + uv[:, 0]) * 448.0
+            y = (cell_patch // side + uv[:, 1]) * 448.0
+            write_table(root / "manifests" / f"{section}.parquet", pd.DataFrame({
+                "item_id": [f"{section}/c{i}" for i in range(n)], "cell_id": [f"c{i}" for i in range(n)],
+                "section": section, "organ": organ, "slide": f"/simulated/{section}.ome.tif", "mpp": 0.25,
+                "he_x": x, "he_y": y, "centre_source": "simulated", "label_fine": fine, "label_coarse": coarse,
+                "label_fine_name": None, "label_coarse_name": None}))
+
+
+def job_runs(protocol: str):
+    from fmaudit import grid
+
+    cfg = preset_cells()
+    cfg["encoders"] = ["sim-vit"]
+    cfg["cells"]["magnifications"] = [20]
+    runs = grid.cell_runs(cfg)
+    return runs[runs["protocol"] == protocol].reset_index(drop=True)
+
+
+def shard_kwargs(args) -> dict:
+    cfg = preset_cells()["cells"]
+    return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells,
+                max_val_cells=args.max_val_cells, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
+                n_classes={"fine": K_FINE, "coarse": 3}, tol=1e-4, device=args.device)
+
+
+def inputs(root: Path):
+    sections = [s for secs in preset_cells()["cells"]["sections"].values() for s in secs]
+    return ({s: root / "features" / s for s in sections}, {s: root / "manifests" / f"{s}.parquet" for s in sections})
+
+
+def child_shard(args) -> None:
+    """Run one shard (or only open its inputs, with --floor) and print JSON with the peak RSS."""
+    import logging
+
+    from fmaudit.analyses.cell_suite import run_cell_shard
+    from fmaudit.cells.features import open_cell_features
+    from fmaudit.cells.protocols import panel_from_manifests
+
+    logging.basicConfig(level=logging.WARNING)
+    root = Path(args.root)
+    runs = job_runs(args.protocol)
+    features, manifests = inputs(root)
+    cells = preset_cells()["cells"]
+    t0 = time.perf_counter()
+    if args.floor:
+        panel_from_manifests(manifests, ["fine", "coarse"])
+        [open_cell_features(p) for p in features.values()]
+        out = None
+    else:
+        out = run_cell_shard(runs, features, manifests, cells["sections"], **shard_kwargs(args))
+    wall = time.perf_counter() - t0
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = {"runs": len(runs), "wall_s": wall, "peak_rss_mib": peak_mib}
+    if out is not None:
+        result["n_ok"] = int((out["status"] == "ok").sum())
+        result["macro_f1_nuc_fine"] = float(out.loc[(out["readout"] == "nuc") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
+        result["macro_f1_mean_fine"] = float(out.loc[(out["readout"] == "mean") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
+    print("RESULT " + json.dumps(result))
+
+
+def baseline(args) -> dict:
+    """scikit-learn vs the engine on the first --baseline-units units' runs (same process, same threads)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from fmaudit.analyses.cell_suite import run_cell_shard
+    from fmaudit.cells.features import open_cell_features
+    from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
+    from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
+
+    root = Path(args.root)
+    runs = job_runs(args.protocol)
+    units = list(dict.fromkeys(runs["unit"].astype(str)))[: args.baseline_units]
+    sub = runs[runs["unit"].astype(str).isin(units)]
+    if args.baseline_seeds:
+        sub = sub[sub["seed"].isin(sorted(set(sub["seed"]))[: args.baseline_seeds])]
+    sub = sub.reset_index(drop=True)
+    features, manifests = inputs(root)
+    cells = preset_cells()["cells"]
+    kw = shard_kwargs(args)
+    t0 = time.perf_counter()
+    engine = run_cell_shard(sub, features, manifests, cells["sections"], **kw)
+    t_engine = time.perf_counter() - t0
+
+    panel = panel_from_manifests(manifests, ["fine", "coarse"], kw["n_classes"])
+    folds = read_fold_manifest(FOLDS, cells["sections"], kw["n_folds"])
+    opened = {s: open_cell_features(p) for s, p in features.items()}
+
+    def rows_readout(rows, readout):
+        parts = []
+        for code in np.unique(panel.section_code[rows]):
+            s = panel.sections[code]
+            local = rows[panel.section_code[rows] == code] - panel.offsets[code]
+            parts.append(opened[s].readout(readout, local))
+        return np.concatenate(parts)
+
+    t0 = time.perf_counter()
+    f1s = np.full(len(sub), np.nan)
+    chosen = np.full(len(sub), np.nan)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    for (unit, seed), group in sub.groupby(["unit", "seed"], sort=False, observed=True):
+        part = make_partition(panel, args.protocol, str(unit), int(seed), sections_by_organ=cells["sections"],
+                              folds=folds, taxonomies=["fine", "coarse"], roi_fraction=kw["roi_fraction"],
+                              val_fraction=kw["val_fraction"], max_train_cells=kw["max_train_cells"],
+                              max_val_cells=kw["max_val_cells"])
+        for run in group.itertuples():
+            lab = panel.labels[str(run.taxonomy)]
+            tr, va, te = (r[lab[r] >= 0] for r in (part.train, part.val, part.test))
+            Xtr, Xva, Xte = (rows_readout(r, str(run.readout)) for r in (tr, va, te))
+            best = None
+            for C in kw["Cs"]:
+                model = make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-4, max_iter=1000)).fit(Xtr, lab[tr])
+                f1 = macro_f1_present(lab[va], model.predict(Xva), panel.n_classes[str(run.taxonomy)])
+                if best is None or f1 > best[0]:
+                    best = (f1, model)
+            chosen[run.Index] = best[1][-1].C
+            proba = np.zeros((te.size, panel.n_classes[str(run.taxonomy)]), dtype=np.float32)
+            proba[:, best[1].classes_] = best[1].predict_proba(Xte)
+            f1s[run.Index] = macro_f1_present(lab[te], proba.argmax(1), proba.shape[1])
+            macro_auroc_present(lab[te].astype(np.int64), proba)
+    t_sklearn = time.perf_counter() - t0
+    gaps = np.abs(f1s - engine["macro_f1"].to_numpy())
+    return {"baseline_units": units, "baseline_runs": len(sub), "engine_runs_per_s": len(sub) / t_engine,
+            "sklearn_runs_per_s": len(sub) / t_sklearn, "speedup": t_sklearn / t_engine,
+            "max_abs_macro_f1_gap": float(gaps.max()), "median_abs_macro_f1_gap": float(np.median(gaps)),
+            "same_C": float((np.asarray(chosen) == engine["C"].to_numpy()).mean())}
+
+
+def bytes_per_cell(args) -> pd.DataFrame:
+    """Per-cell bytes on disk (format) for three widths, and measured on a demo-encoder folder."""
+    from fmaudit.cells.features import extract_cell_features, open_cell_features
+
+    rows = []
+    index_bytes = None
+    tmp = Path(tempfile.mkdtemp(prefix="cellbytes."))
+    try:
+        slide = REPO / "resources" / "data" / "CMU-1-Small-Region.svs"
+        mpp, w, h = 0.499, 2220, 2967
+        spacing = 1000.0 / np.sqrt(args.demo_density) / mpp  # px between neighbouring cells
+        rng = np.random.default_rng(0)
+        gx, gy = np.meshgrid(np.arange(spacing / 2, w - 1, spacing), np.arange(spacing / 2, h - 1, spacing))
+        xs = np.clip(gx.ravel() + rng.uniform(-spacing / 3, spacing / 3, gx.size), 0, w - 1)
+        ys = np.clip(gy.ravel() + rng.uniform(-spacing / 3, spacing / 3, gy.size), 0, h - 1)
+        n = xs.size
+        manifest = pd.DataFrame({
+            "item_id": [f"cmu-1/aaabbbcc-{i}" for i in range(n)], "cell_id": [f"aaabbbcc-{i}" for i in range(n)],
+            "section": "cmu-1", "organ": "skin", "slide": str(slide), "mpp": mpp, "he_x": xs, "he_y": ys,
+            "centre_source": "simulated", "label_fine": pd.array(rng.integers(0, 9, n), dtype="Int64"),
+            "label_coarse": pd.array(rng.integers(0, 3, n), dtype="Int64"), "label_fine_name": "t",
+            "label_coarse_name": "g"})
+        out = tmp / "demo"
+        meta = extract_cell_features(manifest, "demo-vit-tiny", 20, out, device="cpu", batch_size=64)
+        files = {p.name: p.stat().st_size for p in out.iterdir()}
+        feats = open_cell_features(out)
+        cpp_demo = n / meta["n_patches"]
+        index_bytes = (files["cells.parquet"] + files["patches.parquet"] + files["meta.json"]) / n
+        measured_total = sum(files.values()) / n
+        d = feats.embed_dim
+        rows.append({"encoder": f"demo-vit-tiny (D={d}), measured", "D": d, "cells_per_patch": round(cpp_demo, 2),
+                     "nuc_B": files["nuc.npy"] / n, "mean_B": files["patch_mean.npy"] / n,
+                     "cls_B": files["patch_cls.npy"] / n, "index_B": index_bytes, "total_B": measured_total,
+                     "seven_float32_copies_B": 4 * 9 * d})
+        for name, d in (("ViT-S/16", 384), ("ViT-L", 1024), ("ViT-H", 1536)):
+            for mag in (40, 20, 10):
+                # cells per occupied patch of 224 px at this magnification and the assumed density
+                cpp = max(1.0, args.demo_density * (224 * 10.0 / mag / 1000.0) ** 2)
+                nuc, mean, cls = 2 * d, 2 * d / cpp, 2 * d / cpp
+                rows.append({"encoder": f"{name} (D={d}) {mag}x, format", "D": d, "cells_per_patch": round(cpp, 2),
+                             "nuc_B": nuc, "mean_B": mean, "cls_B": cls, "index_B": index_bytes,
+                             "total_B": nuc + mean + cls + index_bytes, "seven_float32_copies_B": 4 * 9 * d})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    table = pd.DataFrame(rows)
+    table["readouts_stored_per_cell"] = "nuc per cell; mean, cls per patch; 4 fusions on read"
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", nargs="?", default="all", choices=["all", "shard", "bytes", "baseline"])
+    parser.add_argument("--protocol", default="LOOO", choices=["IS", "IOCD", "MOCV", "LOOO"])
+    parser.add_argument("--cells-per-section", type=int, default=20000)
+    parser.add_argument("--cells-per-patch", type=int, default=25)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--max-train-cells", type=int, default=10000)
+    parser.add_argument("--max-val-cells", type=int, default=2500)
+    parser.add_argument("--baseline-units", type=int, default=1)
+    parser.add_argument("--baseline-seeds", type=int, default=0, help="only the first n seeds (0 = all)")
+    parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--root", default=None, help="reuse a simulated panel folder")
+    parser.add_argument("--keep", action="store_true", help="keep the simulated panel folder")
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="2,000 cells per section, caps 2,000/500")
+    args = parser.parse_args()
+    if args.quick:
+        args.cells_per_section, args.max_train_cells, args.max_val_cells = 2000, 2000, 500
+    if args.mode == "shard":
+        child_shard(args)
+        return
+    if args.mode == "bytes":
+        print(bytes_per_cell(args).to_string(index=False))
+        return
+    if args.mode == "baseline":  # on an existing --root
+        print(json.dumps(baseline(args), indent=1))
+        return
+
+    print(f"load average at start: {os.getloadavg()}")
+    own_root = args.root is None
+    root = Path(args.root or tempfile.mkdtemp(prefix="cellshard."))
+    try:
+        if own_root or not (root / "features").exists():
+            t0 = time.perf_counter()
+            simulate_panel(root, args.cells_per_section, args.cells_per_patch, args.dim)
+            print(f"simulated 25 sections x {args.cells_per_section} cells (D={args.dim}, {args.cells_per_patch} "
+                  f"cells/patch) in {time.perf_counter() - t0:.0f} s under {root}")
+        disk = sum(p.stat().st_size for p in (root / "features").rglob("*") if p.is_file())
+        n_cells = 25 * args.cells_per_section
+        print(f"feature folders on disk: {disk / 2**20:.1f} MiB ({disk / n_cells:.0f} B/cell)")
+        all_readouts = n_cells * args.dim * 4 * 9
+        print(f"materialising all 7 readouts of all sections in float32 would take {all_readouts / 2**20:.0f} MiB")
+        common = [sys.executable, __file__, "shard", "--root", str(root), "--protocol", args.protocol,
+                  "--dim", str(args.dim), "--max-train-cells", str(args.max_train_cells),
+                  "--max-val-cells", str(args.max_val_cells), "--device", args.device]
+        results = {}
+        for label, extra in (("floor", ["--floor"]), ("shard", [])):
+            proc = subprocess.run(common + extra, capture_output=True, text=True, check=False)
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode or not line:
+                print(proc.stdout[-2000:], proc.stderr[-4000:])
+                raise SystemExit(f"{label} process failed")
+            results[label] = json.loads(line[0][len("RESULT "):])
+        s, f = results["shard"], results["floor"]
+        print(f"\n{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) in {s['wall_s']:.0f} s "
+              f"-> {s['runs'] / s['wall_s']:.2f} runs/s")
+        print(f"peak RSS: shard process {s['peak_rss_mib']:.0f} MiB; floor (imports + manifests + memory maps) "
+              f"{f['peak_rss_mib']:.0f} MiB; engine increment {s['peak_rss_mib'] - f['peak_rss_mib']:.0f} MiB")
+        print(f"mean macro-F1 (fine): Nuc {s['macro_f1_nuc_fine']:.3f}, Mean {s['macro_f1_mean_fine']:.3f}")
+        if args.baseline_units:
+            args.root = str(root)
+            b = baseline(args)
+            print(f"\nbaseline on units {b['baseline_units']} ({b['baseline_runs']} runs, same process): engine "
+                  f"{b['engine_runs_per_s']:.2f} runs/s, scikit-learn {b['sklearn_runs_per_s']:.2f} runs/s, "
+                  f"ratio {b['speedup']:.2f}x; |macro-F1 gap| max {b['max_abs_macro_f1_gap']:.4f}, median "
+                  f"{b['median_abs_macro_f1_gap']:.4f}; same C chosen in {100 * b['same_C']:.0f}% of runs")
+        print("\nbytes per cell on disk (float16):")
+        print(bytes_per_cell(args).to_string(index=False))
+        print(f"load average at end: {os.getloadavg()}")
+    finally:
+        if own_root and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
