@@ -46,7 +46,8 @@ def test_demo_produces_report_showing_acquisition_shift(demo_run):
     # the demo's groups are patients (registry group_unit): every interval says so, with its count
     assert (board["ci_unit"] == "patient").all() and board["ci_resampling"].str.fullmatch(r"unit=patient, n=\d+").all()
     index = (report / "index.md").read_text()
-    assert "task demo-tissue: unit=patient, n=" in index and "unit=item" not in index
+    # (the OOD gate resamples the far donor's tiles, one slide, by item, and says so: that section is apart)
+    assert "task demo-tissue: unit=patient, n=" in index and "unit=item" not in index.split("## OOD detection")[0]
 
 
 def _interval_pairs(columns) -> list[tuple[str, str]]:
@@ -65,7 +66,8 @@ def test_demo_report_is_graded_not_saturated(demo_run):
         table = pd.read_csv(path)
         for lo, hi in _interval_pairs(table.columns):
             # a reference against itself (blur sigma 0, adaptation method none) is 0 by definition: no interval
-            ref = (table["sigma"] == 0) if "sigma" in table else (table["method"] == "none") if "method" in table else False
+            ref = ((table["sigma"] == 0) if "sigma" in table else (table["method"] == "none") if "method" in table
+                   else pd.Series(False, index=table.index))
             defined = table[[lo, hi]].notna().all(axis=1)
             assert (defined | ref).all() and not defined[ref].any(), f"{path.name}: undefined interval {lo}/{hi}"
             # a rate observed at 0 or 1 (no near item rejected as novel, say) has a percentile interval [0, 0]
@@ -136,11 +138,11 @@ def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
     cfg = load_config(work / "config.yaml")
     ps = cfg["prior_shift"]
     runs = grid.prior_shift_runs(cfg)
-    shards = sorted((work / "results" / "shards" / "prior_shift").rglob("*.runs.parquet"))
+    shards = sorted((work / DEMO / "shards" / "prior_shift").rglob("*.runs.parquet"))
     assert len(shards) == len(grid.jobs(runs, "prior_shift")) == len(cfg["encoders"]) * len(ps["target_domains"])
-    rows = pd.read_parquet(work / "results" / "aggregate" / "prior_shift_runs.parquet")
+    rows = pd.read_parquet(work / DEMO / "aggregate" / "prior_shift_runs.parquet")
     assert len(rows) == len(runs) * len(ps["methods"])
-    tables = work / "results" / "report" / "tables"
+    tables = work / DEMO / "report" / "tables"
     summary = pd.read_csv(tables / "prior_shift_summary.csv")
     assert set(summary["method"]) == set(ps["methods"])
     n_cells = len(cfg["encoders"]) * len(ps["target_domains"]) * len(ps["priors"])
@@ -159,10 +161,10 @@ def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
     for name in ("prior_shift_negative_cells", "transfer_reference", "leaderboard", "cross_domain_leaderboard"):
         table = pd.read_csv(tables / f"{name}.csv")
         assert table["exposure"].str.startswith("no: demo-tiles").all(), name  # random-init encoders
-    assert (work / "results" / "report" / "figures" / "prior_shift_gains.png").stat().st_size > 5000
-    index = (work / "results" / "report" / "index.md").read_text()
+    assert (work / DEMO / "report" / "figures" / "prior_shift_gains.png").stat().st_size > 5000
+    index = (work / DEMO / "report" / "index.md").read_text()
     assert "## Class-prior shift and label-free adaptation" in index and "![gain per prior]" in index
-    log = next((work / "results" / "logs" / "prior_shift_shard").rglob("*.log")).read_text()
+    log = next((work / DEMO / "logs" / "prior_shift_shard").rglob("*.log")).read_text()
     assert "runs/s" in log
 
 
@@ -439,24 +441,25 @@ def bad_splits(demo_run, tmp_path_factory):
     path = work / DEMO / "manifests" / "demo-tiles.parquet"
     good, prov = read_table(path), read_provenance(path)
     leaky = good.copy()
-    rows = leaky.index[(leaky["group"] == "scanner-b_p01") & (leaky["split"] == "train")]
-    assert len(rows), "the demo's scanner-b_p01 is a training patient"
+    rows = leaky.index[(leaky["domain"] == "scanner-b") & (leaky["split"] == "train")]
+    patient = leaky.loc[rows[0], "group"]  # a training patient of scanner-b, one of whose items moves to test
     leaky.loc[rows[0], "split"] = "test"
+    n_train = int(((leaky["group"] == patient) & (leaky["split"] == "train")).sum())
     write_table(path, leaky, provenance=prov)
     leak = snakemake(work, "--cores", "2", check=False)
     missing = good[~((good["domain"] == "scanner-a") & (good["split"] == "train") & (good["label_name"] == "mucus"))]
     write_table(path, missing, provenance=prov)
     missing_class = snakemake(work, "--cores", "2", check=False)
-    return work, leak, missing_class
+    return work, (leak, patient, n_train), missing_class
 
 
 def test_a_patient_on_two_splits_stops_the_run_before_any_embedding(bad_splits):
-    work, leak, _ = bad_splits
+    work, (leak, patient, n_train), _ = bad_splits
     out = leak.stdout + leak.stderr
     assert leak.returncode != 0
     assert ("task 'demo-tissue', manifest results/demo/manifests/demo-tiles.parquet (dataset 'demo-tiles'): "
-            "1 group(s) of domain 'scanner-b' are on more than one split (leakage): 'scanner-b_p01' on test (1 items) "
-            "and train (19 items)") in out
+            f"1 group(s) of domain 'scanner-b' are on more than one split (leakage): '{patient}' on test (1 items) "
+            f"and train ({n_train} items)") in out
     assert "rule embed:" not in out and "rule validate:" in out  # the validate job ran, no embedding job did
     assert not (work / DEMO / "embeddings").exists()
     assert "leakage" in (work / DEMO / "logs" / "validate.log").read_text()
@@ -490,8 +493,7 @@ def test_a_task_edit_reruns_the_checks_only(demo_run):
 def test_a_descriptive_encoder_or_data_set_edit_reruns_nothing(demo_run):
     work, _ = demo_run
     registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["demo-vit-tiny"].update(description="edited", licence="MIT", pretraining_corpora=["nothing"],
-                                     exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
+    registry["demo-vit-tiny"].update(description="edited", licence="MIT")
     (work / "encoders-described.yaml").write_text(yaml.safe_dump(registry))
     datasets = yaml.safe_load((work / "resources" / "datasets.yaml").read_text())
     datasets["demo-tiles"].update(description="edited", licence="CC-BY-4.0")
@@ -500,6 +502,13 @@ def test_a_descriptive_encoder_or_data_set_edit_reruns_nothing(demo_run):
                   dataset_registry="datasets-described.yaml")
     proc = snakemake(work, "-n", "--configfile", "described.yaml")
     assert "Nothing to be done" in proc.stdout + proc.stderr
+    # what the report's exposure audit shows (pretraining corpora, exposure) reruns the report, and only it
+    registry["demo-vit-tiny"].update(pretraining_corpora=["nothing"],
+                                     exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
+    (work / "encoders-exposed.yaml").write_text(yaml.safe_dump(registry))
+    _write_config(work, "exposed.yaml", encoder_registry="encoders-exposed.yaml")
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "exposed.yaml").stdout)
+    assert set(jobs) <= {"report", "all"} and jobs.get("report") == 1, jobs
 
 
 @pytest.fixture(scope="module")
@@ -523,7 +532,8 @@ def test_a_failing_rerun_keeps_the_earlier_embeddings(failed_rerun):
     assert proc.returncode != 0
     folder = work / DEMO / "embeddings" / "demo-vit-tiny"
     assert _digests(folder) == before  # same bytes, same times, in the earlier key's folder
-    assert not list(folder.rglob("*.tmp*")) and len(list(folder.rglob("*.npz"))) == 2
+    assert not list(folder.rglob("*.tmp*"))
+    assert len(list(folder.rglob("*.npz"))) == sum(name.endswith(".npz") for name in before)
     proc = snakemake(work, "-n")  # back to the earlier weights: nothing to redo
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
@@ -569,7 +579,8 @@ def test_remote_code_without_a_pinned_commit_is_planned_but_never_run(demo_run):
     (work / "remote.yaml").write_text(yaml.safe_dump(cfg))
     hint = "set `encoder_revisions.remote-demo: <commit>` in your config"
     dry = snakemake(work, "-n", "--configfile", "remote.yaml")  # the plan shows, with the warning
-    assert planned_jobs(dry.stdout).get("embed") == 2 and hint in dry.stderr
+    copies = 2  # its embeddings of the demo's two data sets and of the two OOD copies of the test split
+    assert planned_jobs(dry.stdout).get("embed") == 2 + copies and hint in dry.stderr
     proc = snakemake(work, "--cores", "1", "--configfile", "remote.yaml", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "stopped before the first job" in out and hint in out
@@ -585,7 +596,8 @@ def second_study(demo_run, tmp_path_factory):
     cfg = _write_config(work, "solo.yaml", study="solo", encoders=["demo-convnet"], datasets=["demo-tiles"],
                         dataset_params={"demo-tiles": demo_cfg["dataset_params"]["demo-tiles"]},
                         tasks={"demo-tissue": demo_cfg["tasks"]["demo-tissue"]})
-    cfg.pop("cells")  # a tile-only study
+    for branch in ("cells", "ood", "prior_shift"):  # a probe-only study (the far OOD donor is not in it)
+        cfg.pop(branch, None)
     (work / "solo.yaml").write_text(yaml.safe_dump(cfg))
     solo = snakemake(work, "--cores", "2", "--configfile", "solo.yaml")
     prism = snakemake(work, "-n", "--configfile", "resources/presets/prism.yaml")
@@ -764,7 +776,7 @@ def test_a_variant_plans_its_embeddings_and_probe_shard_and_the_reference_its_jo
 
 def test_the_variant_is_paired_with_its_base_and_kept_out_of_the_rankings(variant_run):
     work, cfg, _ = variant_run
-    tables = work / "results" / "report" / "tables"
+    tables = work / DEMO / "report" / "tables"
     pairs = pd.read_csv(tables / "encoder_variants.csv")
     assert set(pairs["base"]) == {"demo-dinov2-tiny"} and set(pairs["variant"]) == {"demo-dinov2-tiny.res96"}
     assert len(pairs) == len(cfg["tasks"]["demo-tissue"]["domains"]) ** 2  # every source x target
@@ -774,12 +786,12 @@ def test_the_variant_is_paired_with_its_base_and_kept_out_of_the_rankings(varian
     inventory = pd.read_csv(tables / "embeddings.csv")
     hashes = inventory.groupby("encoder")["encoder_config_hash"].first()
     assert hashes["demo-dinov2-tiny.res96"] != hashes["demo-dinov2-tiny"]
-    assert "## Encoder variants" in (work / "results" / "report" / "index.md").read_text()
+    assert "## Encoder variants" in (work / DEMO / "report" / "index.md").read_text()
 
 
 def test_the_scratch_reference_is_a_row_of_the_transfer_table(variant_run):
     work, cfg, _ = variant_run
-    reference = pd.read_csv(work / "results" / "report" / "tables" / "transfer_reference.csv")
+    reference = pd.read_csv(work / DEMO / "report" / "tables" / "transfer_reference.csv")
     scratch = reference[reference["model"] == "resnet18-scratch"]
     assert len(scratch) == len(cfg["prior_shift"]["target_domains"]) and not scratch["frozen"].any()
     assert scratch["rank_on_target"].isna().all() and (scratch["n_seeds"] == len(cfg["prior_shift"]["seeds"])).all()
