@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from fmaudit.grid.studies import parts_with, require_tasks, study_parts
+from fmaudit.grid.studies import parts_with, require_tasks, study_parts, tile_tasks
 from fmaudit.io import FmauditInputError
 
 DERIVED_SEPARATOR = "__"
@@ -61,7 +61,7 @@ def _image_artefacts(part: Mapping[str, Any], ood: Mapping[str, Any], where: str
     section = ood.get("image_artefact") or {}
     if not section:
         return [], []
-    tasks = list(section.get("tasks") or part["tasks"])
+    tasks = list(section.get("tasks") or tile_tasks(part))  # cell taxonomies have no tile test split
     require_tasks(part, tasks, f"{where}.image_artefact.tasks")
     specs = [_perturbation(s, f"{where}.image_artefact.specs[{i}]") for i, s in enumerate(section["specs"])]
     tags = [t for t, _ in specs]
@@ -97,7 +97,7 @@ def _conditions(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> 
     for key in EXTRA_KEYS:
         require_tasks(part, (ood.get(key) or {}).get("tasks") or [], f"{where}.{key}.tasks")
     out: dict[str, list[dict[str, Any]]] = {}
-    for task in part["tasks"]:
+    for task in tile_tasks(part):
         conds: list[dict[str, Any]] = []
         if task in far:
             donor = _far_donor(part, task, far[task], where)
@@ -244,7 +244,7 @@ def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
         settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS}
         for key in EXTRA_KEYS:
             extra = ood.get(key)
-            applies = extra is not None and task in (extra.get("tasks") or (part["tasks"] if key == "sensitivity" else []))
+            applies = extra is not None and task in (extra.get("tasks") or (tile_tasks(part) if key == "sensitivity" else []))
             settings[key] = {k: v for k, v in extra.items() if k != "tasks"} if applies else None
         return {"conditions": conds, "gate": gate, "settings": settings}
     known = [t for _, part in study_parts(config) for t in part["tasks"]]
