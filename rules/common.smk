@@ -676,8 +676,8 @@ def cell_report_inputs():
 def cell_report_settings():
     """What the cell section of the report states: magnifications, protocols with their seeds, taxonomies, and
     the pretraining scale of each encoder (the landscape's point size, from the registry)."""
-    if CELL_PLAN is None:
-        return {}
+    if CELL_PLAN is None:  # the captions still render (the section's outputs are notes then)
+        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {}}
     cells = CELL_PLAN.cells
     return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
                       "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),

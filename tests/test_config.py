@@ -122,6 +122,7 @@ def test_fill_section_and_schema_default_read_the_schema():
 
 def test_declared_sections_get_their_defaults_when_present(demo_config):
     demo_config["prior_shift"] = {"task": "demo-tissue", "priors": {"flat": {"a": 0.5, "b": 0.5}}, "sample_size": 10}
+    demo_config.pop("cells")  # the demo's cell branch, left out here
     cfg = fill_config(demo_config)
     assert cfg["prior_shift"]["draws"] == 25 and cfg["prior_shift"]["seeds"] == [0]
     assert "cells" not in cfg  # an analysis the config does not ask for stays absent

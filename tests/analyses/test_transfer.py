@@ -96,7 +96,7 @@ def test_rank_transfer_interval_resamples_test_patients_of_both_domains(suite_re
     ok = out[~undefined]
     assert len(ok) >= 6 and (ok["spearman_rho_ci_lo"] <= ok["spearman_rho_ci_hi"]).all()
     assert ok[["spearman_rho_ci_lo", "spearman_rho_ci_hi"]].stack().between(-1, 1).all()
-    assert (out["rho_n_valid"] <= 30).all() and out["rho_ci_convention"].str.contains("test patients").all()
+    assert (out["rho_n_valid"] <= 30).all() and out["rho_ci_convention"].str.contains("test groups").all()
     # one cell by hand: sklearn macro-F1 on patient resamples of each side (independent draws), scipy's ρ
     r = out.iloc[3]
 

@@ -11,6 +11,9 @@ def _demo(tmp_path, **changes):
     config.update(changes)
     if "cmu-small-region" not in config["datasets"]:
         config.pop("ood", None)  # the demo's far-OOD donor is that data set
+    if "demo-xenium" not in config["datasets"]:  # the demo's cell branch and its taxonomy tasks
+        config.pop("cells", None)
+        config["tasks"] = {t: spec for t, spec in config["tasks"].items() if "demo-xenium" not in spec["datasets"]}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)

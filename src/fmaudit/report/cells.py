@@ -30,7 +30,7 @@ __all__ = ["FIGURES", "SECTION", "TABLES", "qc_montage"]
 
 def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
     """Thumbnails of every section's QC overlay (cell centres on H&E crops), one panel per section."""
-    plt = figures._pyplot()
+    plt = figures.pyplot()
     sections = list(qc)
     rows = max(1, -(-len(sections) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 3.0 * rows), squeeze=False)
@@ -40,7 +40,7 @@ def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
         ax.imshow(plt.imread(qc[section]))
         ax.set_title(section, fontsize=8)
     fig.tight_layout()
-    figures._save(fig, path)
+    figures.save_figure(fig, path)
 
 
 def _landscape(results: Mapping[str, Any], path: Path, taxonomy: str) -> None:

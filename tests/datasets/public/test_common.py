@@ -61,8 +61,9 @@ def registry():
 
 def test_registry_demo_entries_first_and_real_entries_complete(tmp_path):
     reg = registry()
-    assert list(reg)[:2] == ["demo-tiles", "cmu-small-region"]
-    real = {k: v for k, v in reg.items() if k not in ("demo-tiles", "cmu-small-region")}
+    demo = ["demo-tiles", "cmu-small-region", "demo-xenium"]
+    assert list(reg)[:3] == demo
+    real = {k: v for k, v in reg.items() if k not in demo}
     assert len(real) >= 14
     for slug, entry in real.items():
         assert SAFE_ID.match(slug)
