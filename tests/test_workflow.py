@@ -71,7 +71,8 @@ def test_demo_report_is_graded_not_saturated(demo_run):
             defined = table[[lo, hi]].notna().all(axis=1)
             assert (defined | ref).all() and not defined[ref].any(), f"{path.name}: undefined interval {lo}/{hi}"
             # a rate observed at 0 or 1 (no near item rejected as novel, say) has a percentile interval [0, 0]
-            point = table[lo[: -len("_ci_lo")]] if lo != "ci_lo" else table.get("point", table.get("mean"))
+            name = lo[: -len("_ci_lo")] if lo != "ci_lo" else next((c for c in ("point", "mean") if c in table), None)
+            point = table[name] if name in table else pd.Series(np.nan, index=table.index)
             bound = point.isin([0.0, 1.0]) & (table[lo] == point) & (table[hi] == point)
             wide = table[hi] - table[lo] > 0
             assert (wide | bound | ~defined).all(), f"{path.name}: zero-width interval {lo}/{hi}:\n{table[~wide]}"
@@ -148,7 +149,9 @@ def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
     n_cells = len(cfg["encoders"]) * len(ps["target_domains"]) * len(ps["priors"])
     assert summary["negative_cells"].str.fullmatch(rf"\d+/{n_cells}").all()
     assert summary["unit"].str.startswith("encoder > seed > draw").all()
-    assert (summary["ci_lo"] <= summary["mean"] + 1e-12).all() and (summary["mean"] <= summary["ci_hi"] + 1e-12).all()
+    ranged = summary[summary["method"] != "none"]  # the reference against itself has no interval
+    assert summary.loc[summary["method"] == "none", "ci_lo"].isna().all()
+    assert (ranged["ci_lo"] <= ranged["mean"] + 1e-12).all() and (ranged["mean"] <= ranged["ci_hi"] + 1e-12).all()
     gains = pd.read_csv(tables / "prior_shift_gains.csv")
     skewed = [name for name, shares in ps["priors"].items() if max(shares.values()) >= 0.5]
     assert skewed and set(skewed) <= set(gains["prior"]) and (gains["n_targets"] == len(ps["target_domains"])).all()
@@ -228,7 +231,8 @@ def test_changing_a_probe_setting_reruns_probes_not_embeddings(demo_run):
     (work / "probe.yaml").write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", "probe.yaml").stdout)
     assert "embed" not in jobs and "prepare_manifest" not in jobs
-    assert jobs.get("probe_shard") == len(cfg["encoders"]) * len(cfg["tasks"]), jobs
+    tile_tasks = [t for t in cfg["tasks"] if t not in cfg["cells"]["taxonomies"].values()]
+    assert jobs.get("probe_shard") == len(cfg["encoders"]) * len(tile_tasks), jobs
     assert "prior_shift_shard" not in jobs  # its probe has its own settings (prior_shift.C, val_fraction)
 
 
@@ -447,14 +451,15 @@ def bad_splits(demo_run, tmp_path_factory):
     n_train = int(((leaky["group"] == patient) & (leaky["split"] == "train")).sum())
     write_table(path, leaky, provenance=prov)
     leak = snakemake(work, "--cores", "2", check=False)
+    leak_log = (work / DEMO / "logs" / "validate.log").read_text()  # the next run writes that log again
     missing = good[~((good["domain"] == "scanner-a") & (good["split"] == "train") & (good["label_name"] == "mucus"))]
     write_table(path, missing, provenance=prov)
     missing_class = snakemake(work, "--cores", "2", check=False)
-    return work, (leak, patient, n_train), missing_class
+    return work, (leak, patient, n_train, leak_log), missing_class
 
 
 def test_a_patient_on_two_splits_stops_the_run_before_any_embedding(bad_splits):
-    work, (leak, patient, n_train), _ = bad_splits
+    work, (leak, patient, n_train, leak_log), _ = bad_splits
     out = leak.stdout + leak.stderr
     assert leak.returncode != 0
     assert ("task 'demo-tissue', manifest results/demo/manifests/demo-tiles.parquet (dataset 'demo-tiles'): "
@@ -462,7 +467,7 @@ def test_a_patient_on_two_splits_stops_the_run_before_any_embedding(bad_splits):
             f"and train ({n_train} items)") in out
     assert "rule embed:" not in out and "rule validate:" in out  # the validate job ran, no embedding job did
     assert not (work / DEMO / "embeddings").exists()
-    assert "leakage" in (work / DEMO / "logs" / "validate.log").read_text()
+    assert "leakage" in leak_log
 
 
 def test_a_class_missing_from_training_stops_the_run_before_any_embedding_unless_allowed(bad_splits):
@@ -470,7 +475,8 @@ def test_a_class_missing_from_training_stops_the_run_before_any_embedding_unless
     out = missing.stdout + missing.stderr
     assert missing.returncode != 0 and "rule embed:" not in out
     assert ("class 'mucus' (label 4) is evaluated on the test split of domain 'scanner-a' but absent from the train "
-            "split of domain 'scanner-a'; list it in the task's allow_missing_classes to accept this") in out
+            "split of domain 'scanner-a' (label 4 is outside the training labels 0..3); list it in the task's "
+            "allow_missing_classes to accept this") in out
     assert not (work / DEMO / "embeddings").exists()
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["tasks"]["demo-tissue"]["allow_missing_classes"] = ["mucus"]
@@ -540,9 +546,9 @@ def test_a_failing_rerun_keeps_the_earlier_embeddings(failed_rerun):
 
 def test_a_failing_jobs_log_holds_its_full_exception(failed_rerun):
     work, _, proc = failed_rerun
-    [log] = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log")
-             if "Traceback" in p.read_text()]
-    text = log.read_text()
+    logs = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log") if "Traceback" in p.read_text()]
+    assert logs  # every failed embedding of the new key (the data sets and the OOD copies), each with its traceback
+    text = logs[0].read_text()
     assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in " in text
     assert "weights/wrong.safetensors do not fit the architecture" in text and "unexpected keys: not_a_layer" in text
     assert "Traceback (most recent call last)" in text and "load_state_dict_strict" in text
@@ -555,7 +561,8 @@ def test_an_input_function_error_names_the_config_key(demo_run):
     proc = snakemake(work, "-n", str(DEMO / "shards" / "probe" / "no-such-task" / "demo-vit-tiny.runs.parquet"),
                      check=False)
     assert proc.returncode != 0
-    assert "config 'tasks': unknown task 'no-such-task' (known: demo-tissue)" in proc.stdout + proc.stderr
+    assert ("config 'tasks': unknown task 'no-such-task' (known: demo-cells-coarse, demo-cells-fine, demo-tissue)"
+            in proc.stdout + proc.stderr)
 
 
 def test_a_missing_weights_override_stops_before_planning_naming_the_key(demo_run):
@@ -769,7 +776,9 @@ def variant_run(demo_run, tmp_path_factory):
 
 def test_a_variant_plans_its_embeddings_and_probe_shard_and_the_reference_its_jobs(variant_run):
     _, cfg, planned = variant_run
-    assert planned == {"embed": len(cfg["datasets"]), "probe_shard": len(cfg["tasks"]),
+    tile_datasets = [d for d in cfg["datasets"] if d != "demo-xenium"]  # the variant is probed, not OOD/cells
+    tile_tasks = [t for t in cfg["tasks"] if t not in cfg["cells"]["taxonomies"].values()]
+    assert planned == {"embed": len(tile_datasets), "probe_shard": len(tile_tasks),
                        "scratch_reference": len(cfg["prior_shift"]["seeds"]), "aggregate_probe": 1,
                        "aggregate_prior_shift": 1, "report": 1, "all": 1}, planned
 
