@@ -155,6 +155,22 @@ def _worker_init(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
+def chunked_loader(dataset, bounds, pending, batch_size: int, num_workers: int, device: torch.device,
+                   precision: str):
+    """(DataLoader over the ``pending`` chunks' items, autocast context) as every chunked embedding job uses them.
+
+    Batches never straddle chunks (``bounds[c]`` = (start, end) of chunk c): the same items share a batch
+    whether or not the run was resumed. Autocast only on CUDA, in the precision's dtype."""
+    batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
+               for b in range(s, e, batch_size)]
+    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
+                        worker_init_fn=_worker_init if num_workers > 0 else None)
+    dtype = _AUTOCAST_DTYPES.get(precision)
+    autocast = (torch.autocast(device_type="cuda", dtype=dtype) if device.type == "cuda" and dtype
+                else contextlib.nullcontext())
+    return loader, autocast
+
+
 # --------------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------------
@@ -352,14 +368,7 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
     logger.info("built %s in %.1f s", name, time.perf_counter() - t_build)
     # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
     dataset = ItemDataset(manifest, encoder.pixel_transform)
-    # batches never straddle chunks: the same items share a batch whether or not the run was resumed
-    batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
-               for b in range(s, e, batch_size)]
-    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
-                        worker_init_fn=_worker_init if num_workers > 0 else None)
-    dtype = _AUTOCAST_DTYPES.get(precision)
-    autocast = (torch.autocast(device_type="cuda", dtype=dtype) if device.type == "cuda" and dtype
-                else contextlib.nullcontext())
+    loader, autocast = chunked_loader(dataset, bounds, pending, batch_size, num_workers, device, precision)
     todo = {c: bounds[c] for c in pending}
     collected: dict[int, dict[str, list[np.ndarray]]] = {c: {r: [] for r in readouts} for c in pending}
     filled = {c: 0 for c in pending}

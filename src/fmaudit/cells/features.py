@@ -68,8 +68,9 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
+from fmaudit.embed import chunked_loader
 from fmaudit.io import (
     FmauditInputError,
     PathLike,
@@ -98,7 +99,6 @@ CELL_READOUTS = ("nuc", "mean", "cls", "nuc_add_mean", "nuc_add_cls", "nuc_cat_m
 STORAGE_DTYPE = np.float16
 NUC_CONVENTION = ("grid_sample(bilinear, padding_mode=border, align_corners=False) at (2u-1, 2v-1); "
                   "u, v in [0,1) from the patch's top-left; token i centred at (i+0.5)/n")
-_AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
@@ -316,10 +316,6 @@ class PatchDataset(Dataset):
         if self._slide is not None:
             self._slide.close()
             self._slide = None
-
-
-def _worker_init(_worker_id: int) -> None:
-    torch.set_num_threads(1)  # workers only decode and resize
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -729,13 +725,7 @@ def _compute_chunks(encoder, slide_path: str, interpolation: str, geometry: Patc
     has_cls = encoder.num_prefix_tokens >= 1
     readouts = ["patch_grid", "mean"] + (["cls"] if has_cls else [])
     dataset = PatchDataset(slide_path, x0, y0, geometry, interpolation)
-    batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
-               for b in range(s, e, batch_size)]
-    loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
-                        worker_init_fn=_worker_init if num_workers > 0 else None)
-    dtype = _AUTOCAST_DTYPES.get(precision)
-    autocast = (torch.autocast(device_type="cuda", dtype=dtype) if device.type == "cuda" and dtype
-                else contextlib.nullcontext())
+    loader, autocast = chunked_loader(dataset, bounds, pending, batch_size, num_workers, device, precision)
     # cells of every pending patch, grouped by patch (stable: manifest order within a patch)
     order = np.argsort(cell_patch, kind="stable")
     starts = np.searchsorted(cell_patch[order], np.arange(len(x0) + 1))
