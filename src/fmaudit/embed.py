@@ -187,18 +187,26 @@ def _logger(log: logging.Logger | PathLike | None) -> tuple[logging.Logger, logg
     return logger, handler
 
 
-def _chunk_path(chunk_dir: Path, index: int) -> Path:
+def chunk_path(chunk_dir: Path, index: int) -> Path:
+    """Where a resumable embedding job keeps chunk ``index`` (tile embeddings and cell features alike)."""
     return chunk_dir / f"chunk_{index:05d}.npz"
 
 
-def _reusable_chunk(path: Path, key: str, ids: Sequence[str], readouts: Sequence[str]) -> bool:
+def reusable_chunk_arrays(path: Path, key: str) -> dict[str, np.ndarray] | None:
+    """The arrays of a chunk written under ``key`` (its ``chunk_key`` provenance), or None when the chunk is
+    missing, unreadable (a killed write) or was written for other settings: then it is computed again."""
     if not path.exists():
-        return False
+        return None
     try:
         arrays, prov = read_npz(path)
     except (FmauditInputError, FileNotFoundError):
-        return False
-    return (prov.get("chunk_key") == key
+        return None
+    return arrays if prov.get("chunk_key") == key else None
+
+
+def _reusable_chunk(path: Path, key: str, ids: Sequence[str], readouts: Sequence[str]) -> bool:
+    arrays = reusable_chunk_arrays(path, key)
+    return (arrays is not None
             and "item_id" in arrays and arrays["item_id"].astype(str).tolist() == list(ids)
             and all(FEATURE_PREFIX + r in arrays for r in readouts))
 
@@ -313,7 +321,7 @@ def embed_manifest(
                 for s, e in bounds]
         chunk_dir = Path(f"{out}.chunks")
         pending = [c for c, (s, e) in enumerate(bounds)
-                   if not _reusable_chunk(_chunk_path(chunk_dir, c), keys[c], ids[s:e], readouts)]
+                   if not _reusable_chunk(chunk_path(chunk_dir, c), keys[c], ids[s:e], readouts)]
         logger.info("%s on %s: %d items in %d chunk(s) of %d; %d to compute, %d reused from %s",
                     name, dev, len(ids), len(bounds), chunk_size, len(pending), len(bounds) - len(pending), chunk_dir)
         for c in range(len(bounds)):
@@ -330,9 +338,9 @@ def embed_manifest(
         arrays: dict[str, Any] = {"item_id": np.asarray(ids, dtype=str)}
         parts: dict[str, list[np.ndarray]] = {r: [] for r in readouts}
         for c, (s, e) in enumerate(bounds):
-            chunk, _ = read_npz(_chunk_path(chunk_dir, c))
+            chunk, _ = read_npz(chunk_path(chunk_dir, c))
             if chunk["item_id"].astype(str).tolist() != ids[s:e]:
-                raise FmauditInputError(f"{_chunk_path(chunk_dir, c)}: item ids do not match the manifest rows {s}-{e}")
+                raise FmauditInputError(f"{chunk_path(chunk_dir, c)}: item ids do not match the manifest rows {s}-{e}")
             for r in readouts:
                 parts[r].append(chunk[FEATURE_PREFIX + r])
         for r in readouts:
@@ -392,7 +400,7 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
                 if filled[c] == e - s:
                     chunk_feats = {r: np.concatenate(v) for r, v in collected.pop(c).items()}
                     _check_finite(chunk_feats, ids[s:e], name, precision)
-                    _write_chunk(_chunk_path(chunk_dir, c), ids[s:e], chunk_feats, keys[c], c)
+                    _write_chunk(chunk_path(chunk_dir, c), ids[s:e], chunk_feats, keys[c], c)
                     logger.info("chunk %05d: computed (%d items)", c, e - s)
                 if b % log_every == 0 or n_done == n_total:
                     elapsed = time.perf_counter() - t0

@@ -70,7 +70,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from fmaudit.embed import chunked_loader
+from fmaudit.embed import chunk_path, chunked_loader, reusable_chunk_arrays
 from fmaudit.io import (
     FmauditInputError,
     PathLike,
@@ -504,18 +504,9 @@ def open_cell_features(path: PathLike) -> CellFeatures:
 # the extraction job
 # --------------------------------------------------------------------------------------------------------
 
-def _chunk_path(chunk_dir: Path, index: int) -> Path:
-    return chunk_dir / f"chunk_{index:05d}.npz"
-
-
 def _reusable_chunk(path: Path, key: str) -> bool:
-    if not path.exists():
-        return False
-    try:
-        arrays, prov = read_npz(path)
-    except (FmauditInputError, FileNotFoundError):
-        return False
-    return prov.get("chunk_key") == key and {"nuc", "patch_mean", "cell_rows", "patch_rows"} <= set(arrays)
+    arrays = reusable_chunk_arrays(path, key)
+    return arrays is not None and {"nuc", "patch_mean", "cell_rows", "patch_rows"} <= set(arrays)
 
 
 def _existing_output(out: Path, expected: Mapping[str, Any], overwrite: bool) -> dict[str, Any] | None:
@@ -641,7 +632,7 @@ def extract_cell_features(
                              "cells": dataframe_hash(geometry_columns.iloc[cells_of_chunk[c]])})
                 for c, (s, e) in enumerate(bounds)]
         chunk_dir = Path(f"{out}.chunks")
-        pending = [c for c in range(len(bounds)) if not _reusable_chunk(_chunk_path(chunk_dir, c), keys[c])]
+        pending = [c for c in range(len(bounds)) if not _reusable_chunk(chunk_path(chunk_dir, c), keys[c])]
         logger.info("%s / %s at %gx: %d cells in %d patches (%s), %d chunk(s) of %d patches; %d to compute, "
                     "%d reused", encoder_name, section, magnification, len(manifest), n_patches,
                     json.dumps(geometry.as_dict()), len(bounds), chunk_size, len(pending), len(bounds) - len(pending))
@@ -654,7 +645,7 @@ def extract_cell_features(
                 cells_of_chunk, keys, pending, chunk_dir, chunk_size=chunk_size, batch_size=batch_size,
                 num_workers=num_workers, device=dev, precision=precision, logger=logger, section=section)
         # a chunk's key pins the encoder config, so every chunk agrees on the class token
-        with np.load(_chunk_path(chunk_dir, 0), allow_pickle=False) as first_chunk:
+        with np.load(chunk_path(chunk_dir, 0), allow_pickle=False) as first_chunk:
             has_cls = "patch_cls" in first_chunk.files
         embed_dim = int(spec["embed_dim"])
         meta = provenance(**expected, **geometry.as_dict(), slide=slide_path, slide_metadata_mpp=metadata_mpp,
@@ -761,7 +752,7 @@ def _compute_chunks(encoder, slide_path: str, interpolation: str, geometry: Patc
                         arrays["patch_cls"] = _to_float16(np.concatenate(done["patch_cls"]), f"{where}: cls")
                     if not np.array_equal(np.sort(arrays["cell_rows"]), cells_of_chunk[c]):
                         raise FmauditInputError(f"{where}: cells do not match the chunk's patches")
-                    write_npz(_chunk_path(chunk_dir, c), arrays, {"chunk_key": keys[c], "chunk_index": c})
+                    write_npz(chunk_path(chunk_dir, c), arrays, {"chunk_key": keys[c], "chunk_index": c})
                     logger.info("chunk %05d: computed (%d patches, %d cells; %d/%d patches, %.1f patches/s)", c,
                                 e - s, len(arrays["cell_rows"]), n_done, n_total,
                                 n_done / max(time.perf_counter() - t0, 1e-9))
@@ -784,10 +775,10 @@ def _assemble(out: Path, chunk_dir: Path, bounds: list[tuple[int, int]], item_id
                                             shape=(len(item_ids) if name == "nuc" else n_patches, embed_dim))
             for name in names}
         for c in range(len(bounds)):
-            arrays, _ = read_npz(_chunk_path(chunk_dir, c))
+            arrays, _ = read_npz(chunk_path(chunk_dir, c))
             for name in names:
                 if arrays[name].shape[1] != embed_dim:
-                    raise FmauditInputError(f"{_chunk_path(chunk_dir, c)}: {name} has width {arrays[name].shape[1]}, "
+                    raise FmauditInputError(f"{chunk_path(chunk_dir, c)}: {name} has width {arrays[name].shape[1]}, "
                                             f"the registry's embed_dim is {embed_dim}")
             targets["nuc"][arrays["cell_rows"]] = arrays["nuc"]
             for name in names[1:]:
