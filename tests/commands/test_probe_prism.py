@@ -26,9 +26,9 @@ import pandas as pd
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import f1_score, roc_auc_score
 
 from fmaudit.cli import main
+from prism_reference import prism_metrics, prism_stratified_sample
 
 PRISM_SEEDS = (42, 123, 456)
 PRISM_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
@@ -36,38 +36,6 @@ CONVERGED = 1e-3  # max |P - P_optimum| of a PRISM fit that counts as converged 
 
 
 # ---------------------------------------------------------------------------- PRISM's evaluator, re-implemented
-def prism_stratified_sample(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    np.random.seed(seed)
-    idx_all = np.arange(len(labels))
-    picked = []
-    for c in np.unique(labels):
-        c_idx = idx_all[labels == c]
-        picked.extend(np.random.choice(c_idx, size=max(1, int(len(c_idx) * fraction)), replace=False))
-    return np.array(sorted(picked))
-
-
-def prism_compute_ece(probs: np.ndarray, labels: np.ndarray, n_bins: int = 15) -> float:
-    if probs.shape[1] == 2:
-        conf, correct = probs[:, 1], (labels == 1).astype(float)
-    else:
-        conf, correct = probs.max(axis=1), (probs.argmax(axis=1) == labels).astype(float)
-    edges = np.linspace(0, 1, n_bins + 1)
-    ece = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        m = (conf >= lo) & (conf < hi)
-        if m.sum() > 0:
-            ece += m.sum() * abs(correct[m].mean() - conf[m].mean())
-    return float(ece / len(conf))
-
-
-def prism_metrics(proba: np.ndarray, y_test: np.ndarray) -> dict[str, float]:
-    auroc = (roc_auc_score(y_test, proba[:, 1]) if proba.shape[1] == 2
-             else roc_auc_score(y_test, proba, multi_class="ovr", average="macro"))
-    return {"auroc": float(auroc),
-            "f1_macro": float(f1_score(y_test, proba.argmax(axis=1), average="macro", zero_division=0)),
-            "ece_fixed": prism_compute_ece(proba, y_test)}
-
-
 def prism_evaluate(X, y, X_test, y_test) -> tuple[pd.DataFrame, dict[tuple[float, int], np.ndarray]]:
     """PRISMEvaluator.evaluate's per-run numbers with how far each PRISM fit is from the optimum, and the
     optimum's test probabilities per (fraction, seed)."""
