@@ -68,7 +68,7 @@ rule cell_features:
         weights=cell_encoder_weights,
         batch_size=64,
         chunk_size=256,
-    threads: 2
+    threads: embed_threads
     resources:
         gpu=cell_gpus,
         mem_mb=embed_mem_mb,

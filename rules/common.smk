@@ -185,6 +185,14 @@ def embed_gpus(wildcards):
     return 1 if ENCODERS[wildcards.encoder].get("gpu", False) else 0
 
 
+def embed_threads(wildcards):
+    """Threads of an embedding job run without a profile's set-threads (a laptop, the demo, the tests): a GPU
+    encoder's job gets two (the forward pass plus one decoding worker); a CPU-only entry (the demo's tiny
+    random-init networks) gets one, because its job is mostly interpreter and library start-up, which is serial,
+    so two such jobs side by side finish sooner than one job on two threads. Cluster profiles set their own."""
+    return 2 if ENCODERS[wildcards.encoder].get("gpu", False) else 1
+
+
 def embed_mem_mb(wildcards, attempt):
     return (16000 if ENCODERS[wildcards.encoder].get("gpu", False) else 2000) * attempt
 

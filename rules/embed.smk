@@ -18,7 +18,7 @@ rule embed:
         encoder=encoder_entry,
         weights=encoder_weights,
         batch_size=64,
-    threads: 2
+    threads: embed_threads
     resources:
         gpu=embed_gpus,
         mem_mb=embed_mem_mb,
