@@ -185,6 +185,17 @@ def embed_gpus(wildcards):
     return 1 if ENCODERS[wildcards.encoder].get("gpu", False) else 0
 
 
+def record_signatures(namespace):
+    """Give every function of this workflow's files its parameters once (see the end of the Snakefile)."""
+    import inspect
+
+    from snakemake.common import overwrite_function_params
+
+    for value in list(namespace.values()):
+        if inspect.isfunction(value) and value.__code__.co_filename.endswith((".smk", "Snakefile")):
+            overwrite_function_params(value, inspect.signature(value).parameters)
+
+
 def embed_threads(wildcards):
     """Threads of an embedding job run without a profile's set-threads (a laptop, the demo, the tests): a GPU
     encoder's job gets two (the forward pass plus one decoding worker); a CPU-only entry (the demo's tiny
