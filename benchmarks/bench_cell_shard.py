@@ -10,8 +10,11 @@ encoder and magnification at width 384 and hours of CPU here), ``--cells-per-pat
 readout. The job's run count is the grid's (``fmaudit.grid.cell_runs`` on the preset, one encoder and
 magnification). It is run in a fresh process, so its peak RSS (``resource.getrusage``) is the shard's alone;
 a second fresh process that only imports, reads the manifests and opens the memory maps gives the floor.
-Printed: runs, wall seconds, runs/s, peak RSS, floor RSS, and what materialising all seven readouts of every
-section at once would take (the bound the streaming avoids). Nothing is extrapolated to 283k cells.
+Printed: runs, wall seconds, runs/s, peak RSS, floor RSS, the peak of allocated (RssAnon) and of mapped
+feature-file (RssFile) memory, and what materialising all seven readouts of every section at once would take
+(the bound the streaming avoids). Nothing is extrapolated to 283k cells: ``--cells-per-section 283000`` writes
+the paper's 7.1 M cells (5.8 GB at D = 384; ``simulate --root DIR`` once, then ``--root DIR``), and
+``--units n`` runs a shard's first n units only (every run of them), which bounds the time on 2 CPU cores.
 
 Baseline (same process as the engine's timing, same unit): scikit-learn
 ``make_pipeline(StandardScaler(), LogisticRegression(C, tol=1e-4, max_iter=1000))`` fitted once per
@@ -98,14 +101,19 @@ def simulate_panel(root: Path, cells_per_section: int, cells_per_patch: int, dim
                 "label_fine_name": None, "label_coarse_name": None}))
 
 
-def job_runs(protocol: str):
+def job_runs(protocol: str, units: int = 0):
+    """The grid's runs of one job (one encoder, 20x, ``protocol``); with ``units`` > 0 only those of its first
+    ``units`` units (every seed, taxonomy and readout of each)."""
     from fmaudit import grid
 
     cfg = preset_cells()
     cfg["encoders"] = ["sim-vit"]
     cfg["cells"]["magnifications"] = [20]
     runs = grid.cell_runs(cfg)
-    return runs[runs["protocol"] == protocol].reset_index(drop=True)
+    runs = runs[runs["protocol"] == protocol]
+    if units:
+        runs = runs[runs["unit"].astype(str).isin(list(dict.fromkeys(runs["unit"].astype(str)))[:units])]
+    return runs.reset_index(drop=True)
 
 
 def shard_kwargs(args) -> dict:
@@ -120,6 +128,42 @@ def inputs(root: Path):
     return ({s: root / "features" / s for s in sections}, {s: root / "manifests" / f"{s}.parquet" for s in sections})
 
 
+class _MemorySampler:
+    """Peak of the process's anonymous and file-backed resident memory (/proc/self/status RssAnon, RssFile),
+    sampled every 0.1 s in a thread. ru_maxrss counts both: pages of the memory-mapped feature files that the
+    shard has read are resident (and reclaimable page cache), not memory the shard allocated."""
+
+    def __init__(self):
+        import threading
+
+        self.peak = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self):
+        try:
+            lines = Path("/proc/self/status").read_text().splitlines()
+        except OSError:
+            return
+        for line in lines:
+            key = line.split(":", 1)[0]
+            if key in self.peak:
+                self.peak[key] = max(self.peak[key], int(line.split()[1]))
+
+    def _run(self):
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
 def child_shard(args) -> None:
     """Run one shard (or only open its inputs, with --floor) and print JSON with the peak RSS."""
     import logging
@@ -130,19 +174,21 @@ def child_shard(args) -> None:
 
     logging.basicConfig(level=logging.WARNING)
     root = Path(args.root)
-    runs = job_runs(args.protocol)
+    runs = job_runs(args.protocol, args.units)
     features, manifests = inputs(root)
     cells = preset_cells()["cells"]
     t0 = time.perf_counter()
-    if args.floor:
-        panel_from_manifests(manifests, ["fine", "coarse"])
-        [open_cell_features(p) for p in features.values()]
-        out = None
-    else:
-        out = run_cell_shard(runs, features, manifests, cells["sections"], **shard_kwargs(args))
+    with _MemorySampler() as memory:
+        if args.floor:
+            panel_from_manifests(manifests, ["fine", "coarse"])
+            [open_cell_features(p) for p in features.values()]
+            out = None
+        else:
+            out = run_cell_shard(runs, features, manifests, cells["sections"], **shard_kwargs(args))
     wall = time.perf_counter() - t0
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = {"runs": len(runs), "wall_s": wall, "peak_rss_mib": peak_mib}
+    result = {"runs": len(runs), "wall_s": wall, "peak_rss_mib": peak_mib,
+              "peak_anon_mib": memory.peak["RssAnon"] / 1024, "peak_file_mib": memory.peak["RssFile"] / 1024}
     if out is not None:
         result["n_ok"] = int((out["status"] == "ok").sum())
         result["macro_f1_nuc_fine"] = float(out.loc[(out["readout"] == "nuc") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
@@ -273,13 +319,15 @@ def bytes_per_cell(args) -> pd.DataFrame:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", nargs="?", default="all", choices=["all", "shard", "bytes", "baseline"])
+    parser.add_argument("mode", nargs="?", default="all", choices=["all", "shard", "bytes", "baseline", "simulate"])
     parser.add_argument("--protocol", default="LOOO", choices=["IS", "IOCD", "MOCV", "LOOO"])
     parser.add_argument("--cells-per-section", type=int, default=20000)
     parser.add_argument("--cells-per-patch", type=int, default=25)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--max-train-cells", type=int, default=10000)
     parser.add_argument("--max-val-cells", type=int, default=2500)
+    parser.add_argument("--units", type=int, default=0,
+                        help="run only the shard's first n units (all their runs); 0 = the whole shard")
     parser.add_argument("--baseline-units", type=int, default=1)
     parser.add_argument("--baseline-seeds", type=int, default=0, help="only the first n seeds (0 = all)")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
@@ -296,6 +344,11 @@ def main() -> None:
         return
     if args.mode == "bytes":
         print(bytes_per_cell(args).to_string(index=False))
+        return
+    if args.mode == "simulate":  # write a panel into --root for later runs (--root DIR without --keep)
+        t0 = time.perf_counter()
+        simulate_panel(Path(args.root), args.cells_per_section, args.cells_per_patch, args.dim)
+        print(f"simulated 25 sections x {args.cells_per_section} cells in {time.perf_counter() - t0:.0f} s")
         return
     if args.mode == "baseline":  # on an existing --root
         print(json.dumps(baseline(args), indent=1))
@@ -317,7 +370,7 @@ def main() -> None:
         print(f"materialising all 7 readouts of all sections in float32 would take {all_readouts / 2**20:.0f} MiB")
         common = [sys.executable, __file__, "shard", "--root", str(root), "--protocol", args.protocol,
                   "--dim", str(args.dim), "--max-train-cells", str(args.max_train_cells),
-                  "--max-val-cells", str(args.max_val_cells), "--device", args.device]
+                  "--max-val-cells", str(args.max_val_cells), "--device", args.device, "--units", str(args.units)]
         results = {}
         for label, extra in (("floor", ["--floor"]), ("shard", [])):
             proc = subprocess.run(common + extra, capture_output=True, text=True, check=False)
@@ -327,10 +380,14 @@ def main() -> None:
                 raise SystemExit(f"{label} process failed")
             results[label] = json.loads(line[0][len("RESULT "):])
         s, f = results["shard"], results["floor"]
-        print(f"\n{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) in {s['wall_s']:.0f} s "
+        scope = f"first {args.units} unit(s) of the " if args.units else ""
+        print(f"\n{scope}{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) in {s['wall_s']:.0f} s "
               f"-> {s['runs'] / s['wall_s']:.2f} runs/s")
         print(f"peak RSS: shard process {s['peak_rss_mib']:.0f} MiB; floor (imports + manifests + memory maps) "
               f"{f['peak_rss_mib']:.0f} MiB; engine increment {s['peak_rss_mib'] - f['peak_rss_mib']:.0f} MiB")
+        print(f"of which allocated (peak RssAnon): shard {s['peak_anon_mib']:.0f} MiB, floor {f['peak_anon_mib']:.0f} "
+              f"MiB; mapped feature-file pages (peak RssFile, reclaimable page cache): shard "
+              f"{s['peak_file_mib']:.0f} MiB")
         print(f"mean macro-F1 (fine): Nuc {s['macro_f1_nuc_fine']:.3f}, Mean {s['macro_f1_mean_fine']:.3f}")
         if args.baseline_units:
             args.root = str(root)

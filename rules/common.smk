@@ -189,8 +189,10 @@ def record_signatures(namespace):
     """Give every function of this workflow's files its parameters once (see the end of the Snakefile)."""
     import inspect
 
-    from snakemake.common import overwrite_function_params
-
+    try:
+        from snakemake.common import overwrite_function_params
+    except ImportError:  # another Snakemake: only the dry run's speed depends on it
+        return
     for value in list(namespace.values()):
         if inspect.isfunction(value) and value.__code__.co_filename.endswith((".smk", "Snakefile")):
             overwrite_function_params(value, inspect.signature(value).parameters)
