@@ -70,7 +70,7 @@ rule cell_features:
         chunk_size=256,
     threads: embed_threads
     resources:
-        gpu=cell_gpus,
+        gpu=embed_gpus,
         mem_mb=embed_mem_mb,
         runtime=embed_runtime,
     conda:

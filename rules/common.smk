@@ -181,8 +181,14 @@ def encoder_weights(wildcards):
     return weights_override(embed_encoder(wildcards))
 
 
+def on_gpu(wildcards):
+    """Whether the job's encoder runs on a GPU (its registry entry's `gpu`): the embedding and cell-feature
+    jobs' GPU request, threads, memory and wall time follow it."""
+    return bool(ENCODERS[wildcards.encoder].get("gpu", False))
+
+
 def embed_gpus(wildcards):
-    return 1 if ENCODERS[wildcards.encoder].get("gpu", False) else 0
+    return 1 if on_gpu(wildcards) else 0
 
 
 def record_signatures(namespace):
@@ -203,15 +209,15 @@ def embed_threads(wildcards):
     encoder's job gets two (the forward pass plus one decoding worker); a CPU-only entry (the demo's tiny
     random-init networks) gets one, because its job is mostly interpreter and library start-up, which is serial,
     so two such jobs side by side finish sooner than one job on two threads. Cluster profiles set their own."""
-    return 2 if ENCODERS[wildcards.encoder].get("gpu", False) else 1
+    return 2 if on_gpu(wildcards) else 1
 
 
 def embed_mem_mb(wildcards, attempt):
-    return (16000 if ENCODERS[wildcards.encoder].get("gpu", False) else 2000) * attempt
+    return (16000 if on_gpu(wildcards) else 2000) * attempt
 
 
 def embed_runtime(wildcards, attempt):
-    return (240 if ENCODERS[wildcards.encoder].get("gpu", False) else 30) * attempt
+    return (240 if on_gpu(wildcards) else 30) * attempt
 
 
 # ---- probe suite ---------------------------------------------------------------------------------------
@@ -627,10 +633,6 @@ def cell_encoder_entry(wildcards):
 
 def cell_encoder_weights(wildcards):
     return weights_override(cell_encoder(wildcards))
-
-
-def cell_gpus(wildcards):
-    return 1 if ENCODERS[wildcards.encoder].get("gpu", False) else 0
 
 
 def cell_feature_set_path(encoder, magnification):

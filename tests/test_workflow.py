@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from workflow_utils import copy_repo, planned_jobs, snakemake
+from workflow_utils import copy_repo, demo_tile_branches, planned_jobs, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -357,7 +357,7 @@ def settings_run(demo_run, tmp_path_factory):
     shutil.copytree(demo_run[0], work, symlinks=True)  # copy2 keeps the times, .snakemake keeps the params
     # two of the demo's encoders (paired differences need two) and its tile branches: the same rule kinds rerun,
     # at half the jobs (CI time)
-    cfg = _tile_branches_of(yaml.safe_load((work / "config.yaml").read_text()), ["demo-vit-tiny", "demo-convnet"])
+    cfg = demo_tile_branches(yaml.safe_load((work / "config.yaml").read_text()), ["demo-vit-tiny", "demo-convnet"])
     cfg["calibration"]["ece_bins"] = 10
     cfg["bootstrap"].update(n_boot=50, paired_n_boot=60)
     (work / "settings.yaml").write_text(yaml.safe_dump(cfg))
@@ -409,19 +409,6 @@ def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_
 
 
 # ---------------------------------------------------------------- issue 7: runs a cluster user can trust
-
-
-def _tile_branches_of(cfg: dict, encoders: list[str], ood: bool = True) -> dict:
-    """The demo config with only ``encoders`` and without the cell branch (its data set and tasks), or the OOD
-    branch: fewer encoders then re-merge the kept encoders' results and rerun nothing else."""
-    cfg["encoders"] = encoders
-    cfg.pop("cells", None)
-    if not ood:
-        cfg.pop("ood", None)
-    cfg["datasets"] = [d for d in cfg["datasets"] if d != "demo-xenium"]
-    cfg["tasks"] = {t: spec for t, spec in cfg["tasks"].items() if "demo-xenium" not in spec["datasets"]}
-    cfg.get("dataset_params", {}).pop("demo-xenium", None)
-    return cfg
 
 
 def _write_config(work, name, **changes):
@@ -784,8 +771,8 @@ def variant_run(demo_run, tmp_path_factory):
     work = tmp_path_factory.mktemp("variant") / "demo"
     shutil.copytree(demo_run[0], work, symlinks=True)
     # the variant's base and one other encoder, without the OOD and cell branches (the variant is probed only)
-    cfg = _tile_branches_of(yaml.safe_load((work / "config.yaml").read_text()), ["demo-dinov2-tiny", "demo-vit-tiny"],
-                            ood=False)
+    cfg = demo_tile_branches(yaml.safe_load((work / "config.yaml").read_text()), ["demo-dinov2-tiny", "demo-vit-tiny"],
+                             drop=("cells", "ood"))
     cfg["variants"] = ["demo-dinov2-tiny.res96"]
     cfg["prior_shift"]["scratch_reference"] = {"enabled": True, "input_size": 16, "epochs": 1, "batch_size": 32,
                                                "gpu": False}
@@ -797,7 +784,7 @@ def variant_run(demo_run, tmp_path_factory):
 
 def test_a_variant_plans_its_embeddings_and_probe_shard_and_the_reference_its_jobs(variant_run):
     _, cfg, planned = variant_run
-    # the config has the tile data sets and tasks only (_tile_branches_of): the variant is probed, not OOD/cells
+    # the config has the tile data sets and tasks only (demo_tile_branches): the variant is probed, not OOD/cells
     assert planned == {"embed": len(cfg["datasets"]), "probe_shard": len(cfg["tasks"]),
                        "scratch_reference": len(cfg["prior_shift"]["seeds"]), "aggregate_probe": 1,
                        "aggregate_prior_shift": 1, "report": 1, "all": 1}, planned

@@ -47,3 +47,17 @@ def planned_jobs(dry_run_output: str) -> dict[str, int]:
                     counts[parts[0]] = int(parts[1])
             break
     return counts
+
+
+def demo_tile_branches(cfg: dict, encoders: list[str], drop: tuple[str, ...] = ("cells",)) -> dict:
+    """The demo config with only ``encoders``, without the branches in ``drop`` (always the cell branch: its
+    data set demo-xenium and the tasks on it go too). Fewer encoders then re-merge the kept encoders' results
+    and rerun nothing else."""
+    cfg["encoders"] = encoders
+    for branch in {"cells", *drop}:
+        cfg.pop(branch, None)
+    cfg["datasets"] = [d for d in cfg["datasets"] if d != "demo-xenium"]
+    cfg["tasks"] = {t: spec for t, spec in cfg["tasks"].items() if "demo-xenium" not in spec["datasets"]}
+    cfg.get("dataset_params", {}).pop("demo-xenium", None)
+    return cfg
+

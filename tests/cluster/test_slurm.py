@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from workflow_utils import demo_tile_branches
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -154,12 +155,9 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
     # The demo's tile branch (manifests, validation, embeddings, probe shards, report): what the profile routes.
     # The OOD, prior-shift and cell branches run the same rule kinds and are left to tests/test_workflow.py, so
     # that this test stays within CI's time on a one-node cluster that polls every job.
-    demo = yaml.safe_load((workdir / "config.yaml").read_text())
-    for branch in ("ood", "prior_shift", "cells"):
-        demo.pop(branch, None)
-    demo["datasets"] = [d for d in demo["datasets"] if d != "demo-xenium"]
-    demo["tasks"] = {t: spec for t, spec in demo["tasks"].items() if "demo-xenium" not in spec["datasets"]}
-    demo["encoders"] = ["demo-vit-tiny"]  # one encoder: every rule kind still goes through Slurm, in CI's time
+    # one encoder: every rule kind still goes through Slurm, in CI's time
+    demo = demo_tile_branches(yaml.safe_load((workdir / "config.yaml").read_text()), ["demo-vit-tiny"],
+                              drop=("ood", "prior_shift", "cells"))
     (workdir / "tiles.yaml").write_text(yaml.safe_dump(demo))
 
     run = run_on_slurm(
