@@ -23,6 +23,15 @@ standardised on itself (the pipeline's default); ``--features raw``: unscaled, a
 Timing: ``--repeats`` interleaved repeats (engine, then each baseline variant), medians; runs/s = 18 runs /
 median seconds. The load average is printed: on a shared machine the ratio is noisy.
 
+``--ceiling`` (std features): how fast could any engine of this kind be on this grid and machine? It counts,
+per distinct problem, the objective evaluations scipy's L-BFGS-B (float64, history 10, the scaled objective
+above) needs until max |delta P| against the reference first meets ``--target``, checked after every step: an
+oracle stop that no real stopping rule has, so a lower bound on the passes an L-BFGS engine makes. It times
+single-threaded float32 products of 1,024 rows against 1 and 16 problems' weights (the narrowest and the
+widest products row sharing can form here, forward and backward, medians of 20), and prints the time the
+products of those passes alone would take on ``--threads`` threads at each width, and the ratio to the
+strongest baseline that this bound allows.
+
 Run: ``nice -n 10 .venv/bin/python benchmarks/bench_probe_engine.py --features std --threads 2``
 """
 
@@ -78,6 +87,66 @@ def sklearn_proba(fitted, X_test, n_classes):
         Xt = scaler.transform(X_test) if scaler is not None else X_test
         out[r][:, model.classes_] = model.predict_proba(Xt)
     return out
+
+
+def oracle_passes(X64, y, problems, X_test, P_ref, C, n_classes, target) -> list[int]:
+    """Per problem: scipy L-BFGS-B evaluations until max |dP| vs P_ref first meets target (std features)."""
+    from scipy.optimize import minimize
+
+    passes = []
+    for r, idx in enumerate(problems):
+        scaler = StandardScaler().fit(X64[idx])
+        Z, Zt = scaler.transform(X64[idx]), scaler.transform(X_test)
+        classes = np.unique(y[idx])
+        n, D, K = Z.shape[0], Z.shape[1], classes.size
+        Y = (y[idx][:, None] == classes[None, :]).astype(np.float64)
+        l2 = 1.0 / (C * n)
+        count = [0]
+
+        def value_and_grad(theta):
+            W, b = theta[: D * K].reshape(D, K), theta[D * K :]
+            logits = Z @ W + b
+            logits -= logits.max(axis=1, keepdims=True)
+            e = np.exp(logits)
+            total = e.sum(axis=1, keepdims=True)
+            G = (e / total - Y) / n
+            count[0] += 1
+            f = float((np.log(total[:, 0]) - (logits * Y).sum(axis=1)).mean() + 0.5 * l2 * (W * W).sum())
+            return f, np.concatenate([(Z.T @ G + l2 * W).ravel(), G.sum(axis=0)])
+
+        hit = []
+
+        def check(theta):
+            logits = Zt @ theta[: D * K].reshape(D, K) + theta[D * K :]
+            P = np.exp(logits - logits.max(axis=1, keepdims=True))
+            P /= P.sum(axis=1, keepdims=True)
+            if not hit and np.abs(P - P_ref[r][:, classes]).max() <= target:
+                hit.append(count[0])
+                raise StopIteration
+
+        minimize(value_and_grad, np.zeros(D * K + K), jac=True, method="L-BFGS-B", callback=check,
+                 options=dict(maxiter=100_000, maxcor=10, gtol=0.0, ftol=0.0))
+        if not hit:
+            raise SystemExit(f"ceiling: problem {r} never reached max |dP| <= {target}")
+        passes.append(hit[0])
+    return passes
+
+
+def product_gflops(dim: int, width: int, rows: int = 1024, repeats: int = 20) -> float:
+    """Single-threaded float32 GFLOP/s of a block's two products: (rows, dim) @ (dim, width) and its transpose."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((rows, dim), dtype=np.float32)
+    B = rng.standard_normal((dim, width), dtype=np.float32)
+    G = rng.standard_normal((rows, width), dtype=np.float32)
+    times = []
+    with threadpool_limits(1):
+        A @ B, G.T @ A
+        for _ in range(repeats):
+            start = time.perf_counter()
+            A @ B
+            G.T @ A
+            times.append(time.perf_counter() - start)
+    return 4 * rows * dim * width / statistics.median(times) / 1e9
 
 
 def _one_fit_single_thread(X, y, idx, C, tol, standardize):
@@ -166,6 +235,7 @@ def main() -> None:
                         help="';'-separated baseline modes to time (with --threads 1 only the first is used)")
     parser.add_argument("--raw-reference", choices=["sklearn", "engine64"], default="engine64")
     parser.add_argument("--reference-cache", default=None, help="npz file caching reference probabilities")
+    parser.add_argument("--ceiling", action="store_true", help="also print the bound on any L-BFGS engine's ratio")
     args = parser.parse_args()
     warnings.simplefilter("ignore", ConvergenceWarning)
     standardize = args.features == "std"
@@ -238,6 +308,21 @@ def main() -> None:
     print(f"RATIO engine vs strongest baseline: {medians[best] / medians['engine']:.2f}x (medians, {args.threads} "
           f"thread(s), {args.features} features, both at max |dP| <= {args.target:g}: engine "
           f"{errors['engine']:.2e}, sklearn {errors[best]:.2e}); load average at end {os.getloadavg()}")
+    if args.ceiling:
+        if not standardize:
+            raise SystemExit("--ceiling: std features only (raw lbfgs takes hours to reach the target)")
+        passes = oracle_passes(X64, y, problems, X_test, P_ref, args.C, args.classes, args.target)
+        row_passes = sum(p * idx.size for p, idx in zip(passes, problems))
+        flops = row_passes * 4 * args.dim * args.classes
+        print(f"ceiling: oracle-stopped L-BFGS needs {min(passes)}-{max(passes)} evaluations per problem "
+              f"({row_passes:,} row-evaluations, {flops / 1e9:.1f} GFLOP of products; engine iterations "
+              f"{int(fit.n_iter_.min())}-{int(fit.n_iter_.max())})")
+        for n_problems in (1, len(problems)):
+            gflops = product_gflops(args.dim, n_problems * args.classes)
+            bound = flops / (args.threads * gflops * 1e9)
+            print(f"ceiling: products {n_problems} problem(s) wide run at {gflops:.1f} GFLOP/s on one thread: those "
+                  f"passes take >= {bound:.2f} s on {args.threads} thread(s), a ratio of at most "
+                  f"{medians[best] / bound:.1f}x against the strongest baseline ({medians[best]:.2f} s)")
 
 
 if __name__ == "__main__":
