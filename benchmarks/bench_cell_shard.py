@@ -118,8 +118,8 @@ def job_runs(protocol: str, units: int = 0):
 
 def shard_kwargs(args) -> dict:
     cfg = preset_cells()["cells"]
-    return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells,
-                max_val_cells=args.max_val_cells, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
+    return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells or None,
+                max_val_cells=args.max_val_cells or None, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
                 n_classes={"fine": K_FINE, "coarse": 3}, tol=1e-4, device=args.device)
 
 
@@ -324,8 +324,8 @@ def main() -> None:
     parser.add_argument("--cells-per-section", type=int, default=20000)
     parser.add_argument("--cells-per-patch", type=int, default=25)
     parser.add_argument("--dim", type=int, default=384)
-    parser.add_argument("--max-train-cells", type=int, default=10000)
-    parser.add_argument("--max-val-cells", type=int, default=2500)
+    parser.add_argument("--max-train-cells", type=int, default=10000, help="cap per run (0 = no cap)")
+    parser.add_argument("--max-val-cells", type=int, default=2500, help="cap per run (0 = no cap)")
     parser.add_argument("--units", type=int, default=0,
                         help="run only the shard's first n units (all their runs); 0 = the whole shard")
     parser.add_argument("--baseline-units", type=int, default=1)
@@ -339,6 +339,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.cells_per_section, args.max_train_cells, args.max_val_cells = 2000, 2000, 500
+    if args.mode in ("shard", "simulate", "baseline") and args.root is None:
+        parser.error(f"{args.mode} works on a panel folder: give --root DIR (`simulate --root DIR` writes one)")
     if args.mode == "shard":
         child_shard(args)
         return
@@ -381,8 +383,11 @@ def main() -> None:
             results[label] = json.loads(line[0][len("RESULT "):])
         s, f = results["shard"], results["floor"]
         scope = f"first {args.units} unit(s) of the " if args.units else ""
+        if s["n_ok"] == 0:
+            raise SystemExit(f"{args.protocol} shard: none of its {s['runs']} runs succeeded; no speed to report")
         print(f"\n{scope}{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) in {s['wall_s']:.0f} s "
-              f"-> {s['runs'] / s['wall_s']:.2f} runs/s")
+              f"-> {s['runs'] / s['wall_s']:.2f} runs/s" + ("" if s["n_ok"] == s["runs"] else
+                                                             " (runs that did not succeed count here too)"))
         print(f"peak RSS: shard process {s['peak_rss_mib']:.0f} MiB; floor (imports + manifests + memory maps) "
               f"{f['peak_rss_mib']:.0f} MiB; engine increment {s['peak_rss_mib'] - f['peak_rss_mib']:.0f} MiB")
         print(f"of which allocated (peak RssAnon): shard {s['peak_anon_mib']:.0f} MiB, floor {f['peak_anon_mib']:.0f} "

@@ -312,6 +312,9 @@ def test_bad_jobs_and_single_class_training(panel_files, tmp_path):
         run_cell_shard(looo, {k: v for k, v in folders.items() if k != "skin-1"}, manifests, SECTIONS, **SHARD)
     with pytest.raises(FmauditInputError, match="MOCV runs need n_folds"):
         run_cell_shard(runs[runs["protocol"] == "MOCV"], folders, manifests, SECTIONS, **SHARD)
+    for cap in ("max_train_cells", "max_val_cells"):
+        with pytest.raises(FmauditInputError, match=f"{cap}=0: need a whole number >= 1"):
+            run_cell_shard(looo, folders, manifests, SECTIONS, **{**SHARD, cap: 0})
     with pytest.raises(FmauditInputError, match="IS runs need roi_fraction"):
         run_cell_shard(runs[runs["protocol"] == "IS"], folders, manifests, SECTIONS,
                        **{k: v for k, v in SHARD.items() if k != "roi_fraction"})

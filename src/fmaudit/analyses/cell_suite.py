@@ -156,6 +156,9 @@ def run_cell_shard(
     Cs = np.sort(np.asarray(list(Cs), dtype=float))
     if Cs.size == 0 or not (np.isfinite(Cs).all() and (Cs > 0).all()):
         raise FmauditInputError(f"cells probe C grid: need positive numbers, got {list(Cs)}")
+    for name, cap in (("max_train_cells", max_train_cells), ("max_val_cells", max_val_cells)):
+        if cap is not None and (isinstance(cap, bool) or int(cap) != cap or cap < 1):
+            raise FmauditInputError(f"cells probe {name}={cap!r}: need a whole number >= 1, or None for no cap")
     torch_dtype = {"float32": torch.float32, "float64": torch.float64}.get(dtype)
     if torch_dtype is None:
         raise FmauditInputError(f"engine dtype {dtype!r}: use float32 or float64")
