@@ -215,13 +215,12 @@ def main() -> None:
             times["floor"].append(timed([SNAKEMAKE, "-n"], floor_dir)[0])
             times["preset -q"].append(timed([SNAKEMAKE, "-n", "-q", "--configfile", args.preset], work)[0])
             times["floor -q"].append(timed([SNAKEMAKE, "-n", "-q"], floor_dir)[0])
-    runs = times["preset"]
     med = {k: statistics.median(v) for k, v in times.items()}
     base_s, dry_s = statistics.median(base), med["preset"]
     print(f"preset: {args.preset}")
     print(f"jobs planned: {sum(jobs.values())} " + ", ".join(f"{k}={v}" for k, v in jobs.items()))
     print(f"snakemake --version: median {base_s:.2f} s over {args.repeats} ({', '.join(f'{t:.2f}' for t in base)})")
-    print(f"snakemake -n       : median {dry_s:.2f} s over {args.repeats} ({', '.join(f'{t:.2f}' for t in runs)})")
+    print(f"snakemake -n       : median {dry_s:.2f} s over {args.repeats} ({', '.join(f'{t:.2f}' for t in times['preset'])})")
     print(f"first snakemake -n in the fresh copy (creates .snakemake/): {first_s:.2f} s")
     print(f"ratio dry-run / --version: {dry_s / base_s:.2f}x; target: dry-run <= 10 s")
     print(f"peak RSS of the dry-run: {peak_kib / 1024:.0f} MiB (--version's children peaked at {rss_before / 1024:.0f} MiB);"

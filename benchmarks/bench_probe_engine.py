@@ -51,7 +51,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from fmaudit.probes import fit_logistic_batch
+from fmaudit.probes import fit_logistic_batch, softmax_last_axis
 
 from fmaudit.probes import label_fraction_subsample as subsample  # the pipeline's nested label-fraction draw
 
@@ -117,10 +117,8 @@ def oracle_passes(X64, y, problems, X_test, P_ref, C, n_classes, target) -> list
         hit = []
 
         def check(theta):
-            logits = Zt @ theta[: D * K].reshape(D, K) + theta[D * K :]
-            P = np.exp(logits - logits.max(axis=1, keepdims=True))
-            P /= P.sum(axis=1, keepdims=True)
-            if not hit and np.abs(P - P_ref[r][:, classes]).max() <= target:
+            P = softmax_last_axis(Zt @ theta[: D * K].reshape(D, K) + theta[D * K :])
+            if np.abs(P - P_ref[r][:, classes]).max() <= target:
                 hit.append(count[0])
                 raise StopIteration
 
