@@ -6,8 +6,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import check_config, dataset_params, fill_config, manifest_file, results_dir, unusable_encoders
-from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
+from fmaudit.config import dataset_params, fill_config, manifest_file, results_dir
+from fmaudit.preflight import check_config, data_checks, unusable_encoders
+from fmaudit.grid import embed_pairs, section, settings_by_task, shards, task_domains
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
 from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
@@ -29,10 +30,10 @@ except (ValueError, FileNotFoundError) as err:
 # by side in one checkout, and a study's report reads only its own files. Rules build every path from RESULTS.
 RESULTS = results_dir(config)
 REPORT = f"{RESULTS}/report"
-# The split checks of every task (fmaudit.validation), written once every manifest is prepared; every job that
-# spends (embeddings, analysis shards) depends on it, so a leak or a class missing from training stops the run
-# before the first embedding. See validated_splits().
-VALIDATION = f"{RESULTS}/validation/splits.tsv"
+# The data checks of the pre-flight (fmaudit.preflight.check_data), written once every manifest is prepared; every
+# job that spends (embeddings, analysis shards) depends on it, so a leak, a class missing from training or an
+# unknown class name in the config stops the run before the first embedding. See validated_splits().
+VALIDATION = f"{RESULTS}/validation/preflight.tsv"
 
 
 wildcard_constraints:
@@ -82,7 +83,7 @@ if UNUSABLE_ENCODERS:
 
 def check_before_first_job():
     """onstart (runs once the DAG is built, before any job; not on dry runs): stop if a job that would build an
-    encoder is planned for an encoder that cannot be built as configured (fmaudit.config.unusable_encoders:
+    encoder is planned for an encoder that cannot be built as configured (fmaudit.preflight.unusable_encoders:
     remote code without a pinned commit, a registry weight file that is not there)."""
     planned = {job.wildcards.get("encoder") for job in workflow.dag.needrun_jobs()
                if job.rule.name in ENCODER_BUILDING_RULES}
@@ -129,9 +130,9 @@ def dataset_input_files(wildcards):
     return [sheet] if sheet else []
 
 
-# Every tile-level task with its resolved domains, as the split checks take it, and the manifests they read.
-VALIDATION_TASKS = canonical(resolved_tile_tasks(config, DATASETS))
-VALIDATION_MANIFESTS = {ds: manifest_path(ds) for spec in VALIDATION_TASKS.values() for ds in spec["datasets"]}
+# What the validate rule checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
+# the manifests they read and the class names the config mentions.
+DATA_CHECKS = data_checks(config, DATASETS)
 
 
 # ---- embeddings ----------------------------------------------------------------------------------------
@@ -556,7 +557,7 @@ try:
 except FmauditInputError as err:
     raise WorkflowError(str(err))
 CELLS = f"{RESULTS}/cells"
-# The cell branch's split checks (fmaudit.validation.validate_cell_panel), once every section is prepared;
+# The cell branch's split checks (fmaudit.split_checks.validate_cell_panel), once every section is prepared;
 # every feature and shard job depends on it (as ancient(), like validated_splits()).
 CELL_VALIDATION = f"{RESULTS}/validation/cells.tsv"
 CELL_RUNS = f"{RESULTS}/aggregate/cell_runs.parquet"

@@ -432,11 +432,11 @@ def _copy(demo_run, tmp_path_factory, name):
 
 def test_splits_are_validated_before_the_first_embedding(demo_run):
     work, _ = demo_run
-    report = pd.read_csv(work / DEMO / "validation" / "splits.tsv", sep="\t")
+    report = pd.read_csv(work / DEMO / "validation" / "preflight.tsv", sep="\t")
     assert (report["status"] == "ok").all()
     assert {"group_disjoint", "evaluated_classes", "training_classes", "label_range"} <= set(report["check"])
     first_embedding = min(p.stat().st_mtime_ns for p in (work / DEMO / "embeddings").rglob("*.npz"))
-    assert (work / DEMO / "validation" / "splits.tsv").stat().st_mtime_ns <= first_embedding
+    assert (work / DEMO / "validation" / "preflight.tsv").stat().st_mtime_ns <= first_embedding
 
 
 @pytest.fixture(scope="module")
@@ -487,7 +487,7 @@ def test_a_class_missing_from_training_stops_the_run_before_any_embedding_unless
     cfg["tasks"]["demo-tissue"]["allow_missing_classes"] = ["mucus"]
     (work / "allow.yaml").write_text(yaml.safe_dump(cfg))
     snakemake(work, "--cores", "1", "validate", "--configfile", "allow.yaml")  # the target checks, embeds nothing
-    report = pd.read_csv(work / DEMO / "validation" / "splits.tsv", sep="\t")
+    report = pd.read_csv(work / DEMO / "validation" / "preflight.tsv", sep="\t")
     assert set(report.loc[report["status"] == "allowed", "check"]) == {"evaluated_classes"}
     assert not (work / DEMO / "embeddings").exists()
 

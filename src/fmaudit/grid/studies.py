@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping
 
+from fmaudit.config import dataset_params
+from fmaudit.datasets import dataset_group_unit
 from fmaudit.io import FmauditInputError
 
 POOLED_DOMAIN = "all"
@@ -84,9 +86,6 @@ def task_group_units(config: Mapping[str, Any], dataset_registry: Mapping[str, A
     of its data sets under the config's parameters (``patient``; ``item`` for data sets without patient ids;
     ``patient+item`` for a task pooling both). The report's captions state it; the tables carry the unit
     each row's data really had."""
-    from fmaudit.config import dataset_params
-    from fmaudit.datasets import dataset_group_unit
-
     units = {}
     for _, part in study_parts(config):
         for task in tile_tasks(part):
@@ -230,7 +229,7 @@ def require_domains(part: Mapping[str, Any], task: str, wanted: Iterable[str],
 def resolved_tile_tasks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
                         ) -> dict[str, dict[str, Any]]:
     """Every tile-level task of the config (all studies) as the split checks take it
-    (:func:`fmaudit.validation.validate_task_splits`): its ``datasets``, resolved ``domains``
+    (:func:`fmaudit.split_checks.validate_task_splits`): its ``datasets``, resolved ``domains``
     (:func:`task_domains`), ``transfer``, ``allow_missing_classes`` and ``split``."""
     out: dict[str, dict[str, Any]] = {}
     for _, part in study_parts(config):
