@@ -160,12 +160,10 @@ def embedding_path(encoder, dataset):
 
 
 # Embeddings computed elsewhere ({(encoder, data set): file, keys, readout} of the config's `features` data sets):
-# the import_features rule writes them where the embed rule would, and the embed rule never matches their data sets.
+# the import_features rule writes them where the embed rule would (it matches only these data sets, and takes
+# precedence: ruleorder in rules/embed.smk), so no embedding job runs for them.
 FEATURE_IMPORTS = feature_imports(config, DATASETS)
 FEATURE_DATASETS = sorted({ds for _, ds in FEATURE_IMPORTS})
-_ANY_DATASET = r"[A-Za-z0-9][A-Za-z0-9._-]*"
-EMBEDDED_DATASET = (rf"(?!(?:{'|'.join(map(re.escape, FEATURE_DATASETS))})$){_ANY_DATASET}" if FEATURE_DATASETS
-                    else _ANY_DATASET)
 FEATURES_DATASET = "|".join(map(re.escape, FEATURE_DATASETS)) if FEATURE_DATASETS else r"(?!)"
 
 

@@ -23,8 +23,6 @@ rule embed:
         gpu=embed_gpus,
         mem_mb=embed_mem_mb,
         runtime=embed_runtime,
-    wildcard_constraints:
-        dataset=EMBEDDED_DATASET,
     conda:
         "../envs/embed.yaml"
     script:
@@ -33,7 +31,11 @@ rule embed:
 
 # Embeddings computed elsewhere (a data set of kind `features`: an HDF5 or npz file per encoder) enter here, in
 # place of an embedding job: the file's features of the manifest's items, written as that encoder's embeddings
-# (same path, same format), so every analysis reads them as it reads computed ones. Cheap: a local rule.
+# (same path, same format), so every analysis reads them as it reads computed ones. Cheap: a local rule. Its
+# data-set wildcard matches the features data sets only, and where both rules could write a file it is this one.
+ruleorder: import_features > embed
+
+
 rule import_features:
     input:
         manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",

@@ -23,10 +23,11 @@ def registries():
 
 
 def _remote_registry(tmp_path):
-    registry = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
-    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
-                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
-                                           "format": "safetensors"}}
+    """A registry of one's own (added to the built-in one): a remote-code entry without a pinned commit."""
+    builtin = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
+    registry = {"remote-demo": {**builtin["demo-dinov2-tiny"], "trust_remote_code": True,
+                                "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                            "format": "safetensors"}}}
     path = tmp_path / "encoders.yaml"
     path.write_text(yaml.safe_dump(registry))
     return path

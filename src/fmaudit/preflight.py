@@ -204,6 +204,8 @@ def check_feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[s
 def check_slide_sheets(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> None:
     """Validate every slide sheet the config's data sets use, so a bad sheet stops the run before any job."""
     for ds in config["datasets"]:
+        if dataset_registry[ds]["preparer"] != "slide_tiles":
+            continue  # (a cell_table's `slides` is a sheet of its own kind, checked with it)
         sheet = dataset_params(config, dataset_registry, ds).get("slides")
         if sheet:
             read_slide_sheet(sheet)
@@ -364,9 +366,9 @@ def data_checks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) 
     tasks = resolved_tile_tasks(config, dataset_registry)
     manifests = {ds: manifest_file(config, ds) for spec in tasks.values() for ds in spec["datasets"]}
     refs = [r for r in class_references(config) if r.task in tasks]
-    embedded = dict.fromkeys(ds for _, ds in embed_pairs(config))
-    files = {ds: manifest_file(config, ds) for ds in embedded if dataset_registry[ds]["kind"] != "features"}
     pre = config["preflight"]
+    embedded = dict.fromkeys(ds for _, ds in embed_pairs(config)) if pre["read_files"] else {}
+    files = {ds: manifest_file(config, ds) for ds in embedded if dataset_registry[ds]["kind"] != "features"}
     return DataChecks(manifests, tasks, tuple(refs), files, int(pre["decode_sample"]), int(pre["seed"]))
 
 

@@ -70,6 +70,6 @@ def import_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, fe
                       weights_sha256_checked=False, n_items=int(len(man)), embed_dim={readout: int(x.shape[1])},
                       images_per_s=None, device="none (imported)", precision="float32", imported_from=str(features),
                       imported_keys={k: source.get(k) for k in ("features_key", "ids_key")})
-    write_npz(out, {"item_id": man["item_id"].astype(str).to_numpy(), EMBEDDING_FEATURE_PREFIX + readout:
+    write_npz(out, {"item_id": np.asarray(man["item_id"].astype(str), dtype=str), EMBEDDING_FEATURE_PREFIX + readout:
                     np.ascontiguousarray(x, dtype=np.float32)}, prov)
     logger.info("wrote %s (%d items; readout %s, %d dims; file sha256 %s)", out, len(man), readout, x.shape[1], digest)
