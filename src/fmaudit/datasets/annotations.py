@@ -9,8 +9,8 @@ Conventions
   geometry types (points, lines) and features without a class are left out and counted.
 - A tile takes the class whose regions cover at least ``min_share`` of its area (the largest share where two
   classes do); a tile no class covers that far has no label. Shares are computed on a rasterised mask of each
-  class at a resolution where a tile spans at least 16 mask pixels a side, with the exact rectangle mean of
-  :func:`fmaudit.slides.rect_fraction`.
+  class, over the bounding box of its regions only, at a resolution where a tile spans at least 32 mask pixels a
+  side, with the exact rectangle mean of :func:`fmaudit.slides.rect_fraction`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from fmaudit.slides import rect_fraction
 
 __all__ = ["Regions", "read_regions", "region_shares", "tile_labels"]
 
-#: Mask pixels a tile spans per side, at least, when region shares are rasterised.
-MASK_PIXELS_PER_TILE = 16
+#: Mask pixels a tile spans per side, at least, when region shares are rasterised (a share is then exact to about
+#: 1/32 of a tile side per region edge crossing it).
+MASK_PIXELS_PER_TILE = 32
 
 
 @dataclass
@@ -119,20 +120,25 @@ def region_shares(regions: Regions, width: int, height: int, x: np.ndarray, y: n
                   ) -> dict[str, np.ndarray]:
     """Share of each tile (level-0 top-left ``x``, ``y``, side ``extent`` level-0 px) covered by each class."""
     scale = max(1.0, float(extent) / MASK_PIXELS_PER_TILE)  # level-0 px per mask pixel
-    mask_w, mask_h = max(1, int(np.ceil(width / scale))), max(1, int(np.ceil(height / scale)))
-    x = np.asarray(x, dtype=np.float64) / scale
-    y = np.asarray(y, dtype=np.float64) / scale
-    side = float(extent) / scale
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
     shares = {}
     for name, polys in regions.polygons.items():
+        # the class's bounding box, within the slide: the mask covers only it (a slide may be 100,000 px wide)
+        points = np.concatenate([exterior for exterior, _ in polys])
+        x0, y0 = np.clip(np.floor(points.min(axis=0)), 0, [width, height])
+        x1, y1 = np.clip(np.ceil(points.max(axis=0)), 0, [width, height])
+        mask_w, mask_h = max(1, int(np.ceil((x1 - x0) / scale))), max(1, int(np.ceil((y1 - y0) / scale)))
         canvas = Image.new("1", (mask_w, mask_h), 0)
         draw = ImageDraw.Draw(canvas)
         for exterior, holes in polys:
-            draw.polygon([tuple(p) for p in exterior / scale], fill=1)
+            draw.polygon([tuple(p) for p in (exterior - [x0, y0]) / scale], fill=1)
             for hole in holes:
-                draw.polygon([tuple(p) for p in hole / scale], fill=0)
-        mask = np.asarray(canvas, dtype=np.float64)
-        shares[name] = rect_fraction(mask, x, y, x + side, y + side)
+                draw.polygon([tuple(p) for p in (hole - [x0, y0]) / scale], fill=0)
+        mask = np.asarray(canvas, dtype=np.float32)
+        u, v = (x - x0) / scale, (y - y0) / scale
+        side = float(extent) / scale
+        shares[name] = rect_fraction(mask, u, v, u + side, v + side)
     return shares
 
 

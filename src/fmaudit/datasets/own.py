@@ -121,7 +121,7 @@ def read_image_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
     classes = list(params["classes"])
     labels = labels_from_names(sheet, classes, problems, required=bool(params["labels_required"]), dataset=dataset)
     group = _groups(sheet, str(params["group_by"]), problems)
-    check_splits_per_group(sheet.assign(group=group), "group", problems)
+    check_splits_per_group(sheet.assign(**{str(params["group_by"]): group}), str(params["group_by"]), problems)
     items = item_ids_from_paths(sheet.assign(path=sheet["path"].fillna("")), "path", problems)
     sources = resolve_paths(sheet_path, sheet["path"].fillna(""))
     _missing_files(sources, sheet[LINE_COLUMN], "path", problems)
@@ -218,7 +218,7 @@ def read_slide_table(dataset: str, params: Mapping[str, Any], read_annotations: 
             except ValueError:
                 problems.add(int(line), f"mpp {value!r} is not a positive number (level-0 µm/px)")
     group = _groups(sheet.assign(slide=ids), str(params["group_by"]), problems)
-    check_splits_per_group(sheet.assign(group=group), "group", problems)
+    check_splits_per_group(sheet.assign(**{str(params["group_by"]): group}), str(params["group_by"]), problems)
     problems.raise_if_any()
     out = pd.DataFrame({"slide": ids, "path": paths, "patient": sheet["patient"], "domain": sheet["domain"],
                         "group": group,
@@ -372,7 +372,7 @@ def read_feature_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
     classes = list(params["classes"])
     labels = labels_from_names(sheet, classes, problems, required=bool(params["labels_required"]), dataset=dataset)
     group = _groups(sheet, str(params["group_by"]), problems)
-    check_splits_per_group(sheet.assign(group=group), "group", problems)
+    check_splits_per_group(sheet.assign(**{str(params["group_by"]): group}), str(params["group_by"]), problems)
     seen: dict[str, int] = {}
     for item, line in zip(sheet["item_id"], sheet[LINE_COLUMN]):
         if pd.notna(item) and item in seen:
