@@ -131,7 +131,7 @@ def dataset_input_files(wildcards):
     return [params[key] for key in ("slides", "sheet") if isinstance(params.get(key), str)]
 
 
-# What the validate rule checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
+# What the validate job checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
 # the manifests they read, the class names the config mentions and the files of every data set it embeds.
 DATA_CHECKS = data_checks(config, DATASETS)
 

@@ -113,8 +113,8 @@ def write_slide_study(root: Path, seed: int = 0) -> Path:
 CELL_CLASSES = ("tumour cell", "lymphocyte", "fibroblast")
 
 
-def write_cell_study(root: Path, seed: int = 0, per_class: int = 24) -> tuple[Path, Path]:
-    """Four slides (two organs x two) with cells of three classes painted as discs of their class's colour, and
+def write_cell_study(root: Path, seed: int = 0, per_class: int = 24, per_organ: int = 2) -> tuple[Path, Path]:
+    """``per_organ`` slides of each of two organs with cells of three classes painted as discs of their class's colour, and
     a cell table of their centres in µm (units: um; the slides are 0.5 µm/px); returns (slides sheet, cells
     table)."""
     rng = np.random.default_rng(seed)
@@ -122,7 +122,7 @@ def write_cell_study(root: Path, seed: int = 0, per_class: int = 24) -> tuple[Pa
     (root / "cells").mkdir(parents=True, exist_ok=True)
     slide_rows, cell_rows = [], []
     for organ in ("lung", "colon"):
-        for k in range(2):
+        for k in range(per_organ):
             slide = f"{organ}-{k}"
             side = 512
             img = np.full((side, side, 3), (235, 225, 235), np.float32)

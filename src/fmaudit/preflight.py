@@ -70,6 +70,7 @@ from fmaudit.registry import (
 from fmaudit.split_checks import SPLIT_COLUMNS, SplitValidationError, SplitValidationReport, validate_task_splits
 
 __all__ = [
+    "FILE_CHECKS",
     "MIN_TEST_GROUPS",
     "ClassReference",
     "DataChecks",
@@ -93,6 +94,8 @@ __all__ = [
 #: Test groups (patients, slides) per domain below which the validation log and the report warn: the interval
 #: of a metric over so few clusters is wide and its own width uncertain. Below 2 there is no interval at all.
 MIN_TEST_GROUPS = 5
+#: The checks that read the files of a manifest (:func:`check_files`).
+FILE_CHECKS = ("image_headers", "image_decode", "slides")
 
 
 # ---------------------------------------------------------------------------------------------- plan stage

@@ -19,7 +19,7 @@ from fmaudit.config import dataset_params, load_config
 from fmaudit.datasets import dataset_group_unit, prepare_dataset
 from fmaudit.datasets.own import OWN_KINDS
 from fmaudit.io import FmauditInputError
-from fmaudit.preflight import check_config, check_data, data_checks, unusable_encoders
+from fmaudit.preflight import FILE_CHECKS, check_config, check_data, data_checks, unusable_encoders
 
 __all__ = ["prepare_own_data", "register", "run"]
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         prepared = checks.restricted_to(ready)
         report = check_data(prepared, frames)  # raises, listing every problem
         for check in report.checks:
-            if check.status == "ok" and check.check in ("image_headers", "image_decode", "slides"):
+            if check.status == "ok" and check.check in FILE_CHECKS:
                 print(f"{check.scope}: {check.detail}")
         for warning in report.warnings:
             print(f"warning: {warning}")

@@ -33,7 +33,7 @@ from fmaudit.datasets.annotations import read_regions
 from fmaudit.datasets.sheets import read_sheet, resolve_paths
 from fmaudit.grid import summarize
 from fmaudit.io import FmauditInputError, write_text
-from fmaudit.preflight import check_config, check_data, data_checks, unusable_encoders
+from fmaudit.preflight import FILE_CHECKS, check_config, check_data, data_checks, unusable_encoders
 from fmaudit.registry import load_encoder_registries, unknown_name_error
 
 __all__ = ["register", "run", "study_config_text"]
@@ -135,12 +135,17 @@ def _task_block(name: str, dataset: str, domains: list[str], what: str) -> list[
             f"    domains: {_flow(domains)}"]
 
 
+#: ``--quick``: a first look in minutes on a laptop (the settings each section states), not a published number.
+QUICK = {"n_boot": 200, "seeds": [0], "kshot_k": [4, 8], "kshot_draws": 5, "gate_splits": 2, "ood_C": 1.0,
+         "draws": 3, "methods": ["none", "global_standardization", "class_balanced_restandardization", "bbse"]}
+
+
 def study_config_text(study: str, encoders: list[str], weights: dict[str, str],
                       data: list[dict[str, Any]], data_root: str, n_boot: int = 1000,
-                      tiles: tuple[int, float, int | None] = (224, 0.5, 1000)) -> str:
+                      tiles: tuple[int, float, int | None] = (224, 0.5, 1000), quick: bool = False) -> str:
     """The commented config of a study over ``data`` (each: name, task, kind, sheet path, sheet, classes,
     domains and ``n_per_domain``, the labelled items of each domain); ``tiles``: (tile_size, target_mpp,
-    max_tiles_per_slide) of slide sheets."""
+    max_tiles_per_slide) of slide sheets; ``quick``: the :data:`QUICK` settings, for a first look."""
     lines = [
         f"# fmaudit study {study!r}, written by `fmaudit init`. Every key is described in",
         "# resources/schemas/config.schema.yaml; your own data in docs/own-data.md. From the repository root:",
@@ -169,15 +174,24 @@ def study_config_text(study: str, encoders: list[str], weights: dict[str, str],
     lines += ["", "# The probe suite: a logistic probe per source domain, evaluated in-domain and on every other",
               "# domain, with cluster-bootstrap intervals over the test patients.",
               "probe:", "  fractions: [1.0]  # label fractions of the training split (e.g. [0.1, 0.5, 1.0])",
-              "  seeds: [0, 1, 2]",
-              "bootstrap:", f"  n_boot: {int(n_boot)}  # resamples of the test patients per interval", ""]
+              f"  seeds: {_flow(QUICK['seeds'] if quick else [0, 1, 2])}",
+              "bootstrap:", f"  n_boot: {QUICK['n_boot'] if quick else int(n_boot)}  # resamples of the test "
+              "patients per interval"]
+    if quick:
+        lines += ["calibration:  # --quick: a short K-shot ladder",
+                  f"  kshot_k: {_flow(QUICK['kshot_k'])}", f"  kshot_draws: {QUICK['kshot_draws']}"]
+    lines += [""]
     near = {d["task"]: [d["classes"][-1]] for d in data if len(d["classes"]) >= 3}
     if near:
         lines += ["# OOD detection and the abstention gate: a class held out as near-OOD (the probe and the novelty",
                   "# scorers are refitted without it); the gate's two thresholds are fitted on the training split.",
                   "ood:", "  near:"]
         lines += [f"    {task}: {_flow(names)}" for task, names in near.items()]
-        lines += ["  gate:", "    near: true  # also gate each near condition's held-out class", ""]
+        lines += ["  gate:", "    near: true  # also gate each near condition's held-out class"]
+        if quick:
+            lines += [f"    n_splits: {QUICK['gate_splits']}  # --quick: 2 fit/validation divisions (seed 003: 5)",
+                      "  probe:", f"    C: {QUICK['ood_C']}  # --quick: a fixed C (default: chosen by grouped CV)"]
+        lines += [""]
     shifted = [d for d in data if len(d["domains"]) >= 2]
     if shifted:
         d = shifted[0]
@@ -191,8 +205,11 @@ def study_config_text(study: str, encoders: list[str], weights: dict[str, str],
                   "prior_shift:", f"  task: {d['task']}", f"  source_domains: [{source}]",
                   f"  target_domains: {_flow(targets)}",
                   f"  sample_size: {sample}  # items per draw (at most the smallest target's {sample} items)",
-                  "  draws: 10", "  priors:", f"    balanced: {_flow(balanced)}",
-                  f"    {_slug(d['classes'][0])}-rich: {_flow(skew)}", ""]
+                  f"  draws: {QUICK['draws'] if quick else 10}", "  priors:", f"    balanced: {_flow(balanced)}",
+                  f"    {_slug(d['classes'][0])}-rich: {_flow(skew)}"]
+        if quick:
+            lines += [f"  methods: {_flow(QUICK['methods'])}  # --quick: without SHOT-IM's training"]
+        lines += [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -224,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
     tiles = (int(args.tile_size), float(args.target_mpp), args.max_tiles_per_slide)
 
     def text() -> str:
-        return study_config_text(study, encoders, weights, data, str(out), n_boot=args.n_boot, tiles=tiles)
+        return study_config_text(study, encoders, weights, data, str(out), n_boot=args.n_boot, tiles=tiles,
+                                 quick=args.quick)
 
     # the data prepared in memory (checked as the validate rule checks them) give each domain's labelled items,
     # which size the prior-shift draws; the config is then written and checked as it stands
@@ -245,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {why}")
     report = check_data(data_checks(config, datasets), frames)
     for check in report.checks:
-        if check.check in ("image_headers", "image_decode", "slides"):
+        if check.check in FILE_CHECKS:
             print(f"checked: {check.detail}")
     for warning in report.warnings:
         print(f"warning: {warning}")
@@ -277,6 +295,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target-mpp", type=float, default=0.5, help="slides: µm/px of the tiles")
     p.add_argument("--max-tiles-per-slide", type=int, default=1000, help="slides: tiles kept per slide at most (a "
                    "seeded sample)")
+    p.add_argument("--quick", action="store_true", help="a first look in minutes: fewer resamples, seeds, gate "
+                   "divisions and draws (each written in the config, commented); drop it for the audit itself")
     p.add_argument("--force", action="store_true", help="write over an existing config.yaml")
     p.set_defaults(func=run)
     return p

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from fmaudit.datasets import dataset_group_unit, prepare_dataset
 from fmaudit.io import dataframe_hash, provenance, write_json, write_table
 from fmaudit.logs import setup_logging
-from fmaudit.preflight import DataChecks, check_data
+from fmaudit.preflight import FILE_CHECKS, DataChecks, check_data
 from fmaudit.split_checks import SplitValidationError
 
 __all__ = ["download_job", "prepare_manifest_job", "validate_job"]
@@ -46,6 +46,9 @@ def validate_job(checks: Mapping[str, Any], out: str, log: str | None = None) ->
     except SplitValidationError as e:
         logger.info("every check:\n%s", e.report.to_frame().to_string(index=False))
         raise
+    for check in report.checks:  # what was read of the files: every header, a decoded sample, every slide
+        if check.check in FILE_CHECKS and check.status == "ok":
+            logger.info("%s: %s", check.scope, check.detail)
     for warning in report.warnings:
         logger.warning("%s", warning)
     table = report.to_frame()
