@@ -3,10 +3,12 @@ computed. The report computes nothing (statistics live in :mod:`fmaudit.stats`, 
 :mod:`fmaudit.analyses`); it writes what it is given, every number with its convention and the settings it
 was made with.
 
-Sections: each analysis contributes one module with a :class:`~fmaudit.report.section.Section` (its tables and
-figures, each with a category, and a ``write`` function). A new analysis adds its section as a new module and
-one line in :data:`SECTIONS`; the workflow's ``report`` rule then declares its outputs (``rules/common.smk``
-reads :func:`report_outputs`) with the captions ``resources/report/tables|figures/<name>.rst``.
+Sections: each analysis contributes one module with a :class:`~fmaudit.report.section.Section`: the report inputs
+and settings it reads, its tables and figures (each with a category) and a ``write`` function. A new analysis
+adds its section as a new module and one line in :data:`SECTIONS`, and its summary in
+``fmaudit.jobs.report.SUMMARIES``; the workflow's ``report`` rule is built from the sections alone: its inputs
+(:func:`report_reads`), its params (:func:`report_settings`) and its outputs (:func:`report_outputs`), with the
+captions ``resources/report/tables|figures/<name>.rst``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,53 @@ SECTIONS: tuple[Section, ...] = (
     embeddings.SECTION,
 )
 
-__all__ = ["SECTIONS", "Section", "report_outputs", "write_report"]
+#: Every input a section may read: name -> what the workflow gives under it (a list of files, empty when the
+#: config plans none of it). A branch of the workflow that produces one registers its files under this name.
+REPORT_INPUTS: dict[str, str] = {
+    "probe_runs": "the aggregated run table of every probe shard (aggregate/probe_runs.parquet)",
+    "probe_predictions": "the per-item predictions of every probe shard",
+    "embeddings": "every embedding file the study uses (their provenance)",
+    "ood_tables": "the aggregated OOD tables (aggregate/ood_<table>.parquet)",
+    "prior_shift_runs": "the aggregated prior-shift rows (aggregate/prior_shift_runs.parquet)",
+    "prior_shift_pool": "the prior-shift target pools (aggregate/prior_shift_pool.parquet)",
+    "scratch_reference": "the scratch-trained reference rows (aggregate/scratch_reference.parquet)",
+    "cell_runs": "the aggregated cell runs (aggregate/cell_runs.parquet)",
+    "cell_qc": "each cell section's QC overlay (PNG)",
+    "cell_manifests": "each cell section's manifest",
+}
+#: Every setting a section may state: name -> what it holds (the report rule's params; captions read them).
+REPORT_SETTINGS: dict[str, str] = {
+    "calibration": "task -> its calibration settings",
+    "bootstrap": "task -> its bootstrap settings",
+    "units": "task -> the unit its intervals resample",
+    "ood": "task -> its OOD shard's reported settings",
+    "prior_shift": "prior-shift task -> its selection rules, priors, draws, sample size and seeds",
+    "variants": "declared encoder variant -> its base encoder",
+    "exposure": "the encoders' pretraining facts, the data sets' aliases and the evaluated pairs",
+    "cells": "the cell branch's magnifications, protocols, taxonomies, readouts and pretraining scale",
+}
+
+__all__ = ["REPORT_INPUTS", "REPORT_SETTINGS", "SECTIONS", "Section", "report_outputs", "report_reads",
+           "report_settings", "write_report"]
+
+
+def _declared(sections: Sequence[Section], attribute: str, known: Mapping[str, str]) -> list[str]:
+    names = list(dict.fromkeys(name for s in sections for name in getattr(s, attribute)))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"report sections {attribute} {unknown}, which fmaudit.report does not list "
+                         f"(known: {', '.join(known)})")
+    return names
+
+
+def report_reads(sections: Sequence[Section] = SECTIONS) -> list[str]:
+    """Names of every report input some section reads (:data:`REPORT_INPUTS`): the ``report`` rule's inputs."""
+    return _declared(sections, "reads", REPORT_INPUTS)
+
+
+def report_settings(sections: Sequence[Section] = SECTIONS) -> list[str]:
+    """Names of every report setting some section states (:data:`REPORT_SETTINGS`): the ``report`` rule's params."""
+    return _declared(sections, "settings", REPORT_SETTINGS)
 
 
 def report_outputs(sections: Sequence[Section] = SECTIONS) -> dict[str, dict[str, str]]:

@@ -99,4 +99,5 @@ def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     return lines
 
 
-SECTION = Section("cells", TABLES, FIGURES, write_cells_section)
+SECTION = Section("cells", TABLES, FIGURES, write_cells_section,
+                  reads=("cell_runs", "cell_qc", "cell_manifests"), settings=("cells",))

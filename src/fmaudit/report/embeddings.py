@@ -17,4 +17,5 @@ def write_embeddings_section(inventory: pd.DataFrame | None, writer: ReportWrite
     return ["## Embeddings", "", dataframe_to_markdown(inventory), ""]
 
 
-SECTION = Section("embeddings", {"embeddings": "Provenance"}, {}, write_embeddings_section)
+SECTION = Section("embeddings", {"embeddings": "Provenance"}, {}, write_embeddings_section,
+                  reads=("embeddings",), settings=())

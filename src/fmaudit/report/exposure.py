@@ -50,4 +50,5 @@ def write_exposure_section(audit: pd.DataFrame | None, writer: ReportWriter) -> 
             "in their `exposure` column.", "", dataframe_to_markdown(audit), ""]
 
 
-SECTION = Section("exposure", {"exposure_audit": "Exposure"}, {}, write_exposure_section)
+SECTION = Section("exposure", {"exposure_audit": "Exposure"}, {}, write_exposure_section,
+                  reads=(), settings=("exposure",))

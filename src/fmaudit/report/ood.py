@@ -258,4 +258,5 @@ def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -
     return lines
 
 
-SECTION = Section("ood", TABLES, FIGURES, write_ood_section)
+SECTION = Section("ood", TABLES, FIGURES, write_ood_section,
+                  reads=("ood_tables",), settings=("ood",))

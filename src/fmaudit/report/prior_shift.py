@@ -220,4 +220,6 @@ def write_prior_shift_section(results: Mapping[str, Any] | None, writer: ReportW
     ]
 
 
-SECTION = Section("prior_shift", TABLES, FIGURES, write_prior_shift_section)
+SECTION = Section("prior_shift", TABLES, FIGURES, write_prior_shift_section,
+                  reads=("prior_shift_runs", "prior_shift_pool", "scratch_reference"),
+                  settings=("bootstrap", "prior_shift", "exposure"))

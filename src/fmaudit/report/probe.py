@@ -253,4 +253,6 @@ def _figure_lines(captions: Mapping[str, str]) -> list[str]:
     return lines
 
 
-SECTION = Section("probe", TABLES, FIGURES, write_probe_section)
+SECTION = Section("probe", TABLES, FIGURES, write_probe_section,
+                  reads=("probe_runs", "probe_predictions"),
+                  settings=("calibration", "bootstrap", "units", "variants", "exposure"))

@@ -1,10 +1,20 @@
 """A report section: the tables and figures one analysis contributes, and the writer they go through.
 
-A section declares its outputs (so the workflow's ``report`` rule declares exactly what the report writes,
-each table and figure with its caption in ``resources/report/tables|figures/<name>.rst``) and a ``write``
-function that formats the results an analysis computed, writes them through the :class:`ReportWriter` and
-returns its lines of ``index.md``. ``write`` receives ``None`` when the config planned no run of the analysis;
-it must still write every declared output (saying so), so the rule's outputs are complete.
+A section declares what it reads and what it writes, so that the workflow's ``report`` rule is built from the
+sections alone:
+
+- ``reads``: names of the report's inputs, the files the workflow's branches produce for it (``probe_runs``,
+  ``ood_tables``, ``cell_runs`` ...; :data:`fmaudit.report.REPORT_INPUTS` lists them with what each holds). The
+  rule's ``input`` is every name some section reads, each a list of files (empty when the config plans none).
+- ``settings``: names of the report's settings that its numbers or captions depend on (``calibration``,
+  ``bootstrap``, ``ood`` ...; :data:`fmaudit.report.REPORT_SETTINGS`); they become the rule's ``params``, which
+  its captions (``resources/report/tables|figures/<name>.rst``) read.
+- ``tables`` and ``figures``: what it writes (so the rule declares exactly the report's outputs), each with its
+  category in Snakemake's HTML report.
+- ``write``: formats the results an analysis computed (``fmaudit.jobs.report.SUMMARIES`` turns the section's
+  inputs into them), writes them through the :class:`ReportWriter` and returns its lines of ``index.md``.
+  ``write`` receives ``None`` when the config planned no run of the analysis; it must still write every
+  declared output (saying so), so the rule's outputs are complete.
 """
 
 from __future__ import annotations
@@ -24,12 +34,15 @@ __all__ = ["ReportWriter", "Section"]
 class Section:
     """``name``: key of the section's results in :func:`fmaudit.report.write_report`; ``tables`` and
     ``figures``: output name -> category in Snakemake's HTML report; ``write(results or None, writer) ->
-    index.md lines``."""
+    index.md lines``; ``reads`` and ``settings``: names of the report inputs and settings it uses (module
+    doc)."""
 
     name: str
     tables: Mapping[str, str]
     figures: Mapping[str, str]
     write: Callable[[Any, "ReportWriter"], list[str]]
+    reads: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
 
     def outputs(self) -> list[str]:
         """Paths of the section's outputs, relative to the report folder."""

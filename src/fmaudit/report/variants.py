@@ -40,4 +40,5 @@ def write_variants_section(pairs: pd.DataFrame | None, writer: ReportWriter) -> 
             _markdown(pairs), ""]
 
 
-SECTION = Section("variants", {"encoder_variants": "Accuracy under shift"}, {}, write_variants_section)
+SECTION = Section("variants", {"encoder_variants": "Accuracy under shift"}, {}, write_variants_section,
+                  reads=("probe_runs", "probe_predictions"), settings=("variants", "bootstrap"))
