@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own li
 
 from fmaudit.config import dataset_params, fill_config, manifest_file, results_dir
 from fmaudit.preflight import check_config, data_checks, unusable_encoders
-from fmaudit.grid import embed_pairs, section, settings_by_task, shards, task_domains, task_group_units
+from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
 from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
@@ -34,7 +34,7 @@ REPORT = f"{RESULTS}/report"
 # job that spends (embeddings, analysis shards) depends on it, so a leak, a class missing from training or an
 # unknown class name in the config stops the run before the first embedding. See validated_splits().
 VALIDATION = f"{RESULTS}/validation/preflight.tsv"
-# What the report reads and states (rules/report.smk builds its inputs and params from the report sections'
+# What the report reads and states (rules/report.smk builds its inputs and params from the report chapters'
 # declarations, fmaudit.report): each branch below registers its files under a report input name
 # (fmaudit.report.REPORT_INPUTS) and its settings under a report setting name (fmaudit.report.REPORT_SETTINGS).
 REPORT_INPUTS = {}
@@ -254,20 +254,20 @@ def probe_task(wildcards):
 
 def probe_settings(wildcards):
     """The probe grid, with readout `default` resolved to this encoder's own default readout."""
-    probe = section(config, "probe", task=wildcards.task)
+    probe = config_block(config, "probe", task=wildcards.task)
     if probe["readout"] == "default":
         probe["readout"] = ENCODERS[wildcards.encoder].get("default_readout", "cls")
     return canonical(probe)
 
 
 def calibration_settings(wildcards):
-    return canonical(section(config, "calibration", task=wildcards.task))
+    return canonical(config_block(config, "calibration", task=wildcards.task))
 
 
 def bootstrap_settings(wildcards):
     """What the shards' row intervals use: the paired count feeds only the report, so changing it reruns only
     the report."""
-    settings = section(config, "bootstrap", task=wildcards.task)
+    settings = config_block(config, "bootstrap", task=wildcards.task)
     return canonical({key: settings[key] for key in ("n_boot", "seed")})
 
 
@@ -360,7 +360,7 @@ def prior_shift_shard_settings(wildcards):
 
 
 def prior_shift_ece_bins(wildcards):
-    return section(config, "calibration", task=wildcards.task)["ece_bins"]
+    return config_block(config, "calibration", task=wildcards.task)["ece_bins"]
 
 
 def prior_shift_readout(wildcards):
@@ -498,8 +498,8 @@ def report_ood_settings():
     for task, plan in OOD_PLANS.items():
         gate = plan["gate"] or {}
         out[task] = canonical({
-            "scorers": plan["settings"]["scorers"], "n_boot": section(config, "bootstrap", task=task)["n_boot"],
-            "ece_bins": section(config, "calibration", task=task)["ece_bins"],
+            "scorers": plan["settings"]["scorers"], "n_boot": config_block(config, "bootstrap", task=task)["n_boot"],
+            "ece_bins": config_block(config, "calibration", task=task)["ece_bins"],
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
@@ -535,16 +535,16 @@ def report_figures():
 
 
 def report_inputs():
-    """Every report input some report section reads (fmaudit.report.report_reads), by name: the files the branches
+    """Every report input some report chapter reads (fmaudit.report.report_reads), by name: the files the branches
     registered under it in REPORT_INPUTS, none where the config plans nothing of it."""
     return {name: list(REPORT_INPUTS.get(name, [])) for name in report_reads()}
 
 
 def report_params():
-    """Every report setting some report section states (fmaudit.report.report_settings), by name."""
+    """Every report setting some report chapter states (fmaudit.report.report_settings), by name."""
     missing = [name for name in report_settings() if name not in REPORT_SETTINGS]
     if missing:
-        raise WorkflowError(f"report settings {missing} are stated by a report section but no rule file registers them")
+        raise WorkflowError(f"report settings {missing} are stated by a report chapter but no rule file registers them")
     return {name: REPORT_SETTINGS[name] for name in report_settings()}
 
 

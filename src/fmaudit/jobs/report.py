@@ -1,8 +1,8 @@
-"""The report job: each section's results from the inputs it declares, then every section formatted.
+"""The report job: each chapter's results from the inputs it declares, then every chapter formatted.
 
-A report section (:class:`fmaudit.report.section.Section`) declares the inputs it reads and the settings it states;
-:data:`SUMMARIES` holds, for each section, the function that turns those into the results its ``write``
-formats. :func:`report_job` loops over them in the order of :data:`SUMMARIES` (a section may use the results of
+A report chapter (:class:`fmaudit.report.chapter.Chapter`) declares the inputs it reads and the settings it states;
+:data:`SUMMARIES` holds, for each chapter, the function that turns those into the results its ``write``
+formats. :func:`report_job` loops over them in the order of :data:`SUMMARIES` (a chapter may use the results of
 one before it: the exposure audit is shown beside every table that ranks encoders), then writes the report.
 """
 
@@ -22,14 +22,14 @@ from fmaudit.embed import embedding_inventory
 from fmaudit.exposure import EXPOSURE_COLUMNS, exposure_audit
 from fmaudit.io import read_table
 from fmaudit.logs import setup_logging
-from fmaudit.report import SECTIONS, write_report
-from fmaudit.report.section import Section
+from fmaudit.report import CHAPTERS, write_report
+from fmaudit.report.chapter import Chapter
 
 __all__ = ["ReportInputs", "SUMMARIES", "exposure_table", "load_ood_tables", "report_job"]
 
 
 class ReportInputs:
-    """The files of each report input (name -> paths); each table is read once, however many sections read it
+    """The files of each report input (name -> paths); each table is read once, however many chapters read it
     (views made by :meth:`only` share the tables read)."""
 
     def __init__(self, paths: Mapping[str, Sequence[str | Path]], _tables: dict[str, Any] | None = None):
@@ -37,7 +37,7 @@ class ReportInputs:
         self._tables: dict[str, pd.DataFrame | None] = {} if _tables is None else _tables
 
     def only(self, names: Sequence[str]) -> "ReportInputs":
-        """The inputs ``names`` and no other (a section sees what it declares and nothing else: the workflow would
+        """The inputs ``names`` and no other (a chapter sees what it declares and nothing else: the workflow would
         not rerun the report when something undeclared changed)."""
         return ReportInputs({name: self.files(name) for name in names}, self._tables)
 
@@ -140,8 +140,8 @@ def _embeddings(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapp
     return embedding_inventory(inputs.files("embeddings"))
 
 
-#: Section name -> the function that turns the section's declared inputs and settings into what it formats
-#: (``summary(inputs, settings, earlier results by section name)``), in the order they are computed.
+#: Chapter name -> the function that turns the chapter's declared inputs and settings into what it formats
+#: (``summary(inputs, settings, earlier results by chapter name)``), in the order they are computed.
 SUMMARIES: dict[str, Summary] = {
     "exposure": _exposure,
     "probe": _probe,
@@ -154,24 +154,24 @@ SUMMARIES: dict[str, Summary] = {
 
 
 def report_job(inputs: Mapping[str, Sequence[str]], settings: Mapping[str, Any], out_dir: str,
-               log: str | None = None, sections: Sequence[Section] = SECTIONS,
+               log: str | None = None, chapters: Sequence[Chapter] = CHAPTERS,
                summaries: Mapping[str, Summary] = SUMMARIES) -> None:
     """Write the report under ``out_dir``. ``inputs``: report input name -> its files (the ``report`` rule's
     inputs, :data:`fmaudit.report.REPORT_INPUTS`); ``settings``: report setting name -> value (its params,
-    :data:`fmaudit.report.REPORT_SETTINGS`). Each section gets only what it declares."""
+    :data:`fmaudit.report.REPORT_SETTINGS`). Each chapter gets only what it declares."""
     logger = setup_logging(log)
-    missing = [s.name for s in sections if s.name not in summaries]
+    missing = [s.name for s in chapters if s.name not in summaries]
     if missing:
-        raise ValueError(f"report sections {missing} have no summary in fmaudit.jobs.report.SUMMARIES")
+        raise ValueError(f"report chapters {missing} have no summary in fmaudit.jobs.report.SUMMARIES")
     shared = ReportInputs(inputs)
-    by_name = {s.name: s for s in sections}
+    by_name = {s.name: s for s in chapters}
     results: dict[str, Any] = {}
     for name, summarize in summaries.items():
         if name not in by_name:
             continue
-        section = by_name[name]
-        declared = {key: settings[key] for key in section.settings if key in settings}
-        results[name] = summarize(shared.only(section.reads), declared, results)
-        logger.info("report section %s: %s", name, "summarised" if results[name] is not None else "nothing planned")
-    write_report(out_dir, results, sections)
+        chapter = by_name[name]
+        declared = {key: settings[key] for key in chapter.settings if key in settings}
+        results[name] = summarize(shared.only(chapter.reads), declared, results)
+        logger.info("report chapter %s: %s", name, "summarised" if results[name] is not None else "nothing planned")
+    write_report(out_dir, results, chapters)
     logger.info("report written to %s", out_dir)

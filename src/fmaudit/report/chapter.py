@@ -1,17 +1,17 @@
-"""A report section: the tables and figures one analysis contributes, and the writer they go through.
+"""A report chapter: the tables and figures one analysis contributes, and the writer they go through.
 
-A section declares what it reads and what it writes, so that the workflow's ``report`` rule is built from the
-sections alone:
+A chapter declares what it reads and what it writes, so that the workflow's ``report`` rule is built from the
+chapters alone:
 
 - ``reads``: names of the report's inputs, the files the workflow's branches produce for it (``probe_runs``,
   ``ood_tables``, ``cell_runs`` ...; :data:`fmaudit.report.REPORT_INPUTS` lists them with what each holds). The
-  rule's ``input`` is every name some section reads, each a list of files (empty when the config plans none).
+  rule's ``input`` is every name some chapter reads, each a list of files (empty when the config plans none).
 - ``settings``: names of the report's settings that its numbers or captions depend on (``calibration``,
   ``bootstrap``, ``ood`` ...; :data:`fmaudit.report.REPORT_SETTINGS`); they become the rule's ``params``, which
   its captions (``resources/report/tables|figures/<name>.rst``) read.
 - ``tables`` and ``figures``: what it writes (so the rule declares exactly the report's outputs), each with its
   category in Snakemake's HTML report.
-- ``write``: formats the results an analysis computed (``fmaudit.jobs.report.SUMMARIES`` turns the section's
+- ``write``: formats the results an analysis computed (``fmaudit.jobs.report.SUMMARIES`` turns the chapter's
   inputs into them), writes them through the :class:`ReportWriter` and returns its lines of ``index.md``.
   ``write`` receives ``None`` when the config planned no run of the analysis; it must still write every
   declared output (saying so), so the rule's outputs are complete.
@@ -27,12 +27,12 @@ import pandas as pd
 
 from fmaudit.report.formatting import TABLE_FORMATS, write_all_formats
 
-__all__ = ["ReportWriter", "Section"]
+__all__ = ["ReportWriter", "Chapter"]
 
 
 @dataclass(frozen=True)
-class Section:
-    """``name``: key of the section's results in :func:`fmaudit.report.write_report`; ``tables`` and
+class Chapter:
+    """``name``: key of the chapter's results in :func:`fmaudit.report.write_report`; ``tables`` and
     ``figures``: output name -> category in Snakemake's HTML report; ``write(results or None, writer) ->
     index.md lines``; ``reads`` and ``settings``: names of the report inputs and settings it uses (module
     doc)."""
@@ -45,7 +45,7 @@ class Section:
     settings: tuple[str, ...] = ()
 
     def outputs(self) -> list[str]:
-        """Paths of the section's outputs, relative to the report folder."""
+        """Paths of the chapter's outputs, relative to the report folder."""
         return ([f"tables/{t}{ext}" for t in self.tables for ext in TABLE_FORMATS]
                 + [f"figures/{f}.png" for f in self.figures])
 
