@@ -334,12 +334,12 @@ def test_bad_slide_sheet_stops_before_any_job(demo_run):
 
 
 def test_report_declares_exactly_what_it_writes(demo_run):
-    from fmaudit.report import SECTIONS
+    from fmaudit.report import CHAPTERS
 
     work, _ = demo_run
     report = work / DEMO / "report"
     written = {str(p.relative_to(report)) for p in report.rglob("*") if p.is_file() and p.name != "report.html"}
-    assert written == {p for s in SECTIONS for p in s.outputs()} | {"index.md"}
+    assert written == {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
 
 
 def test_the_paired_count_reruns_only_the_report(demo_run):

@@ -314,7 +314,10 @@ def class_references(config: Mapping[str, Any]) -> list[ClassReference]:
             if spec.get("allow_missing_classes"):
                 refs.append(ClassReference(f"{prefix}tasks.{task}.allow_missing_classes", task,
                                            tuple(str(n) for n in spec["allow_missing_classes"])))
-    return [r for r in refs if r.names]
+    # in a fixed order, whatever order the YAML lists them in: the validate rule's params are compared by their
+    # printed form, and a config written back with sorted keys must not rerun the checks
+    return sorted((ClassReference(r.key, r.task, tuple(sorted(r.names))) for r in refs if r.names),
+                  key=lambda r: (r.key, r.task))
 
 
 @dataclass(frozen=True)
