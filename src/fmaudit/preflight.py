@@ -142,23 +142,28 @@ def check_preparers(config: Mapping[str, Any], dataset_registry: Mapping[str, An
             raise unknown_name_error("preparer", preparer, known, f"data set {ds!r} (its registry entry's 'preparer')")
 
 
-def check_own_data(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> None:
+def check_own_data(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> dict[str, list[str]]:
     """The sheets of every own-data set of the config (``image_table``, ``slide_table``, ``cell_table``,
     ``features``): every bad line named (:mod:`fmaudit.datasets.own`, :mod:`fmaudit.cells.table`), before any
-    job runs; no image is read."""
+    job runs; no image is read. Returns each tile-level one's domains, as its sheet lists them."""
     organ_of = {s: organ for _, _, cells in parts_with(config, "cells")
                 for organ, secs in cells["sections"].items() for s in secs}
+    domains: dict[str, list[str]] = {}
     for ds in config["datasets"]:
         kind = dataset_registry[ds]["kind"]
         params = dataset_params(config, dataset_registry, ds)
+        rows = None
         if kind == "image_table":
-            read_image_table(ds, params)
+            rows = read_image_table(ds, params)
         elif kind == "slide_table":
-            read_slide_table(ds, params)
+            rows = read_slide_table(ds, params)
         elif kind == "features":
-            read_feature_table(ds, params)
+            rows = read_feature_table(ds, params)
         elif kind == "cell_table":
             check_cell_table(ds, params, organ_of, where=f"data set {ds!r}: ")
+        if rows is not None:
+            domains[ds] = sorted(str(d) for d in rows["domain"].dropna().unique())
+    return domains
 
 
 def feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
@@ -268,7 +273,9 @@ def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
         if ds not in datasets:
             raise unknown_name_error("dataset", ds, list(datasets), "config 'datasets'")
     check_preparers(config, datasets)
-    check_own_data(config, datasets)
+    for ds, domains in check_own_data(config, datasets).items():
+        # a task over one's own data without `domains:` transfers between the domains its sheet names
+        datasets[ds] = {**datasets[ds], "domains": datasets[ds].get("domains") or domains}
     imports = feature_imports(config, datasets)
     encoders.update(precomputed_encoders(imports, encoders))
     check_names(config, encoders, datasets)
