@@ -86,3 +86,11 @@ def _own_entry() -> dict:
     entry = dict(load_registry()["demo-vit-tiny"])
     entry["description"] = "my own encoder"
     return entry
+
+
+def test_init_writes_timm_and_hf_names_as_given(tiles, capsys):
+    """The workflow resolves them (from the local Hugging Face cache); the config names them as the user did."""
+    main(["init", "--images", "my-study/labels.csv", "--encoders", "timm:vit_small_patch16_224.augreg_in21k,"
+          "hf:owkin/phikon,demo-vit-tiny", "--out", "named", "--quick"])
+    cfg = yaml.safe_load((tiles / "named" / "config.yaml").read_text())
+    assert cfg["encoders"] == ["timm:vit_small_patch16_224.augreg_in21k", "hf:owkin/phikon", "demo-vit-tiny"]

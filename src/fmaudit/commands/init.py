@@ -240,13 +240,14 @@ def run(args: argparse.Namespace) -> int:
         data.append(_sheet_data("slide_table", args.slides, study, args.slides_classes or args.classes))
     tiles = (int(args.tile_size), float(args.target_mpp), args.max_tiles_per_slide)
 
-    def text() -> str:
-        return study_config_text(study, encoders, weights, data, str(out), n_boot=args.n_boot, tiles=tiles,
+    def text(names: list[str] = encoders, checkpoints: dict[str, str] = weights) -> str:
+        return study_config_text(study, names, checkpoints, data, str(out), n_boot=args.n_boot, tiles=tiles,
                                  quick=args.quick)
 
     # the data prepared in memory (checked as the validate rule checks them) give each domain's labelled items,
-    # which size the prior-shift draws; the config is then written and checked as it stands
-    draft = fill_config(yaml.safe_load(text()), source=f"{config_path} (draft)")
+    # which size the prior-shift draws; the config is then written and checked as it stands. The draft needs no
+    # encoder of the study (timm:/hf: names are resolved by the workflow): a built-in demo one stands in.
+    draft = fill_config(yaml.safe_load(text(["demo-vit-tiny"], {})), source=f"{config_path} (draft)")
     _, datasets = check_config(draft)
     checks = data_checks(draft, datasets)
     frames = prepare_own_data(draft, datasets, {**checks.files, **checks.manifests})
