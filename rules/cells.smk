@@ -6,7 +6,8 @@
 
 
 # One section: registration through its alignment (fmaudit.cells.prepare; a cell_table slide: its cells as given,
-# fmaudit.cells.table), labels through the taxonomy tables, a QC overlay; a section with fewer than two valid classes is written, marked excluded and the reason logged.
+# fmaudit.cells.table), labels through the taxonomy tables, a QC overlay; a section with fewer than two valid
+# classes is written, marked excluded and the reason logged.
 rule prepare_cell_section:
     input:
         cell_section_inputs,

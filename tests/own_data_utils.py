@@ -114,7 +114,8 @@ CELL_CLASSES = ("tumour cell", "lymphocyte", "fibroblast")
 
 
 def write_cell_study(root: Path, seed: int = 0, per_class: int = 24, per_organ: int = 2) -> tuple[Path, Path]:
-    """``per_organ`` slides of each of two organs with cells of three classes painted as discs of their class's colour, and
+    """``per_organ`` slides of each of two organs with cells of three classes painted as discs of their class's
+    colour, and
     a cell table of their centres in µm (units: um; the slides are 0.5 µm/px); returns (slides sheet, cells
     table)."""
     rng = np.random.default_rng(seed)
@@ -140,7 +141,8 @@ def write_cell_study(root: Path, seed: int = 0, per_class: int = 24, per_organ: 
             img += rng.normal(0, 4, img.shape)
             path = root / "cells" / f"{slide}.tiff"
             write_pyramid_tiff(path, np.clip(np.rint(img), 0, 255).astype(np.uint8), n_levels=2, mpp=0.5, tile=64)
-            slide_rows.append({"slide": slide, "path": f"cells/{slide}.tiff", "domain": organ, "patient": f"{organ}-p{k}"})
+            slide_rows.append({"slide": slide, "path": f"cells/{slide}.tiff", "domain": organ,
+                               "patient": f"{organ}-p{k}"})
     slides = root / "cell_slides.csv"
     pd.DataFrame(slide_rows).to_csv(slides, index=False)
     table = root / "cells.csv"

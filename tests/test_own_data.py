@@ -232,6 +232,11 @@ def test_cells_on_ones_own_slides_run_the_cell_branch(cells_and_features):
 # ------------------------------------------------------------------------- bad inputs stop before embedding
 
 
+def _set(column: str, row: int, value: str):
+    """An edit of a sheet: ``value`` in ``column`` of row ``row`` (its file line ``row + 2``)."""
+    return lambda df: df.__setitem__(column, df[column].where(df.index != row, value))
+
+
 def _image_sheet(work: Path, name: str, edit=None) -> str:
     df = pd.read_csv(work / "my-study" / "labels.csv", dtype=str, keep_default_na=False)
     if edit is not None:
@@ -272,27 +277,25 @@ def _case(work: Path, case: str) -> tuple[dict, str, str]:
                                              group_unit="patient")
         return cfg, "plan", "data set 'bad' (its registry entry's 'preparer'): unknown preparer 'my_tiles'"
     if case == "empty label":
-        sheet = _image_sheet(work, "empty.csv", lambda df: df.__setitem__("label", df["label"].where(df.index != 7, "")))
+        sheet = _image_sheet(work, "empty.csv", _set("label", 7, ""))
         return _image_config(sheet), "plan", f"my-study/empty.csv: 1 problem(s) in this image sheet:\n  - {line(7)}: " \
                                              "empty 'label'"
     if case == "class outside the entry":
-        sheet = _image_sheet(work, "typo.csv", lambda df: df.__setitem__("label", df["label"].where(df.index != 5, "Tumour")))
+        sheet = _image_sheet(work, "typo.csv", _set("label", 5, "Tumour"))
         return _image_config(sheet), "plan", f"{line(5)}: unknown class 'Tumour'; did you mean 'tumour'?"
     if case == "missing image":
-        sheet = _image_sheet(work, "gone.csv", lambda df: df.__setitem__("path", df["path"].where(df.index != 3,
-                                                                                                   "tiles/gone.png")))
+        sheet = _image_sheet(work, "gone.csv", _set("path", 3, "tiles/gone.png"))
         return _image_config(sheet), "plan", f"{line(3)}: path my-study/tiles/gone.png does not exist"
     if case == "split value":
         sheet = _image_sheet(work, "split.csv", lambda df: df.insert(4, "split", ["train"] * 59 + ["testing"]))
         return _image_config(sheet), "plan", f"{line(59)}: split 'testing' is not one of train, val, test"
     if case == "corrupt image":
         bad = _corrupt(work, "corrupt.png", truncate=False)
-        sheet = _image_sheet(work, "corrupt.csv", lambda df: df.__setitem__("path", df["path"].where(df.index != 4, bad)))
-        return _image_config(sheet), "data", (f"my-study/tiles/corrupt.png: not a readable image (UnidentifiedImageError"
-                                              f"")
+        sheet = _image_sheet(work, "corrupt.csv", _set("path", 4, bad))
+        return _image_config(sheet), "data", "my-study/tiles/corrupt.png: not a readable image (UnidentifiedImageError"
     if case == "truncated image":
         bad = _corrupt(work, "truncated.png", truncate=True)
-        sheet = _image_sheet(work, "truncated.csv", lambda df: df.__setitem__("path", df["path"].where(df.index != 9, bad)))
+        sheet = _image_sheet(work, "truncated.csv", _set("path", 9, bad))
         return _image_config(sheet), "data", "my-study/tiles/truncated.png: its pixels cannot be decoded"
     if case == "near class typo":
         cfg = _image_config(_image_sheet(work, "ok.csv"), ood={"near": {"t": ["lymphocyte"]}})

@@ -76,7 +76,8 @@ def _edit(sheet, tmp_path, edit, name="labels.csv", sep=","):
     (lambda df: df.__setitem__("patient", df["patient"].where(df.index != 0, "")), r"line 2: empty 'patient'"),
     (lambda df: df.insert(4, "split", ["test" if i == 1 else "train" for i in range(len(df))]),
      r"patient 's1-p00' is on several splits \(line 2: train, line 3: test, line 4: train\); its items must share"),
-    (lambda df: df.insert(4, "split", ["training"] * len(df)), r"line 2: split 'training' is not one of train, val, test"),
+    (lambda df: df.insert(4, "split", ["training"] * len(df)),
+     r"line 2: split 'training' is not one of train, val, test"),
     (lambda df: df.insert(1, "scanner", "x"), r"unknown column\(s\) \['scanner'\]"),
 ])
 def test_every_bad_line_of_an_image_sheet_is_named(tiles, tmp_path, edit, message):

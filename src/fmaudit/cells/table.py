@@ -219,7 +219,8 @@ def table_section(section: str, organ: str, dataset: str, params: Mapping[str, A
         exclusion_reason=reason)
     if qc_png is not None:
         overlay_png(manifest, row["path"], qc_png, mpp=image.mpp, reader=image.reader, seed=0,
-                    coarse_classes=taxonomy.coarse_classes, title=f"{section} ({organ}): {n} cells, colour = coarse class")
+                    coarse_classes=taxonomy.coarse_classes,
+                    title=f"{section} ({organ}): {n} cells, colour = coarse class")
         prov["qc_overlay"] = str(qc_png)
     return SectionResult(manifest=manifest, raw_labels=cells["label"], provenance=prov, eligible=eligible,
                          exclusion_reason=reason, image=image)

@@ -123,7 +123,8 @@ def _data_block(name: str, kind: str, sheet_path: str, sheet: pd.DataFrame, clas
         lines.append(f"      tile_size: {tiles[0]}  # tiles of tile_size px at target_mpp µm/px where tissue covers "
                      "min_tissue_fraction (0.5) of them")
         lines.append(f"      target_mpp: {tiles[1]:g}")
-        lines.append(f"      max_tiles_per_slide: {_flow(tiles[2])}  # a seeded sample of each slide's tiles (null: all)")
+        lines.append(f"      max_tiles_per_slide: {_flow(tiles[2])}  # a seeded sample of each slide's tiles "
+                     "(null: all)")
         if "annotations" in sheet.columns:
             lines.append("      min_region_share: 0.5  # an annotated region must cover this share of a tile to "
                          "label it")
@@ -279,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("init", help=HELP, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser("init", help=HELP, description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", help="sheet of image files: path,label,patient,domain[,slide,split] (CSV or TSV)")
     p.add_argument("--slides", help="sheet of labelled slides: path,patient,domain and label or annotations "
                    "(GeoJSON)[,slide,split,mpp]")

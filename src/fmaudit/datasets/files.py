@@ -30,7 +30,8 @@ from fmaudit.slides import open_slide, read_tile
 
 __all__ = ["check_image_decode", "check_image_headers", "check_slides", "image_files", "slide_files"]
 
-_READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError, FmauditInputError, Image.DecompressionBombError)
+_READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError, FmauditInputError,
+                Image.DecompressionBombError)
 
 
 def image_files(manifest: pd.DataFrame) -> pd.DataFrame:

@@ -76,8 +76,8 @@ def read_sheet(path: PathLike, required: Sequence[str], optional: Sequence[str] 
         raw = pd.read_csv(path, sep=sheet_separator(path), dtype=str, keep_default_na=False, encoding="utf-8-sig",
                           skip_blank_lines=True)
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise FmauditInputError(f"{path}: cannot read this {what} as {'TSV' if sheet_separator(path) == chr(9) else 'CSV'}"
-                                f" ({e})") from e
+        kind = "TSV" if sheet_separator(path) == "\t" else "CSV"
+        raise FmauditInputError(f"{path}: cannot read this {what} as {kind} ({e})") from e
     raw.columns = [str(c).strip().lower() for c in raw.columns]
     known = list(required) + list(optional)
     unknown = [c for c in raw.columns if c not in known]
