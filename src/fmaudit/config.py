@@ -7,8 +7,15 @@ fallback of its own. The Snakefile (through ``rules/common.smk``) and the comman
 both call it, so a config means the same numbers in the workflow and on the command line.
 
 :func:`check_config` is every check the workflow runs before it plans a job (registries against their
-schemas, names, the analysis grids, slide sheets, local weight files); ``fmaudit check-config`` runs exactly
-this function. It returns the registries as this config sees them: ``encoder_revisions`` applied.
+schemas, names, the analysis grids, slide sheets, local weight files, and the encoders' pre-flight:
+:func:`check_encoders_before_embedding`); ``fmaudit check-config`` runs exactly this function. It returns the
+registries as this config sees them: encoders named by their hub repo added (:func:`add_hub_encoders`),
+``encoder_revisions`` applied.
+
+Encoders may be named by their Hugging Face repo (``timm:<org>/<repo>``, ``hf:<org>/<repo>``): :func:`fill_config`
+replaces each such name by its slug (:func:`fmaudit.registry.hub_name_slug`) wherever the config names encoders
+(``encoders``, each study's ``encoders``, the keys of ``encoder_weights`` and ``encoder_revisions``), so the
+workflow's paths and wildcards only ever see slugs.
 :func:`unusable_encoders` says which encoders cannot be embedded yet (remote code without a pinned commit):
 the workflow warns about them when it plans and stops before the first job of a run that would embed one.
 
@@ -21,11 +28,22 @@ without it uses the top-level section (:func:`fmaudit.grid.section`).
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from fmaudit.io import FmauditInputError, PathLike
-from fmaudit.registry import load_dataset_registry, load_registry, unknown_name_error
+from huggingface_hub import try_to_load_from_cache
+
+from fmaudit.io import FmauditInputError, PathLike, read_json, stable_hash, write_json
+from fmaudit.registry import (
+    embedding_spec,
+    hub_name_of_slug,
+    hub_name_slug,
+    is_hub_name,
+    load_dataset_registry,
+    load_registry,
+    unknown_name_error,
+)
 from fmaudit.schema import load_schema, load_yaml, validate_against_schema
 
 CONFIG_SCHEMA = "config.schema.yaml"
@@ -35,9 +53,12 @@ RESULTS_ROOT = "results"
 __all__ = [
     "CONFIG_SCHEMA",
     "RESULTS_ROOT",
+    "add_hub_encoders",
     "apply_encoder_revisions",
     "check_config",
     "check_encoder_weights",
+    "check_encoders_before_embedding",
+    "embedded_encoders",
     "check_names",
     "check_slide_sheets",
     "dataset_params",
@@ -46,8 +67,10 @@ __all__ = [
     "load_config",
     "manifest_file",
     "results_dir",
+    "normalise_encoder_names",
     "schema_default",
     "unusable_encoders",
+    "weights_override",
 ]
 
 
@@ -65,8 +88,32 @@ def manifest_file(config: Mapping[str, Any], dataset: str) -> str:
 def fill_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Validate ``config`` against the config schema and fill in every default, in place; returns it.
 
-    The error names ``source`` and every offending key (``probe.fractions.0: ...``)."""
-    return validate_against_schema(config, load_schema(CONFIG_SCHEMA), name=source, fill_defaults=True, sep=".")
+    The error names ``source`` and every offending key (``probe.fractions.0: ...``). Encoders named by their hub
+    repo are then replaced by their slugs (:func:`normalise_encoder_names`)."""
+    validate_against_schema(config, load_schema(CONFIG_SCHEMA), name=source, fill_defaults=True, sep=".")
+    return normalise_encoder_names(config, source)
+
+
+def normalise_encoder_names(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Every ``timm:<org>/<repo>`` / ``hf:<org>/<repo>`` encoder name of a filled config replaced by its slug, in
+    place (module doc); a name given twice, as a hub name and as its slug, is an error naming the key."""
+    def slug(name: str) -> str:
+        return hub_name_slug(name) if is_hub_name(name) else name
+
+    def slugs(names: list[str], key: str) -> list[str]:
+        out = [slug(n) for n in names]
+        if len(set(out)) != len(out):
+            twice = next(n for n in out if out.count(n) > 1)
+            raise FmauditInputError(f"{source}: '{key}' names encoder {twice!r} twice (as a hub name and as its slug)")
+        return out
+
+    config["encoders"] = slugs(config["encoders"], "encoders")
+    for study, spec in (config.get("studies") or {}).items():
+        spec["encoders"] = slugs(spec["encoders"], f"studies.{study}.encoders")
+    for key in ("encoder_weights", "encoder_revisions"):
+        renamed = slugs(list(config[key]), key)
+        config[key] = dict(zip(renamed, config[key].values()))
+    return config
 
 
 def load_config(path: PathLike) -> dict[str, Any]:
@@ -104,6 +151,26 @@ def schema_default(*keys: str) -> Any:
     if "default" not in node:
         raise KeyError(f"config schema: {'.'.join(keys)} has no default")
     return copy.deepcopy(node["default"])
+
+
+def add_hub_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder registry with an entry for every encoder the config names by its hub repo, built from the
+    repo's config files in the local Hugging Face cache (:func:`fmaudit.encoders.hub.resolve_hub_encoder`, at
+    the config's ``encoder_revisions.<slug>`` when set); an uncached or unusable repo is an error naming the
+    config key and the name, before any job."""
+    named = [enc for enc in config["encoders"] if hub_name_of_slug(enc) and enc not in encoder_registry]
+    if not named:
+        return dict(encoder_registry)
+    # torch, timm, transformers and open_clip are imported only when a config names an encoder by its hub repo
+    from fmaudit.encoders.hub import resolve_hub_encoder
+
+    registry = dict(encoder_registry)
+    for enc in named:
+        try:
+            registry[enc] = resolve_hub_encoder(hub_name_of_slug(enc), revision=config["encoder_revisions"].get(enc))
+        except FmauditInputError as e:
+            raise FmauditInputError(f"config 'encoders': {hub_name_of_slug(enc)}: {e}") from e
+    return registry
 
 
 def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
@@ -184,6 +251,98 @@ def check_encoder_weights(config: Mapping[str, Any]) -> None:
             raise FmauditInputError(f"config 'encoder_weights.{enc}': {path} is not a file{where}")
 
 
+def embedded_encoders(config: Mapping[str, Any]) -> list[str]:
+    """Every encoder the config embeds: its encoders, then their declared variants (``variants``)."""
+    return list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+
+
+def weights_override(config: Mapping[str, Any], encoder_registry: Mapping[str, Any], encoder: str) -> str | None:
+    """The config's local checkpoint for ``encoder`` (``encoder_weights``), or None; a declared variant uses its
+    base's."""
+    base = encoder_registry[encoder].get("variant_of")
+    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base) if base else None) or None
+
+
+# config files of a hub repo the pre-flight compares an entry with (fmaudit.encoders.hub)
+_HUB_CONFIG_FILES = ("config.json", "preprocessor_config.json", "open_clip_config.json")
+
+
+def _preflight_inputs(spec: Mapping[str, Any], override: str | None) -> list[list[Any]]:
+    """What the pre-flight of an entry would read on this machine now: local weight files and cached hub config
+    files, each ``[path, size, mtime_ns]``; cheap (no torch), so an unchanged encoder is not checked twice."""
+    weights = spec["weights"]
+    paths = []
+    if override:
+        paths.append(override)
+    elif weights["source"] == "file":
+        paths.append(weights["path"])
+    if weights["source"] == "hf_hub":
+        # the cache the embedding job reads (fmaudit.encoders.weights), from the environment as it is now
+        cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(os.environ["HF_HOME"], "hub")
+                                                   if os.environ.get("HF_HOME") else None)
+        default = "model.safetensors" if weights["format"] == "safetensors" else "pytorch_model.bin"
+        names = list(_HUB_CONFIG_FILES) + ([] if override else [weights.get("filename") or default])
+        for filename in names:
+            hit = try_to_load_from_cache(weights["hf_hub_id"], filename, cache_dir=cache,
+                                         revision=weights.get("revision"))
+            if isinstance(hit, str):
+                paths.append(hit)
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append([str(path), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def check_encoders_before_embedding(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
+    """The pre-flight of every encoder the config embeds (:func:`fmaudit.encoders.checks.check_encoder_before_embedding`:
+    the entry against its hub repo's cached config, the sha256 of local weight files, their keys and shapes
+    against the architecture on the meta device); raise one error listing every failure.
+
+    Each encoder that passed is recorded in ``results/<study>/validation/encoders/<slug>.json`` with what was read
+    (files with their size and modification time); while none of it changes, the checks are not run again, so a
+    dry run or a job's own parse of the workflow pays them once. Returns ``{slug: record}`` of the encoders
+    checked now."""
+    registry_file = str(config["encoder_registry"])
+    todo = {}
+    for enc in embedded_encoders(config):
+        spec = encoder_registry[enc]
+        override = weights_override(config, encoder_registry, enc)
+        inputs = _preflight_inputs(spec, override)
+        if not inputs:  # random init, or nothing on this machine yet: the embedding job checks what it downloads
+            continue
+        key = stable_hash({"spec": embedding_spec(spec), "override": override, "inputs": inputs})
+        record_path = Path(results_dir(config)) / "validation" / "encoders" / f"{enc}.json"
+        try:
+            if read_json(record_path).get("key") == key:
+                continue
+        except (OSError, ValueError):
+            pass
+        todo[enc] = (spec, override, key, record_path)
+    if not todo:
+        return {}
+    # torch, timm, transformers and open_clip are imported only when there are weights or hub configs to check
+    from fmaudit.encoders.checks import check_encoder_before_embedding
+
+    problems, records = [], {}
+    for enc, (spec, override, key, record_path) in todo.items():
+        try:
+            record = check_encoder_before_embedding(enc, spec, override=override,
+                                                    override_key=f"encoder_weights.{enc}", source=registry_file)
+        except FmauditInputError as e:
+            problems.append(str(e))
+            continue
+        records[enc] = record.as_dict()
+        write_json(record_path, {"key": key, **records[enc]})
+    if problems:
+        raise FmauditInputError("pre-flight of the encoders failed, before any embedding job:\n"
+                                + "\n".join(f"  - {p}" for p in problems))
+    return records
+
+
 def unusable_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
                       encoders: list[str] | None = None) -> dict[str, str]:
     """``{slug: why}`` for the config's encoders (or ``encoders``) that cannot be embedded as the registry and the
@@ -215,11 +374,12 @@ def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     ``fmaudit check-config`` both call this."""
     from fmaudit.grid import check_grid
 
-    encoders = load_registry(config["encoder_registry"])
+    encoders = add_hub_encoders(config, load_registry(config["encoder_registry"]))
     datasets = load_dataset_registry(config["dataset_registry"])
     check_names(config, encoders, datasets)
     encoders = apply_encoder_revisions(config, encoders)
     check_encoder_weights(config)
     check_grid(config, datasets)
     check_slide_sheets(config, datasets)
+    check_encoders_before_embedding(config, encoders)
     return encoders, datasets
