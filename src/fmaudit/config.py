@@ -59,6 +59,7 @@ __all__ = [
     "check_encoder_weights",
     "check_encoders_before_embedding",
     "embedded_encoders",
+    "encoder_from_reference",
     "check_names",
     "check_slide_sheets",
     "dataset_params",
@@ -171,6 +172,39 @@ def add_hub_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, A
         except FmauditInputError as e:
             raise FmauditInputError(f"config 'encoders': {hub_name_of_slug(enc)}: {e}") from e
     return registry
+
+
+#: Suffixes of a checkpoint file named where an encoder is expected (``fmaudit embed --encoder FILE``).
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+
+
+def encoder_from_reference(reference: str, encoder_registry: Mapping[str, Any], architecture: str | None = None,
+                           where: str = "--encoder") -> tuple[str, dict[str, Any], str | None]:
+    """``(slug, entry, weights override)`` of an encoder as a user names it outside a config (``fmaudit embed``):
+    a registry slug, a hub name (``timm:<org>/<repo>``, ``hf:<org>/<repo>``, resolved from the local cache as in
+    a config), or a local checkpoint file, whose architecture and preprocessing are those of ``architecture`` (a
+    registry slug or hub name) and which overrides that entry's weights. Errors name ``where``."""
+    path = Path(reference)
+    if is_hub_name(reference):
+        from fmaudit.encoders.hub import resolve_hub_encoder  # torch and the model libraries: only for hub names
+
+        try:
+            entry = resolve_hub_encoder(reference)
+        except FmauditInputError as e:
+            raise FmauditInputError(f"{where} {reference}: {e}") from e
+        return entry["name"], {k: v for k, v in entry.items() if k != "name"}, None
+    if reference in encoder_registry:
+        return reference, dict(encoder_registry[reference]), None
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES or path.exists():
+        if not path.is_file():
+            raise FmauditInputError(f"{where} {reference}: checkpoint file not found")
+        if architecture is None:
+            raise FmauditInputError(
+                f"{where} {reference}: a checkpoint file holds weights, not the network they fit; name its "
+                f"architecture with --architecture (a registry slug, or timm:<org>/<repo> / hf:<org>/<repo>)")
+        slug, entry, _ = encoder_from_reference(architecture, encoder_registry, where="--architecture")
+        return slug, entry, str(path)
+    raise unknown_name_error("encoder", reference, list(encoder_registry), where)
 
 
 def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],

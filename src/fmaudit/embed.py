@@ -59,6 +59,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from fmaudit.datasets.manifest import make_manifest, validate_manifest
 from fmaudit.devices import resolve_device
 from fmaudit.encoders import READOUTS, ResolvedWeights, build_encoder, check_against_hub_config, resolve_weights
 from fmaudit.io import (
@@ -276,7 +277,7 @@ def _write_output(out: Path, arrays: Mapping[str, np.ndarray], prov: Mapping[str
         return
     h5 = {"features": arrays[FEATURE_PREFIX + features_readout], "item_id": arrays["item_id"]}
     h5.update({f"readouts/{k[len(FEATURE_PREFIX):]}": v for k, v in arrays.items() if k.startswith(FEATURE_PREFIX)})
-    write_h5(out, h5, {**prov, "features_readout": features_readout})
+    write_h5(out, h5, prov)
 
 
 def finished_copy_path(out: Path) -> Path:
@@ -363,8 +364,6 @@ def embed_manifest(
     file path, or None for the ``fmaudit.embed`` logger. ``features_readout``: the readout an HDF5 output holds
     as ``features`` (default: the entry's default_readout, else the first readout).
     """
-    from fmaudit.datasets.manifest import validate_manifest
-
     logger, handler = _logger(log)
     previous_threads = torch.get_num_threads()
     try:
@@ -467,6 +466,8 @@ def embed_manifest(
                           weights_sha256_checked=resolved.sha256_checked, n_items=len(ids), embed_dim=dims,
                           images_per_s=images_per_s, device=str(dev), precision=precision, chunk_size=chunk_size,
                           chunk_keys=keys, hub_config=[str(p) for p in hub.files] if hub is not None else None)
+        if _is_h5(out):
+            prov["features_readout"] = features_readout
         _write_output(out, arrays, prov, features_readout)
         _keep_finished(out, chunk_dir, len(bounds), logger)
         logger.info("wrote %s (%d items; readouts %s)", out, len(ids), dims)
@@ -525,6 +526,45 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
     rate = n_done / max(elapsed, 1e-9)
     logger.info("embedded %d items in %.1f s (%.1f images/s, dataset + loader + model)", n_done, elapsed, rate)
     return round(rate, 2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# images a user brings (fmaudit embed)
+# --------------------------------------------------------------------------------------------------------
+
+#: Image files a folder given to :func:`image_manifest` contributes (by suffix, any case).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
+
+
+def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
+    """A manifest of image files, to embed outside the workflow: a sheet (``.csv`` or ``.tsv``) with a ``path``
+    column, paths relative to the sheet, and an optional ``item_id`` column (default: the path as written), or
+    a folder, every image file below it (:data:`IMAGE_SUFFIXES`) in sorted order, its item id the path relative
+    to the folder. A missing file is an error naming the sheet row; so is a repeated item id."""
+    source = Path(source)
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise FmauditInputError(f"{source}: no image files ({', '.join(IMAGE_SUFFIXES)}) in this folder")
+        rows = [{"item_id": p.relative_to(source).as_posix(), "source": str(p.resolve())} for p in files]
+    else:
+        sheet = read_table(source)
+        if "path" not in sheet.columns:
+            raise FmauditInputError(f"{source}: an image sheet needs a 'path' column (it has {list(sheet.columns)})")
+        rows = []
+        for i, row in enumerate(sheet.itertuples(index=False)):
+            written = getattr(row, "path")
+            if pd.isna(written) or not str(written).strip():
+                raise FmauditInputError(f"{source}: row {i + 1} has no path")
+            path = Path(str(written))
+            path = path if path.is_absolute() else source.parent / path
+            if not path.is_file():
+                raise FmauditInputError(f"{source}: row {i + 1}: image file {path} does not exist")
+            item = getattr(row, "item_id", None) if "item_id" in sheet.columns else None
+            rows.append({"item_id": str(written) if item is None or pd.isna(item) else str(item),
+                         "source": str(path.resolve())})
+    manifest = make_manifest([{**r, "dataset": dataset, "group": r["item_id"], "domain": dataset} for r in rows])
+    return validate_manifest(manifest, name=str(source))
 
 
 # --------------------------------------------------------------------------------------------------------
