@@ -332,9 +332,10 @@ def _preflight_inputs(spec: Mapping[str, Any], override: str | None) -> list[lis
 
 
 def check_encoders_before_embedding(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
-    """The pre-flight of every encoder the config embeds (:func:`fmaudit.encoders.checks.check_encoder_before_embedding`:
-    the entry against its hub repo's cached config, the sha256 of local weight files, their keys and shapes
-    against the architecture on the meta device); raise one error listing every failure.
+    """The pre-flight of every encoder the config embeds
+    (:func:`fmaudit.encoders.checks.check_encoder_before_embedding`: the entry against its hub repo's cached
+    config, the sha256 of local weight files, their keys and shapes against the architecture on the meta device);
+    raise one error listing every failure.
 
     Each encoder that passed is recorded in ``results/<study>/validation/encoders/<slug>.json`` with what was read
     (files with their size and modification time); while none of it changes, the checks are not run again, so a

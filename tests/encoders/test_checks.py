@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from fmaudit import config as config_module
+from fmaudit.encoders import checks
 from fmaudit.config import check_config, fill_config
 from fmaudit.encoders import build_encoder, check_encoder_before_embedding, save_weights
 from fmaudit.io import FmauditInputError, read_json, sha256_file
@@ -138,10 +139,13 @@ def test_an_unchanged_encoder_is_checked_once(workdir, monkeypatch):
     assert set(config_module.check_encoders_before_embedding(fill_config(copy.deepcopy(cfg)),
                                                              check_config(fill_config(copy.deepcopy(cfg)))[0])) == set()
     calls = []
-    import fmaudit.encoders.checks as checks
-
     original = checks.check_encoder_before_embedding
-    monkeypatch.setattr(checks, "check_encoder_before_embedding", lambda *a, **k: calls.append(a[0]) or original(*a, **k))
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(checks, "check_encoder_before_embedding", counted)
     check_config(fill_config(copy.deepcopy(cfg)))
     assert calls == []  # the record of the first check still describes the same file
     os.utime(weights, ns=(1, 1))
@@ -151,8 +155,9 @@ def test_an_unchanged_encoder_is_checked_once(workdir, monkeypatch):
 
 def test_the_checks_of_a_config_without_local_weights_import_no_deep_learning_library():
     """A dry run of the demo (random-init encoders) pays for none of them: nothing to check, nothing imported."""
-    code = ("import sys; from fmaudit.config import check_config, load_config; check_config(load_config('config.yaml'));"
-            " print(sorted(m for m in ('torch', 'timm', 'transformers', 'open_clip') if m in sys.modules))")
+    code = ("import sys; from fmaudit.config import check_config, load_config; "
+            "check_config(load_config('config.yaml')); "
+            "print(sorted(m for m in ('torch', 'timm', 'transformers', 'open_clip') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")})
     assert out.stdout.strip() == "[]"

@@ -3,7 +3,8 @@
 :func:`check_encoder_before_embedding` runs, for one encoder as a config uses it, every check that needs no
 weights in memory and no download:
 
-- ``hub_config``: the entry against its hub repo's cached config (:func:`fmaudit.encoders.hub.check_against_hub_config`);
+- ``hub_config``: the entry against its hub repo's cached config
+  (:func:`fmaudit.encoders.hub.check_against_hub_config`);
 - ``sha256``: every local weight file with an expected checksum (the registry's ``weights.sha256``; for a
   config's ``encoder_weights`` override too, which is meant to be the same weights) is hashed and compared;
 - ``state_dict``: each local weight file's keys and shapes (the safetensors header, or a torch file mapped onto
@@ -63,6 +64,10 @@ def local_weight_files(spec: Mapping[str, Any], override: PathLike | None = None
     return []
 
 
+def _file_format(spec: Mapping[str, Any], override: PathLike | None) -> str:
+    return checkpoint_format(Path(override)) if override else spec["weights"]["format"]
+
+
 def _config_readable(spec: Mapping[str, Any]) -> bool:
     """Whether the architecture can be built without a download: always, except a transformers entry without an
     inline config whose config.json is not cached (or whose code lives in the repo)."""
@@ -75,7 +80,8 @@ def _config_readable(spec: Mapping[str, Any]) -> bool:
 
 
 def check_encoder_before_embedding(name: str, spec: Mapping[str, Any], override: PathLike | None = None,
-                                   override_key: str | None = None, source: str = "encoder registry") -> PreflightRecord:
+                                   override_key: str | None = None,
+                                   source: str = "encoder registry") -> PreflightRecord:
     """Every pre-flight check of one encoder (module doc); raise one :class:`FmauditInputError` listing every
     failure, each naming the encoder, file and key. ``override``: the config's local weight file for it, named in
     messages as ``override_key`` (``encoder_weights.<slug>``); ``source``: the registry file, for messages."""
@@ -99,8 +105,9 @@ def check_encoder_before_embedding(name: str, spec: Mapping[str, Any], override:
             actual = sha256_file(path)
             entry["sha256"] = actual
             if actual != expected.lower():
-                problems.append(f"{source}: encoder {name!r}: sha256 of {path} ({where}) is {actual}, but weights.sha256 "
-                                f"is {expected}; the file is corrupt or not the weights the entry describes")
+                problems.append(f"{source}: encoder {name!r}: sha256 of {path} ({where}) is {actual}, but "
+                                f"weights.sha256 is {expected}; the file is corrupt or not the weights the entry "
+                                f"describes")
         record.files.append(entry)
     if expected and len(files) == 1:
         record.checks["sha256"] = "checked against weights.sha256"
@@ -108,7 +115,7 @@ def check_encoder_before_embedding(name: str, spec: Mapping[str, Any], override:
         record.skipped["sha256"] = "no weights.sha256 to compare with (recorded by the embedding job)"
     if not files:
         record.skipped["state_dict"] = "no local weight file yet (random init, or downloaded by the job)"
-    elif weights.get("allow_pickle") and (checkpoint_format(Path(override)) if override else weights["format"]) == "torch":
+    elif weights.get("allow_pickle") and _file_format(spec, override) == "torch":
         record.skipped["state_dict"] = "allow_pickle: the torch file is unpickled by the job only"
     elif not _config_readable(spec):
         record.skipped["state_dict"] = "the architecture's config.json is not cached (fetched by the job)"

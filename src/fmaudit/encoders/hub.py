@@ -50,7 +50,7 @@ from fmaudit.encoders.weights import cached_hub_file, cached_weight_files, check
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import HUB_CONFIG_FIELDS, hub_name_slug, parse_hub_name, validate_encoder_entry
 
-__all__ = ["HubConfig", "check_against_hub_config", "hub_config_of_entry", "hub_config_mismatches",
+__all__ = ["HubConfig", "check_against_hub_config", "hub_config_mismatches", "hub_config_of_entry",
            "read_hub_config", "resolve_hub_encoder"]
 
 #: open_clip's hub file names (open_clip.constants HF_CONFIG_NAME, HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME).
@@ -142,7 +142,8 @@ def _timm_config(repo_id: str, config_path: Path) -> HubConfig | None:
     if raw.get("num_features"):
         cfg.values["embed_dim"], cfg.where["embed_dim"] = int(raw["num_features"]), f"{file} num_features"
     if model_args.get("patch_size"):
-        cfg.values["patch_size"], cfg.where["patch_size"] = int(model_args["patch_size"]), f"{file} model_args.patch_size"
+        cfg.values["patch_size"] = int(model_args["patch_size"])
+        cfg.where["patch_size"] = f"{file} model_args.patch_size"
     return cfg
 
 
@@ -258,7 +259,8 @@ def read_hub_config(repo_id: str, revision: str | None = None, library: str | No
             if path is not None:
                 return _open_clip_config(repo_id, path)
         elif lib == "transformers" and config is not None:
-            found = _transformers_config(repo_id, config, cached_hub_file(repo_id, "preprocessor_config.json", revision))
+            processor = cached_hub_file(repo_id, "preprocessor_config.json", revision)
+            found = _transformers_config(repo_id, config, processor)
             if found is not None:
                 return found
         elif lib == "timm" and config is not None:

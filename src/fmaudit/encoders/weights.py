@@ -228,7 +228,8 @@ def cached_weight_files(spec: Mapping[str, Any]) -> list[Path] | None:
         return None
     if not first.name.endswith(".index.json"):
         return [first]
-    shards = [cached_hub_file(repo, s, revision) for s in sorted(set(json.loads(first.read_text())["weight_map"].values()))]
+    names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
+    shards = [cached_hub_file(repo, s, revision) for s in names]
     return None if any(p is None for p in shards) else shards
 
 
