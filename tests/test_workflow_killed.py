@@ -135,3 +135,22 @@ def test_an_encoder_named_by_its_hub_repo_plans_like_any_other(killed_run, tmp_p
     jobs = planned_jobs(dry.stdout)
     assert jobs["embed"] == 2
     assert "results/hubname/embeddings/timm--fmaudit-test--tiny-vit/" in dry.stdout
+
+
+def test_weights_that_do_not_fit_stop_snakemake_before_any_job(killed_run, tmp_path):
+    """The pre-flight runs where the workflow plans its jobs: a local checkpoint of another architecture stops
+    even a dry run, naming the file and the config key, before the validate stage or any embedding."""
+    work = killed_run[0]
+    code = ("import sys; from fmaudit.encoders import build_encoder, save_weights; "
+            "save_weights(build_encoder('demo-convnet'), sys.argv[1])")
+    weights = tmp_path / "convnet.safetensors"
+    subprocess.run([sys.executable, "-c", code, str(weights)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(work / "src")})
+    configfile = reduced_config(work, "badweights")
+    cfg = yaml.safe_load((work / configfile).read_text())
+    cfg["encoder_weights"] = {ENCODER: str(weights)}
+    (work / configfile).write_text(yaml.safe_dump(cfg))
+    proc = snakemake(work, "-n", "--configfile", configfile, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "pre-flight of the encoders failed, before any embedding job" in out
+    assert f"the weights in {weights} (config 'encoder_weights.{ENCODER}') do not fit the architecture" in out
