@@ -2,7 +2,7 @@
 ``--rerun-incomplete``: the embedding job had gone on and finished, Snakemake deletes its output as incomplete,
 and the rerun takes every chunk from the finished copy instead of computing it again. Real Snakemake, a reduced
 demo config (one encoder, the demo tiles) in a fresh copy of the repository. And an encoder named by its hub
-repo plans like any other."""
+repo plans like any other, and a checkpoint that does not fit stops the plan."""
 
 from __future__ import annotations
 
