@@ -330,3 +330,38 @@ def test_a_transformers_entry_is_compared_with_its_image_processor(cache, regist
         check_against_hub_config(spec)
     spec["num_prefix_tokens"] = 1
     assert copy.deepcopy(check_against_hub_config(spec)).library == "transformers"
+
+
+def test_a_hub_config_fmaudit_cannot_follow_stops_an_entry_unless_it_departs_from_it(cache, exports, registry,
+                                                                                    tmp_path, monkeypatch):
+    repo_cache = tmp_path / "hub"
+    shutil.copytree(cache, repo_cache, symlinks=True)
+    hub_cache.use_cache(monkeypatch, repo_cache)
+    folder = tmp_path / "squashed"
+    shutil.copytree(exports[TIMM_REPO], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["pretrained_cfg"].update(crop_mode="squash", crop_pct=0.875)
+    (folder / "config.json").write_text(json.dumps(config))
+    hub_cache.add_to_cache(repo_cache, TIMM_REPO, folder)
+    spec = hub_entry(registry)
+    with pytest.raises(FmauditInputError, match=r"cannot follow: .*crop_mode: 'squash' with crop_pct 0.875.*"
+                                                r"departs_from_hub_config: \{preprocessing.crop: <reason>\}"):
+        check_against_hub_config(spec)
+    spec["departs_from_hub_config"] = {"preprocessing.crop": "the authors' README centre-crops"}
+    assert check_against_hub_config(spec) is None
+
+
+def test_an_image_processor_with_code_in_the_repo_is_not_run(cache, exports, tmp_path, monkeypatch):
+    repo_cache = tmp_path / "hub"
+    shutil.copytree(cache, repo_cache, symlinks=True)
+    hub_cache.use_cache(monkeypatch, repo_cache)
+    folder = tmp_path / "remote"
+    shutil.copytree(exports[DINO_REPO], folder)
+    processor = json.loads((folder / "preprocessor_config.json").read_text())
+    processor["auto_map"] = {"AutoImageProcessor": "processing.CustomProcessor"}
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    hub_cache.add_to_cache(repo_cache, DINO_REPO, folder)
+    hub = read_hub_config(DINO_REPO, library="transformers")
+    assert "preprocessing.mean" not in hub.values and hub.values["embed_dim"] == 64
+    with pytest.raises(FmauditInputError, match="preprocessor_config.json"):
+        resolve_hub_encoder(f"hf:{DINO_REPO}")

@@ -50,8 +50,8 @@ from fmaudit.encoders.weights import cached_hub_file, cached_weight_files, check
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import HUB_CONFIG_FIELDS, hub_name_slug, parse_hub_name, validate_encoder_entry
 
-__all__ = ["HubConfig", "check_against_hub_config", "hub_config_mismatches", "hub_config_of_entry",
-           "read_hub_config", "resolve_hub_encoder"]
+__all__ = ["HubConfig", "UnsupportedHubConfig", "check_against_hub_config", "hub_config_mismatches",
+           "hub_config_of_entry", "read_hub_config", "resolve_hub_encoder"]
 
 #: open_clip's hub file names (open_clip.constants HF_CONFIG_NAME, HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME).
 OPEN_CLIP_CONFIG = "open_clip_config.json"
@@ -90,8 +90,26 @@ class HubConfig:
     files: list[Path] = field(default_factory=list)
 
 
-def _fail(repo_id: str, file: str, key: str, why: str) -> FmauditInputError:
-    return FmauditInputError(f"{repo_id}: {file} {key}: {why}")
+class UnsupportedHubConfig(FmauditInputError):
+    """A hub config that states a transform fmaudit's preprocessing cannot state exactly; ``field`` is the entry
+    field it concerns (None when none could express it)."""
+
+    def __init__(self, message: str, field_name: str | None):
+        super().__init__(message)
+        self.field = field_name
+
+
+# the entry field a config key of each library decides (for an unsupported value of it)
+_CONFIG_KEY_FIELDS = {"pretrained_cfg.input_size": "preprocessing.input_size", "crop_size": "preprocessing.crop",
+                      "pretrained_cfg.interpolation": "preprocessing.interpolation", "size": "preprocessing.crop",
+                      "pretrained_cfg.crop_mode": "preprocessing.crop", "resample": "preprocessing.interpolation",
+                      "preprocess_cfg.size": "preprocessing.input_size",
+                      "preprocess_cfg.interpolation": "preprocessing.interpolation",
+                      "preprocess_cfg.resize_mode": "preprocessing.crop"}
+
+
+def _fail(repo_id: str, file: str, key: str, why: str) -> UnsupportedHubConfig:
+    return UnsupportedHubConfig(f"{repo_id}: {file} {key}: {why}", _CONFIG_KEY_FIELDS.get(key))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -151,7 +169,10 @@ def _transformers_preprocessing(repo_id: str, folder: Path) -> dict[str, Any]:
     import transformers
 
     file = "preprocessor_config.json"
-    processor = transformers.AutoImageProcessor.from_pretrained(str(folder))
+    try:
+        processor = transformers.AutoImageProcessor.from_pretrained(str(folder))
+    except (ValueError, OSError, KeyError) as e:  # an unknown processor type, a malformed file
+        raise FmauditInputError(f"{repo_id}: {file} cannot be read by transformers' AutoImageProcessor ({e})") from e
     if not getattr(processor, "do_resize", True):
         raise _fail(repo_id, file, "do_resize", "false: images of any size would reach the network")
     rescale = float(getattr(processor, "rescale_factor", 1 / 255)) if getattr(processor, "do_rescale", True) else 1.0
@@ -198,7 +219,8 @@ def _transformers_config(repo_id: str, config_path: Path, processor_path: Path |
         cfg.where["num_prefix_tokens"] = f"{file} model_type {model_type} (class token + num_register_tokens)"
     if model_type == "clip" and raw.get("projection_dim"):
         cfg.values["pooled_dim"], cfg.where["pooled_dim"] = int(raw["projection_dim"]), f"{file} projection_dim"
-    if processor_path is not None:
+    # an image processor whose code lives in the repo is not run to read its settings
+    if processor_path is not None and "auto_map" not in json.loads(processor_path.read_text()):
         preprocessing = _transformers_preprocessing(repo_id, processor_path.parent)
         cfg.entry["preprocessing"] = preprocessing
         cfg.files.append(processor_path)
@@ -305,7 +327,15 @@ def hub_config_of_entry(spec: Mapping[str, Any]) -> HubConfig | None:
     weights = spec["weights"]
     if weights.get("source") != "hf_hub":
         return None
-    return read_hub_config(weights["hf_hub_id"], weights.get("revision"), library=spec["loader"])
+    try:
+        return read_hub_config(weights["hf_hub_id"], weights.get("revision"), library=spec["loader"])
+    except UnsupportedHubConfig as e:
+        if e.field and e.field in (spec.get("departs_from_hub_config") or {}):
+            return None  # the entry departs from this config on purpose: nothing of it to compare
+        hint = f"; if the entry departs from it on purpose, declare departs_from_hub_config: {{{e.field}: <reason>}}" \
+            if e.field else ""
+        raise FmauditInputError(f"encoder {spec.get('name', '?')!r}: the hub config states a transform fmaudit "
+                                f"cannot follow: {e}{hint}") from e
 
 
 def hub_config_mismatches(spec: Mapping[str, Any], hub: HubConfig) -> list[str]:
