@@ -34,6 +34,12 @@ TIMM_REPO, DINO_REPO, VIT_REPO, CLIP_REPO = ("fmaudit-test/tiny-vit", "fmaudit-t
                                              "fmaudit-test/tiny-vit-nopool", "fmaudit-test/tiny-clip")
 
 
+def card(folder: Path, licence: str) -> Path:
+    """A model card with its licence in the YAML front matter, as the hub's README.md files carry it."""
+    (folder / "README.md").write_text(f"---\nlicense: {licence}\ntags:\n- image-feature-extraction\n---\n# a card\n")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("exports")
@@ -41,7 +47,7 @@ def exports(tmp_path_factory) -> dict[str, Path]:
         TIMM_REPO: hub_cache.timm_export(root / "timm", pretrained_cfg={"crop_pct": 0.875,
                                                                          "mean": [0.6, 0.5, 0.4],
                                                                          "std": [0.2, 0.25, 0.3]}),
-        DINO_REPO: hub_cache.transformers_export(root / "dinov2"),
+        DINO_REPO: card(hub_cache.transformers_export(root / "dinov2"), "cc-by-nc-4.0"),
         CLIP_REPO: hub_cache.open_clip_export(root / "clip", preprocess_cfg={"interpolation": "bilinear"}),
     }
 
@@ -143,6 +149,7 @@ def test_timm_needs_timms_config(cache):
 def test_a_transformers_repo_resolves_as_from_pretrained_loads_it(cache):
     entry = resolve_hub_encoder(f"hf:{DINO_REPO}")
     assert entry["loader"] == "transformers" and entry["architecture"] == {"model_class": "AutoModel"}
+    assert entry["licence"] == "cc-by-nc-4.0"  # the model card's front matter
     assert entry["preprocessing"] == {"input_size": 64, "resize_size": 72, "crop": "center",
                                       "interpolation": "bicubic", "mean": [0.485, 0.456, 0.406],
                                       "std": [0.229, 0.224, 0.225]}

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from huggingface_hub.repocard import metadata_load
+import yaml
 
 from fmaudit.encoders.builders import build_network, describe_network, network_state
 from fmaudit.encoders.weights import cached_hub_file, cached_weight_files, checkpoint_format, hub_commit_of
@@ -477,9 +477,17 @@ def resolve_hub_encoder(name: str, revision: str | None = None) -> dict[str, Any
 
 
 def _card_licence(hub: HubConfig) -> str | None:
+    """The ``license`` of the model card's YAML front matter (the block between the first two ``---`` lines),
+    when the cache holds the card."""
     readme = cached_hub_file(hub.repo_id, "README.md", hub.commit)
     if readme is None:
         return None
-    meta = metadata_load(readme) or {}
-    licence = meta.get("license")
+    parts = readme.read_text(errors="replace").split("---", 2)
+    if len(parts) < 3 or parts[0].strip():
+        return None
+    try:
+        meta = yaml.safe_load(parts[1]) or {}
+    except yaml.YAMLError:
+        return None
+    licence = meta.get("license") if isinstance(meta, dict) else None
     return str(licence) if licence else None
