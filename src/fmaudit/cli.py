@@ -6,6 +6,7 @@
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
     fmaudit download SLUG --data-root DIR
+    fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
 module only dispatches. A new command is a module there and one entry in :data:`COMMANDS`.
@@ -17,11 +18,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_config, download, gate, grid, init, listing, probe, profile
+from fmaudit.commands import adapt, cells, check_config, download, embed, gate, grid, init, listing, probe, profile
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (init, check_config, listing, probe, grid, download, profile, cells, gate, adapt)
+COMMANDS = (init, check_config, listing, probe, embed, grid, download, profile, cells, gate, adapt)
 
 
 def build_parser() -> argparse.ArgumentParser:
