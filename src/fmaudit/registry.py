@@ -298,6 +298,9 @@ def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
         inline = expand_variants(validate_against_schema(copy.deepcopy(dict(entries)), schema, name=source), schema,
                                  source=source)
         for name, entry in inline.items():
+            if hub_name_of_slug(name):
+                raise FmauditInputError(f"{source}: encoder {name!r}: slugs starting with timm-- or hf-- stand for "
+                                        f"encoders named by their hub repo ({hub_name_of_slug(name)}); rename the entry")
             check_encoder_entry(name, entry, source=source)
         parts.append((source, inline))
     return merge_registries("encoder", parts)

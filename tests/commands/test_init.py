@@ -47,12 +47,12 @@ def test_init_writes_a_checked_config_with_its_own_study_and_prints_its_plan(til
 
 
 def test_init_takes_a_checkpoint_of_a_registry_encoder_and_refuses_what_it_cannot_build(tiles, capsys):
-    (tiles / "weights.safetensors").write_bytes(b"0")
+    (tiles / "weights.safetensors").write_bytes(b"0")  # not a checkpoint: the encoders' pre-flight says so
     assert main(["init", "--images", "my-study/labels.csv", "--encoders", "demo-vit-tiny=weights.safetensors",
-                 "--out", "a", "--n-boot", "50"]) == 0
+                 "--out", "a", "--n-boot", "50"]) == 2
     assert yaml.safe_load((tiles / "a" / "config.yaml").read_text())["encoder_weights"] == {
         "demo-vit-tiny": "weights.safetensors"}
-    capsys.readouterr()
+    assert "config 'encoder_weights.demo-vit-tiny'" in capsys.readouterr().err
     assert main(["init", "--images", "my-study/labels.csv", "--encoders", "weights.safetensors", "--out", "b"]) == 2
     assert "a checkpoint alone does not say its architecture; give it as <slug>=<file>" in capsys.readouterr().err
     assert main(["init", "--images", "my-study/labels.csv", "--encoders", "demo-vit-tinny", "--out", "c"]) == 2
@@ -90,7 +90,7 @@ def _own_entry() -> dict:
 
 def test_init_writes_timm_and_hf_names_as_given(tiles, capsys):
     """The workflow resolves them (from the local Hugging Face cache); the config names them as the user did."""
-    main(["init", "--images", "my-study/labels.csv", "--encoders", "timm:vit_small_patch16_224.augreg_in21k,"
+    main(["init", "--images", "my-study/labels.csv", "--encoders", "timm:timm/vit_small_patch16_224.augreg_in21k,"
           "hf:owkin/phikon,demo-vit-tiny", "--out", "named", "--quick"])
     cfg = yaml.safe_load((tiles / "named" / "config.yaml").read_text())
-    assert cfg["encoders"] == ["timm:vit_small_patch16_224.augreg_in21k", "hf:owkin/phikon", "demo-vit-tiny"]
+    assert cfg["encoders"] == ["timm:timm/vit_small_patch16_224.augreg_in21k", "hf:owkin/phikon", "demo-vit-tiny"]
