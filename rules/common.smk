@@ -6,6 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
+from fmaudit.datasets import preparer_split_strata
 from fmaudit.config import check_config, dataset_params, fill_config, manifest_file, results_dir, unusable_encoders
 from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
 from fmaudit.io import FmauditInputError
@@ -410,8 +411,13 @@ def ood_settings(wildcards):
 
 
 def ood_task(wildcards):
-    """The task's config entry with its resolved domains (the OOD shard pools them)."""
-    return probe_task(wildcards)
+    """The task's config entry with its resolved domains (the OOD shard pools them) and, per data set, the manifest
+    columns its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and provider), which
+    the gate's fit/validation divisions and the further splits are stratified by too."""
+    spec = probe_task(wildcards)
+    spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
+                            for ds in config["tasks"][wildcards.task]["datasets"]}
+    return canonical(spec)
 
 
 def _ood_derived(wildcards):

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fmaudit.analyses.task_data import item_strata
 from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
 from fmaudit.logs import setup_logging
 
@@ -200,7 +201,8 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     """Every OOD analysis of one (encoder, task) (:func:`fmaudit.analyses.ood_suite.run_ood_suite` and the
     extras), written as the tables of :data:`SHARD_TABLES` (``out[name]``) and the exported gate (``gate_dir``).
 
-    ``task_spec``: the task's config entry with its resolved domains; ``plan``: :func:`fmaudit.grid.ood_shard_plan`
+    ``task_spec``: the task's config entry with its resolved domains and ``split_strata`` (data set -> the
+    manifest columns its split is stratified by; the gate's divisions are stratified the same way); ``plan``: :func:`fmaudit.grid.ood_shard_plan`
     of the task; ``settings``: the task's filled ``ood`` section, ``readout`` resolved for the encoder;
     ``bootstrap``: ``n_boot`` and ``seed``; ``ece_bins``: the task's ``calibration.ece_bins`` (the top-label ECE
     of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.
@@ -214,6 +216,7 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)
+    strata, strata_name = item_strata(data, mans, task_spec.get("split_strata"))
     test_ids = data.item_ids[data.splits == "test"]
     conditions = []
     for cond in plan["conditions"]:
@@ -235,16 +238,16 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
                           cv_folds=settings["probe"]["cv_folds"], tol=settings["probe"]["tol"],
                           max_iter=settings["probe"]["max_iter"])
     ordinal = bool(task_spec.get("ordinal", False))
-    logger.info("%s x %s: %d items (%d test), %d features, %d classes; %d conditions %s; gate %s", encoder, task,
-                len(data.labels), len(test_ids), data.features.shape[1], data.n_classes, len(conditions),
-                [c.name for c in conditions], "on" if gate else "off")
+    logger.info("%s x %s: %d items (%d test), %d features, %d classes; %d conditions %s; gate %s (divisions "
+                "stratified by %s)", encoder, task, len(data.labels), len(test_ids), data.features.shape[1],
+                data.n_classes, len(conditions), [c.name for c in conditions], "on" if gate else "off", strata_name)
     res = run_ood_suite(data, conditions, encoder=encoder, task=task, readout=readout, scorers=settings["scorers"],
                         ordinal=ordinal, knn_k=settings["knn_k"], covariance=settings["covariance"],
                         coverages=settings["coverages"], n_boot=int(bootstrap["n_boot"]),
                         bootstrap_seed=int(bootstrap["seed"]), gate_params=gate_params,
                         gate_splits=int(gate["n_splits"]) if gate else 1, gate_near=bool(gate and gate["near"]),
                         hist_bins=settings["hist_bins"], random_state=int(bootstrap["seed"]), probe=probe,
-                        ece_bins=int(ece_bins))
+                        ece_bins=int(ece_bins), strata=strata, strata_name=strata_name)
     tables = {"detection": res.detection, "selective": res.selective, "curves": res.curves, "blur": res.blur,
               "gate": res.gate, "histograms": res.histograms}
     tables.update(_extras(data, conditions, settings, task, ordinal, mans, int(bootstrap["n_boot"]),
