@@ -27,6 +27,7 @@ import pandas as pd
 from fmaudit.analyses.task_data import item_strata
 from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
 from fmaudit.logs import setup_logging
+from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes
 
 #: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each).
 SHARD_TABLES = ("detection", "selective", "curves", "blur", "gate", "histograms", "probe_sensitivity",
@@ -129,11 +130,15 @@ def _meta(df: pd.DataFrame, encoder: str, task: str, readout: str) -> pd.DataFra
     return df
 
 
+def _neural_params(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The neural aggregators' settings of a ``slides`` or ``coarsening`` section, by their config key."""
+    return {key: dict(section[key]) for key in ("mil", "transformer") if key in section}
+
+
 def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: bool, manifests: Sequence[pd.DataFrame],
             n_boot: int, seed: int, ece_bins: int, logger) -> dict[str, pd.DataFrame]:
     """The sensitivity tables, slide aggregation and the coarsening controls the section declares for the task."""
     from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
-    from fmaudit.ood.slides import label_coarsening, slide_aggregation, without_classes
 
     out = {name: pd.DataFrame() for name in ("probe_sensitivity", "scorer_sensitivity", "slides", "coarsening")}
     X, y, groups = data.features, data.labels, data.groups
@@ -161,7 +166,7 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         out["slides"] = slide_aggregation(
             X[train], y[train], slide[train], X[test], y[test], slide[test], n_classes=data.n_classes,
             ordinal=ordinal, groups_train=groups[train], slide_groups_test=groups[test] if slides["slide_column"] != "group" else None,
-            probe_C=probe_C, aggregators=slides["aggregators"], mil_params=slides["mil"], coverages=coverages,
+            probe_C=probe_C, aggregators=slides["aggregators"], neural_params=_neural_params(slides), coverages=coverages,
             n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
     coarse = settings.get("coarsening")
     if coarse:
@@ -169,7 +174,8 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         slide = _column_of(manifests, data.item_ids, coarse["slide_column"], "coarsening")
         keep = train | test
         table = label_coarsening(X[keep], y[keep], slide[keep], groups[keep], test[keep], n_classes=data.n_classes,
-                                 ordinal=ordinal, probe_C=probe_C, mil_params=coarse["mil"], coverages=coverages,
+                                 ordinal=ordinal, probe_C=probe_C, neural_params=_neural_params(coarse),
+                                 coverages=coverages,
                                  n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
         table.insert(0, "control", "label_coarsening")
         parts = [table]
