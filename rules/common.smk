@@ -11,8 +11,10 @@ from fmaudit.config import check_config, dataset_params, fill_config, manifest_f
 from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
-from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
+from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards, ood_split_plan, ood_split_shards
+from fmaudit.jobs.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 from fmaudit.report import report_outputs
 
@@ -380,6 +382,9 @@ def all_targets():
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
 OOD_SHARDS = ood_shards(config)
 OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
+# seed 003's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
+OOD_SPLIT_SHARDS = ood_split_shards(config)
+OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(t for _, t in OOD_SPLIT_SHARDS)}
 DERIVED = derived_datasets(config)
 # tags of perturbations (fmaudit.ood.perturb.perturbation_tag): what a derived manifest's name ends with
 PERTURBATION_KINDS = r"(?:blur_s|jpeg_q|exposure_f|pen_seed|bubble_seed|fold_seed)"
@@ -445,13 +450,30 @@ def ood_derived_embeddings(wildcards):
     return {name: embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)}
 
 
+def ood_split_plan_params(wildcards):
+    """The task's further splits: seeds, test fraction and the parts they evaluate (fmaudit.grid.ood_split_plan)."""
+    return canonical(OOD_SPLIT_PLANS[wildcards.task])
+
+
+def ood_split_shard_inputs(wildcards):
+    """The task's manifests and this encoder's embeddings of them: nothing about other encoders or tasks."""
+    return probe_shard_inputs(wildcards)
+
+
 def ood_shard_path(task, encoder, table):
     return f"{RESULTS}/shards/ood/{task}/{encoder}.{table}.parquet"
 
 
+def ood_split_shard_path(task, encoder, table):
+    return f"{RESULTS}/shards/ood_splits/{task}/{encoder}.{table}.parquet"
+
+
 def ood_aggregate_inputs(wildcards):
-    """Each table of every OOD shard, by table."""
-    return {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    """Each table of every OOD shard and further-splits job, by table."""
+    inputs = {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    inputs.update({table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
+                   for table in OOD_SPLIT_TABLES})
+    return inputs
 
 
 def ood_aggregate_path(table):
@@ -460,7 +482,7 @@ def ood_aggregate_path(table):
 
 def ood_report_inputs(wildcards):
     """The aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)."""
-    return [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+    return [ood_aggregate_path(table) for table in OOD_AGGREGATE_TABLES] if OOD_SHARDS else []
 
 
 def report_ood_settings():
@@ -474,6 +496,7 @@ def report_ood_settings():
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+            "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
         })
     return out
 

@@ -203,7 +203,7 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     tile_tasks = [t for t in cfg["tasks"] if t not in cells["taxonomies"].values()]
     copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
     assert jobs.get("embed") == len(tile_datasets) + copies, jobs
-    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard"), jobs
+    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard") == jobs.get("ood_split_shard"), jobs
     # its prior-shift shards (one per target of the single source), nothing of the other encoders
     assert jobs.get("prior_shift_shard") == len(cfg["prior_shift"]["target_domains"]), jobs
     # the cell branch: this encoder's feature jobs, its feature sets and shards, the merges; no section again
@@ -212,9 +212,9 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     assert jobs.get("cell_features") == n_sections * n_mags, jobs
     assert jobs.get("cell_feature_set") == n_mags, jobs
     assert jobs.get("cell_shard") == len(cells["protocols"]) * n_mags, jobs
-    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "cell_features", "cell_feature_set",
-                         "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "aggregate_cells",
-                         "report", "all"}, jobs
+    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "ood_split_shard", "prior_shift_shard", "cell_features",
+                         "cell_feature_set", "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift",
+                         "aggregate_cells", "report", "all"}, jobs
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -370,8 +370,8 @@ def settings_run(demo_run, tmp_path_factory):
 def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
     _, planned = settings_run
     # ECE bins name the prior-shift and OOD shards' calibration columns too; the bootstrap counts feed only the report
-    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "prior_shift_shard",
-                            "aggregate_prior_shift", "report", "all"}, planned
+    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "ood_split_shard", "aggregate_ood",
+                            "prior_shift_shard", "aggregate_prior_shift", "report", "all"}, planned
 
 
 def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
@@ -757,9 +757,11 @@ def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
     config = load_config(preset)
     tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
-    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
+    n = {name: len(grid.jobs(tables[name], name))
+         for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact", "ood_splits")}
     assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
     assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
+    assert jobs["ood_split_shard"] == n["ood_splits"] == 91  # seed 003's further splits, one job per OOD shard
     assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
     assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
 

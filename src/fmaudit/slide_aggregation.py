@@ -488,12 +488,14 @@ def summarize_predictions(arms: Sequence[ArmPredictions], *, ordinal: bool = Tru
 
 def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal: bool = True,
                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
-                     n_bins: int = DEFAULT_N_BINS, alpha: float = 0.05) -> pd.DataFrame:
+                     n_bins: int = DEFAULT_N_BINS, alpha: float = 0.05,
+                     median_columns: Sequence[str] = ("probe_C", "slide_probe_C")) -> pd.DataFrame:
     """Seed 003's summary of the same arms over several train/test splits (``splits``: split seed -> the arms
     on that split): per arm, each metric's mean over the splits and its spread (``_sd_over_splits``), and with
     ``n_boot > 0`` the percentile interval of the bootstrap draws pooled over the splits (``n_boot`` resamples
     within each split, seeded ``bootstrap_seed + split seed``). Constant columns are averaged over the splits
-    where numeric; ``split_seeds`` lists the splits."""
+    where numeric, the selected C's (``median_columns``) take their median, as seed 003 reports C;
+    ``split_seeds`` lists the splits."""
     if not splits:
         raise FmauditInputError("summarize_splits: no splits")
     by_arm: dict[tuple, list[tuple[int, ArmPredictions]]] = {}
@@ -511,7 +513,8 @@ def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal:
             numeric = all(isinstance(v, (int, float, np.integer, np.floating)) for v in values)
             if numeric:
                 arr = np.asarray(values, dtype=np.float64)
-                row[name] = float(np.nanmean(arr)) if np.isfinite(arr).any() else float("nan")
+                middle = np.nanmedian if name in median_columns else np.nanmean
+                row[name] = float(middle(arr)) if np.isfinite(arr).any() else float("nan")
             else:
                 row[name] = value
         row["split_seeds"] = ",".join(str(seed) for seed, _ in parts)

@@ -151,8 +151,10 @@ def test_ungated_task_says_so_and_missing_copies_are_named(ood_chain, tmp_path):
 
 
 def test_aggregate_stacks_each_table(ood_chain, tmp_path):
+    from fmaudit.jobs.ood import AGGREGATE_TABLES
+
     shards = {name: [ood_chain["out"][name], ood_chain["out"][name]] for name in SHARD_TABLES}
-    out = {name: str(tmp_path / f"ood_{name}.parquet") for name in SHARD_TABLES}
+    out = {name: str(tmp_path / f"ood_{name}.parquet") for name in AGGREGATE_TABLES}
     aggregate_ood_job(shards, out)
     for name in ("detection", "gate", "curves"):
         assert len(read_table(out[name])) == 2 * len(read_table(ood_chain["out"][name]))
@@ -223,3 +225,38 @@ def test_gate_divisions_of_a_panda_like_task_are_stratified_by_grade_and_provide
     assert validation["n_validation"] == by_both.validation_index_.size
     card = json.loads((tmp_path / "gate" / "gate.json").read_text())
     assert card["validation_operating_point"]["n_validation"] == by_both.validation_index_.size
+
+
+def test_further_splits_of_a_panda_like_task_pool_five_splits_of_every_aggregator(tmp_path):
+    """Seed 003's further splits (ood.extra_splits, default seeds 0-4) of the probe metrics and of slide
+    aggregation, each split stratified by grade and provider as the stored one; rows say which splits they pool."""
+    from fmaudit.datasets import preparer_split_strata
+    from fmaudit.jobs.ood import SPLIT_TABLES, ood_split_shard_job
+
+    man, X, man_path, emb = _panda_like(tmp_path)
+    config = fill_config({"data_root": "data", "encoders": ["enc-a"], "datasets": ["panda-like"],
+                          "tasks": {"panda-like": {"datasets": ["panda-like"], "domains": ["all"], "ordinal": True}},
+                          "ood": {"probe": {"C": 1.0}, "gate": {"tasks": ["panda-like"]},
+                                  "slides": {"tasks": ["panda-like"],
+                                             "aggregators": ["majority_vote", "max_embedding", "transformer_mil"],
+                                             "transformer": {"embed_dim": 8, "n_heads": 2, "feedforward_dim": 16,
+                                                             "epochs": 2}}}})
+    plan = grid.ood_split_plan(config, "panda-like")
+    assert plan == {"seeds": [0, 1, 2, 3, 4], "test_fraction": 0.2, "parts": ["probe_metrics", "slide_aggregation"]}
+    runs = grid.ood_split_runs(config)
+    assert len(runs) == 2 * 5 and set(runs["part"]) == {"probe_metrics", "slide_aggregation"}
+    settings = dict(grid.ood_shard_plan(config, "panda-like")["settings"], readout="cls")
+    task_spec = dict(config["tasks"]["panda-like"], split="manifest", transfer=False,
+                     split_strata={"panda-like": list(preparer_split_strata("panda"))})
+    out = {name: str(tmp_path / "splits" / f"{name}.parquet") for name in SPLIT_TABLES}
+    ood_split_shard_job(encoder="enc-a", task="panda-like", task_spec=task_spec, plan=plan, settings=settings,
+                        bootstrap={"n_boot": 10, "seed": 0}, ece_bins=15, manifests=[str(man_path)],
+                        embeddings=[str(emb)], out=out)
+    selective = read_table(out["split_selective"])
+    assert len(selective) == 1 and selective["n_splits"].iloc[0] == 5 and selective["split_seeds"].iloc[0] == "0,1,2,3,4"
+    assert selective["split_strata"].iloc[0] == "label x domain" and np.isfinite(selective["qwk_ci_lo"]).all()
+    slides = read_table(out["split_slides"])
+    assert slides["aggregator"].tolist() == ["tile_level", "majority_vote", "max_embedding", "transformer_mil"]
+    assert (slides["splits"] == "further").all() and (slides["n_boot_pooled"] == 50).all()
+    assert (slides.loc[slides["level"] == "slide", "ci_unit"] == "item").all()  # the slides are the resampled items
+    assert len(read_table(out["split_coarsening"])) == 0

@@ -34,6 +34,7 @@ from fmaudit.ood.conditions import hold_out_classes
 from fmaudit.ood.gate import DEFAULT_CS, AbstentionGate, GateSet, gate_operating_points
 from fmaudit.ood.scorers import FEATURE_SCORERS, LOGIT_SCORERS, energy_score, make_feature_scorer, msp_score
 from fmaudit.ood.selective import DEFAULT_COVERAGES, blur_accuracy_curve, risk_coverage_curve, selective_summary
+from fmaudit.probes import LogisticCVProbe, LogisticProbe
 from fmaudit.stats import bootstrap_counts, percentile_interval
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,16 @@ class ProbeSettings:
     tol: float = 1e-6
     max_iter: int = 10000
 
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_classes: int, random_state: int = 0):
+        """The probe fitted on (X, y): fixed C, or C chosen by CV with folds grouped by ``groups``."""
+        if np.unique(y).size < 2:
+            raise FmauditInputError("the training split holds a single class; the probe needs at least two")
+        if self.C is not None:
+            return LogisticProbe(C=float(self.C), max_iter=self.max_iter, tol=self.tol, n_classes=n_classes).fit(X, y)
+        probe = LogisticCVProbe(Cs=np.asarray(self.Cs, dtype=float), n_folds=self.cv_folds, max_iter=self.max_iter,
+                                tol=self.tol, random_state=random_state, n_classes=n_classes)
+        return probe.fit(X, y, groups=groups)
+
     def gate_params(self) -> dict[str, Any]:
         """The same probe as :class:`fmaudit.ood.gate.AbstentionGate` parameters."""
         return {"C": self.C, "Cs": [float(c) for c in self.Cs], "cv_folds": int(self.cv_folds), "tol": float(self.tol),
@@ -192,18 +203,7 @@ class ProbeSettings:
 
 def _fit_detectors(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_classes: int, scorers: Sequence[str],
                    settings: ProbeSettings, knn_k: int, covariance: str, random_state: int) -> _Detectors:
-    from fmaudit.probes import LogisticCVProbe, LogisticProbe
-
-    if np.unique(y).size < 2:
-        raise FmauditInputError("the training split holds a single class; the probe needs at least two")
-    if settings.C is not None:
-        probe = LogisticProbe(C=float(settings.C), max_iter=settings.max_iter, tol=settings.tol,
-                              n_classes=n_classes).fit(X, y)
-    else:
-        probe = LogisticCVProbe(Cs=np.asarray(settings.Cs, dtype=float), n_folds=settings.cv_folds,
-                                max_iter=settings.max_iter, tol=settings.tol, random_state=random_state,
-                                n_classes=n_classes)
-        probe.fit(X, y, groups=groups)
+    probe = settings.fit(X, y, groups, n_classes, random_state)
     params = {"maha": {"covariance": covariance}, "relative_maha": {}, "knn": {"k": knn_k}}
     feature = {}
     for name in scorers:

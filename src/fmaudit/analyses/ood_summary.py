@@ -92,9 +92,24 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _with_splits(stored: pd.DataFrame, further: pd.DataFrame) -> pd.DataFrame:
+    """The stored split's rows (``splits`` = stored) and, after them, the further splits' pooled rows (seed 003's
+    probe metrics, slide aggregation and coarsening controls; ``splits`` = further)."""
+    parts = []
+    if len(stored):
+        parts.append(stored.assign(splits="stored") if "splits" not in stored.columns else stored)
+    if len(further):
+        parts.append(further)
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    front = [c for c in ("encoder", "task", "task_kind", "readout", "splits") if c in out.columns]
+    return out[front + [c for c in out.columns if c not in front]]
+
+
 def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Everything the OOD report section writes: ``tables`` are the aggregated shard tables by name
-    (:data:`fmaudit.jobs.ood.SHARD_TABLES`); ``settings`` maps each task to its reported OOD settings
+    (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps each task to its reported OOD settings
     (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
     t = {name: _kinds(df, settings) for name, df in tables.items()}
     detection = t.get("detection", pd.DataFrame())
@@ -102,7 +117,7 @@ def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Map
         detection = detection.assign(_t=_tier_rank(detection["tier"])).sort_values(
             ["task_kind", "task", "_t", "condition", "scorer", "encoder"], kind="stable").drop(columns="_t")
         detection = detection.reset_index(drop=True)
-    selective = t.get("selective", pd.DataFrame())
+    selective = _with_splits(t.get("selective", pd.DataFrame()), t.get("split_selective", pd.DataFrame()))
     return {
         "detection": detection,
         "detection_by_tier": detection_by_tier(detection),
@@ -112,8 +127,8 @@ def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Map
         "curves": t.get("curves", pd.DataFrame()),
         "blur": t.get("blur", pd.DataFrame()),
         "histograms": t.get("histograms", pd.DataFrame()),
-        "slides": t.get("slides", pd.DataFrame()),
-        "coarsening": t.get("coarsening", pd.DataFrame()),
+        "slides": _with_splits(t.get("slides", pd.DataFrame()), t.get("split_slides", pd.DataFrame())),
+        "coarsening": _with_splits(t.get("coarsening", pd.DataFrame()), t.get("split_coarsening", pd.DataFrame())),
         "probe_sensitivity": t.get("probe_sensitivity", pd.DataFrame()),
         "scorer_sensitivity": t.get("scorer_sensitivity", pd.DataFrame()),
         "settings": {task: dict(s) for task, s in settings.items()},

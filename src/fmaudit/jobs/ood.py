@@ -24,19 +24,25 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fmaudit.analyses.ood_splits import SPLIT_TABLES, run_extra_splits
+from fmaudit.analyses.ood_suite import ProbeSettings
 from fmaudit.analyses.task_data import item_strata
 from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
+from fmaudit.jobs.probe import load_task_data
 from fmaudit.logs import setup_logging
 from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes
 
 #: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each).
 SHARD_TABLES = ("detection", "selective", "curves", "blur", "gate", "histograms", "probe_sensitivity",
                 "scorer_sensitivity", "slides", "coarsening")
+#: Every aggregated OOD table: the stored split's shard tables, then the further splits' (fmaudit.analyses.ood_splits).
+AGGREGATE_TABLES = SHARD_TABLES + SPLIT_TABLES
 NO_GATE_CARD = "no_gate.json"
 PROTOCOL_NAMES = {"grouped_log_loss": ("grouped", "log_loss"), "grouped_accuracy": ("grouped", "accuracy"),
                   "ungrouped_log_loss": ("ungrouped", "log_loss"), "ungrouped_accuracy": ("ungrouped", "accuracy")}
 
-__all__ = ["NO_GATE_CARD", "SHARD_TABLES", "aggregate_ood_job", "derive_manifest_job", "ood_shard_job"]
+__all__ = ["AGGREGATE_TABLES", "NO_GATE_CARD", "SHARD_TABLES", "SPLIT_TABLES", "aggregate_ood_job",
+           "derive_manifest_job", "ood_shard_job", "ood_split_shard_job"]
 
 
 def derive_manifest_job(dataset: str, tag: str, spec: str, manifest: str, out: str, log: str | None = None) -> None:
@@ -280,10 +286,54 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     logger.info("wrote %d detection rows, %d gate rows; probe C %s", len(res.detection), len(res.gate), res.probe_C)
 
 
-def aggregate_ood_job(shards: Mapping[str, Sequence[str]], out: Mapping[str, str], log: str | None = None) -> None:
-    """Concatenate each table of every OOD shard (``shards[name]``: the shards' files) into ``out[name]``."""
+def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: Mapping[str, Any],
+                        settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int,
+                        manifests: Sequence[str], embeddings: Sequence[str], out: Mapping[str, str],
+                        log: str | None = None) -> None:
+    """Seed 003's further train/test splits of one (encoder, task)
+    (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
+    :data:`~fmaudit.analyses.ood_splits.SPLIT_TABLES` (``out[name]``).
+
+    ``plan``: :func:`fmaudit.grid.ood_split_plan` of the task (``seeds``, ``test_fraction``, ``parts``);
+    ``task_spec``, ``settings``, ``bootstrap``, ``ece_bins``: as :func:`ood_shard_job`'s (the splits are
+    stratified by the task's ``split_strata``, the probe is the shard's, slides and coarsening read their
+    sections of ``settings``)."""
     logger = setup_logging(log)
-    for name in SHARD_TABLES:
+    readout = settings["readout"]
+    mans = [read_table(p) for p in manifests]
+    data = load_task_data(task, task_spec, mans, embeddings, readout)
+    strata, strata_name = item_strata(data, mans, task_spec.get("split_strata"))
+    parts = list(plan["parts"])
+    slides, coarse = settings.get("slides"), settings.get("coarsening")
+    slide_ids = _column_of(mans, data.item_ids, slides["slide_column"], "slides") if slides else None
+    coarse_ids = _column_of(mans, data.item_ids, coarse["slide_column"], "coarsening") if coarse else None
+    probe = ProbeSettings(C=settings["probe"]["C"], Cs=tuple(settings["probe"]["Cs"]),
+                          cv_folds=settings["probe"]["cv_folds"], tol=settings["probe"]["tol"],
+                          max_iter=settings["probe"]["max_iter"])
+    logger.info("%s x %s: %d items, further splits %s (test fraction %g, stratified by %s): %s", encoder, task,
+                len(data.labels), plan["seeds"], plan["test_fraction"], strata_name, parts)
+    tables = run_extra_splits(data, seeds=plan["seeds"], test_fraction=plan["test_fraction"], parts=parts,
+                              strata=strata, probe=probe, ordinal=bool(task_spec.get("ordinal", False)),
+                              coverages=settings["coverages"], n_boot=int(bootstrap["n_boot"]),
+                              bootstrap_seed=int(bootstrap["seed"]), n_bins=int(ece_bins), slides=slides,
+                              slide_ids=slide_ids, coarsening=coarse, coarse_slide_ids=coarse_ids)
+    prov = provenance(encoder=encoder, task=task, readout=readout, split_seeds=list(plan["seeds"]),
+                      test_fraction=plan["test_fraction"], split_strata=strata_name,
+                      embeddings={p: read_npz_provenance(p).get("encoder_config_hash") for p in embeddings},
+                      manifests={p: dataframe_hash(m) for p, m in zip(manifests, mans)})
+    for name in SPLIT_TABLES:
+        df = tables[name]
+        if len(df.columns):
+            df["split_strata"] = strata_name
+        write_table(out[name], _meta(df, encoder, task, readout) if len(df.columns) else df, provenance=prov)
+    logger.info("wrote %s", {name: len(tables[name]) for name in SPLIT_TABLES})
+
+
+def aggregate_ood_job(shards: Mapping[str, Sequence[str]], out: Mapping[str, str], log: str | None = None) -> None:
+    """Concatenate each table of every OOD shard and further-splits job (``shards[name]``: the jobs' files of
+    table ``name``, of :data:`AGGREGATE_TABLES`) into ``out[name]``."""
+    logger = setup_logging(log)
+    for name in AGGREGATE_TABLES:
         paths = list(shards.get(name) or [])
         frames = [df for df in (read_table(p) for p in paths) if len(df.columns)]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

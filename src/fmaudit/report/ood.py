@@ -113,17 +113,52 @@ def gate_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+def _splits(r: Mapping[str, Any]) -> str:
+    """``stored`` or ``further (5: 0,1,2,3,4)``: which train/test split(s) a row summarises."""
+    if str(r.get("splits", "stored")) != "further":
+        return "stored"
+    return f"further ({int(r['n_splits'])}: {r.get('split_seeds', '')})"
+
+
 def selective_markdown(selective: pd.DataFrame) -> str:
-    cov = [c for c in selective.columns if c.startswith("selective_accuracy_c") and not c.endswith(("_lo", "_hi"))]
+    cov = [c for c in selective.columns if c.startswith("selective_accuracy_c")
+           and not c.endswith(("_lo", "_hi", "_sd_over_splits"))]
     rows = []
     for r in selective.to_dict("records"):
-        row = {"task": r["task"], "encoder": r["encoder"], "n": int(r["n"]), "accuracy": _ci(r, "accuracy"),
-               "AURC": _ci(r, "aurc"), "E-AURC": _ci(r, "eaurc")}
+        row = {"task": r["task"], "encoder": r["encoder"], "splits": _splits(r), "n": f"{float(r['n']):.0f}",
+               "accuracy": _ci(r, "accuracy"), "AURC": _ci(r, "aurc"), "E-AURC": _ci(r, "eaurc")}
         for c in cov:
             row[c.replace("selective_accuracy_c", "sel. acc. @")] = _ci(r, c)
         if np.isfinite(float(r.get("qwk", np.nan))):
             row["QWK"] = _ci(r, "qwk")
         rows.append(row)
+    return dataframe_to_markdown(pd.DataFrame(rows))
+
+
+def slides_markdown(slides: pd.DataFrame) -> str:
+    """Per task, encoder and split form: QWK (ordinal grades) or accuracy of each aggregator, with its interval."""
+    metric = "qwk" if "qwk" in slides.columns and np.isfinite(slides["qwk"].astype(float)).any() else "accuracy"
+    rows = []
+    keys = [c for c in ("task", "encoder", "splits") if c in slides.columns]
+    for key, part in slides.groupby(keys, sort=False):
+        r0 = part.iloc[0].to_dict()
+        row = {"task": r0["task"], "encoder": r0["encoder"], "splits": _splits(r0)}
+        for r in part.to_dict("records"):
+            row[str(r["aggregator"])] = _ci(r, metric)
+        rows.append(row)
+    return f"{'QWK' if metric == 'qwk' else 'Accuracy'} of each aggregator (tile_level: the tile probe on the " \
+           f"test tiles, unit tile).\n\n{dataframe_to_markdown(pd.DataFrame(rows))}"
+
+
+def coarsening_markdown(coarsening: pd.DataFrame) -> str:
+    """Per task, encoder, split form and arm: QWK (ordinal grades) or accuracy, and AURC, with intervals."""
+    ordinal = "qwk" in coarsening.columns and np.isfinite(coarsening["qwk"].astype(float)).any()
+    metric = "qwk" if ordinal else "accuracy"
+    rows = []
+    for r in coarsening.to_dict("records"):
+        rows.append({"task": r["task"], "encoder": r["encoder"], "splits": _splits(r), "arm": r["arm"],
+                     "evaluation": r["evaluation"], "level": r.get("level", ""),
+                     "QWK" if ordinal else "accuracy": _ci(r, metric), "AURC": _ci(r, "aurc")})
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
@@ -259,14 +294,22 @@ def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -
                   "`ood/gates/<task>/<encoder>/` (`fmaudit gate apply`).", "", gate_markdown(r["gate_summary"]), ""]
     if len(r["selective"]):
         lines += ["### Selective prediction on the test split", "",
-                  f"Intervals: {_units(r['selective'])}.", "", selective_markdown(r["selective"]), ""]
+                  f"Intervals: {_units(r['selective'])}; rows `stored` are the stored split (that of detection, blur "
+                  "and the gate), rows `further (n: seeds)` seed 003's probe metrics: the mean over the further "
+                  "train/test splits with the percentile interval of the bootstrap draws pooled over them.", "",
+                  selective_markdown(r["selective"]), ""]
     if len(blur):
         lines += ["### Accuracy against blur", "",
                   f"Paired intervals (one resample shared by every sigma; {_units(blur)}).", "",
                   blur_markdown(blur), ""]
-    for name, title in (("slides", "Slide aggregation"), ("coarsening", "Label coarsening and removed classes")):
-        if len(r[name]):
-            lines += [f"### {title}", "", f"Intervals: {_units(r[name])}; full table in `tables/ood_{name}.csv`.", ""]
+    further = "; rows `further (n: seeds)` are seed 003's: the mean over the further train/test splits, the " \
+              "interval the percentiles of the bootstrap draws pooled over them"
+    if len(r["slides"]):
+        lines += ["### Slide aggregation", "", f"Intervals: {_units(r['slides'])}{further}; every metric in "
+                  "`tables/ood_slides.csv`.", "", slides_markdown(r["slides"]), ""]
+    if len(r["coarsening"]):
+        lines += ["### Label coarsening and removed classes", "", f"Intervals: {_units(r['coarsening'])}{further}; "
+                  "every metric in `tables/ood_coarsening.csv`.", "", coarsening_markdown(r["coarsening"]), ""]
     if len(r["probe_sensitivity"]) or len(r["scorer_sensitivity"]):
         lines += ["### Sensitivity", "", "Probe regularisation and selection protocol: `tables/ood_probe_sensitivity.csv`; "
                   "scorer settings (normalisation, k, covariance estimator): `tables/ood_scorer_sensitivity.csv` "
