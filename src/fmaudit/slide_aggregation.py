@@ -103,7 +103,8 @@ def make_bags(slides: Any, labels: Any = None) -> tuple[np.ndarray, list[np.ndar
     bag_labels = np.array([y[i[0]] for i in index])
     for slide, i, label in zip(ids, index, bag_labels):
         if not (y[i] == label).all():
-            raise FmauditInputError(f"slide {str(slide)!r}: its tiles carry different labels {sorted(set(y[i].tolist()))}; "
+            raise FmauditInputError(f"slide {str(slide)!r}: its tiles carry different labels "
+                                    f"{sorted(set(y[i].tolist()))}; "
                                     "coarsen them to one slide label first (coarsen_to_slide)")
     return ids, index, bag_labels
 
@@ -257,7 +258,8 @@ class _BagClassifier:
             raise FmauditInputError(f"{type(self).__name__} is not fitted yet: call fit first")
         X = check_features(X, "tile features")
         if X.shape[1] != self.n_features_in_:
-            raise FmauditInputError(f"tile features have {X.shape[1]} dimensions; the model was fitted on {self.n_features_in_}")
+            raise FmauditInputError(f"tile features have {X.shape[1]} dimensions; the model was fitted on "
+                                    f"{self.n_features_in_}")
         tiles = torch.from_numpy(((X - self.mean_) / self.scale_).astype(np.float32)).to(self.device_)
         with torch.inference_mode(), _one_torch_thread_on_cpu(self.device_):
             out = [torch.softmax(self.model_(tiles[torch.as_tensor(np.asarray(i), dtype=torch.long,

@@ -366,7 +366,8 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
 
 
 def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray,
-               train: np.ndarray, test: np.ndarray, conditions: Sequence[OODCondition], task: str, readout: str, encoder: str,
+               train: np.ndarray, test: np.ndarray, conditions: Sequence[OODCondition], task: str, readout: str,
+               encoder: str,
                gate_params: Mapping[str, Any], gate_splits: int, n_boot: int, bootstrap_seed: int, ordinal: bool,
                alpha: float, probe: ProbeSettings, near: bool) -> tuple[pd.DataFrame, AbstentionGate]:
     params = {**probe.gate_params(), **dict(gate_params)}

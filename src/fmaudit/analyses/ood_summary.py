@@ -109,7 +109,8 @@ def _with_splits(stored: pd.DataFrame, further: pd.DataFrame) -> pd.DataFrame:
 
 def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Everything the OOD report section writes: ``tables`` are the aggregated shard tables by name
-    (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps each task to its reported OOD settings
+    (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps
+    each task to its reported OOD settings
     (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
     t = {name: _kinds(df, settings) for name, df in tables.items()}
     detection = t.get("detection", pd.DataFrame())

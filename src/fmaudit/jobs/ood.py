@@ -171,8 +171,9 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         slide = _column_of(manifests, data.item_ids, slides["slide_column"], "slides")
         out["slides"] = slide_aggregation(
             X[train], y[train], slide[train], X[test], y[test], slide[test], n_classes=data.n_classes,
-            ordinal=ordinal, groups_train=groups[train], slide_groups_test=groups[test] if slides["slide_column"] != "group" else None,
-            probe_C=probe_C, aggregators=slides["aggregators"], neural_params=_neural_params(slides), coverages=coverages,
+            ordinal=ordinal, groups_train=groups[train],
+            slide_groups_test=groups[test] if slides["slide_column"] != "group" else None, probe_C=probe_C,
+            aggregators=slides["aggregators"], neural_params=_neural_params(slides), coverages=coverages,
             n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
     coarse = settings.get("coarsening")
     if coarse:
@@ -214,7 +215,8 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     extras), written as the tables of :data:`SHARD_TABLES` (``out[name]``) and the exported gate (``gate_dir``).
 
     ``task_spec``: the task's config entry with its resolved domains and ``split_strata`` (data set -> the
-    manifest columns its split is stratified by; the gate's divisions are stratified the same way); ``plan``: :func:`fmaudit.grid.ood_shard_plan`
+    manifest columns its split is stratified by; the gate's divisions are stratified the same way); ``plan``:
+    :func:`fmaudit.grid.ood_shard_plan`
     of the task; ``settings``: the task's filled ``ood`` section, ``readout`` resolved for the encoder;
     ``bootstrap``: ``n_boot`` and ``seed``; ``ece_bins``: the task's ``calibration.ece_bins`` (the top-label ECE
     of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.

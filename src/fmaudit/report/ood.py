@@ -109,7 +109,8 @@ def gate_markdown(summary: pd.DataFrame) -> str:
         parts.append(f"### Setting {setting}\n\nThe gate of one fit/validation division (division 0, stratified by "
                      f"{strata}, as the test split; the paper's single division and the exported gate), and each "
                      f"quantity's mean over {n_splits} divisions [95% interval of the bootstrap draws pooled over "
-                     f"them; {_units(part)}]; thresholds of division 0.\n\n{dataframe_to_markdown(pd.DataFrame(rows))}\n")
+                     f"them; {_units(part)}]; thresholds of division 0.\n\n"
+                     f"{dataframe_to_markdown(pd.DataFrame(rows))}\n")
     return "\n".join(parts)
 
 
