@@ -305,9 +305,10 @@ def _draw_statistics(G: np.ndarray, label_sets: list[np.ndarray], K: int):
         mean = (sums / safe).sum(axis=1) / present.sum(axis=1, keepdims=True)
         within = np.maximum(S2 - (sums * sums / safe).sum(axis=1), 0.0)
         dof = n - present.sum(axis=1)  # sum_k (n_k - 1) over the non-empty classes
-        collapsed = dof == 0
-        # full collapse: the source std, which is 1 in the source-standardised space
-        std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(collapsed, 1, dof)[:, None]))
+        # full collapse (every item in one pseudo-class, the seed's rule) or no class with two items: the source
+        # std, which is 1 in the source-standardised space
+        collapsed = (present.sum(axis=1) == 1) | (dof == 0)
+        std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(dof == 0, 1, dof)[:, None]))
         out.append((mean, std, collapsed, n_k))
     return g_mean, g_std, out
 
