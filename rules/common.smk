@@ -542,7 +542,7 @@ def report_inputs(wildcards):
 
 def report_prior_shift():
     """{task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)."""
-    keys = ("model_selection", "priors", "draws", "sample_size", "seeds")
+    keys = ("model_selection", "priors", "assumed_priors", "draws", "sample_size", "seeds")
     return canonical({task: {k: ps[k] for k in keys} for task, ps in PRIOR_SHIFT.items()})
 
 

@@ -96,7 +96,8 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
         pool = read_table(prior_shift_pool) if prior_shift_pool else None
         ref = read_table(scratch) if scratch else None
         selection = {task: list(section["model_selection"]) for task, section in (prior_shift or {}).items()}
-        summary = summarize_prior_shift(rows, pool, ref, bootstrap, selection)
+        assumed = {task: list(section.get("assumed_priors") or []) for task, section in (prior_shift or {}).items()}
+        summary = summarize_prior_shift(rows, pool, ref, bootstrap, selection, assumed)
         if summary is not None:
             summary["exposure"] = audit
             summary["bootstrap"] = {task: dict(bootstrap[task]) for task in selection if task in bootstrap}
