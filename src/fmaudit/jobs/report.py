@@ -47,7 +47,7 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
                scratch: str | None = None, prior_shift: Mapping[str, Mapping[str, Any]] | None = None,
                variants: Mapping[str, str] | None = None, exposure: Mapping[str, Any] | None = None,
                cell_runs: str | None = None, cell_qc: Mapping[str, str] | None = None,
-               cells: Mapping[str, Any] | None = None) -> None:
+               cells: Mapping[str, Any] | None = None, cell_subset_scores: str | None = None) -> None:
     """Write the report under ``out_dir``. ``calibration`` and ``bootstrap`` map each task to its config section
     (``calibration.ece_bins`` names the ECE columns; ``bootstrap.n_boot``, ``seed`` and ``paired_n_boot`` make
     the report's intervals). ``ood``: the aggregated OOD tables (``aggregate/ood_<table>.parquet``; none when
@@ -59,7 +59,8 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
     variant pairing. ``exposure``: what :func:`exposure_table` audits, shown beside every table that ranks
     encoders. ``cell_runs``: the aggregated cell runs (None without a cell branch), ``cell_qc`` section -> its QC
     overlay, ``cells``: the settings the cell section states
-    (:func:`fmaudit.analyses.cell_summary.summarize_cell_runs`)."""
+    (:func:`fmaudit.analyses.cell_summary.summarize_cell_runs`), ``cell_subset_scores`` the table of
+    ``cells.subsets.scores`` (section, score) when the config names one."""
     from fmaudit.analyses.cell_summary import summarize_cell_runs
     from fmaudit.analyses.ood_summary import summarize_ood
     from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
@@ -82,7 +83,9 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
         "probe": probe,
         "embeddings": embedding_inventory(embeddings),
         "exposure": audit,
-        "cells": summarize_cell_runs(read_table(cell_runs), cells or {}, cell_qc or {}) if cell_runs else None,
+        "cells": summarize_cell_runs(read_table(cell_runs), cells or {}, cell_qc or {},
+                                     subset_scores=read_table(cell_subset_scores) if cell_subset_scores else None)
+        if cell_runs else None,
     }
     if ood:
         results["ood"] = summarize_ood(load_ood_tables(ood), ood_settings or {})
