@@ -530,9 +530,11 @@ def report_settings(name):
 
 def report_inputs(wildcards):
     """The probe suite's aggregate and predictions, every embedding, the OOD aggregates when the config plans OOD
-    shards, the prior-shift aggregates when it plans prior-shift shards, and the cell branch's aggregate and QC."""
+    shards, the prior-shift aggregates when it plans prior-shift shards, the cell branch's aggregate and QC, and
+    the claims files of the Paper check."""
     inputs = {"runs": f"{RESULTS}/aggregate/probe_runs.parquet", "predictions": all_probe_shards("predictions"),
-              "embeddings": all_embeddings(), "ood": ood_report_inputs(wildcards), **cell_report_inputs()}
+              "embeddings": all_embeddings(), "ood": ood_report_inputs(wildcards), **cell_report_inputs(),
+              "claims": list(config["claims"])}  # the Paper check section's claims files
     if PRIOR_SHIFT_SHARDS:
         inputs.update(prior_shift_runs=f"{RESULTS}/aggregate/prior_shift_runs.parquet",
                       prior_shift_pool=f"{RESULTS}/aggregate/prior_shift_pool.parquet",

@@ -25,5 +25,6 @@ report_job(
     cell_runs=snakemake.input.cell_runs[0] if snakemake.input.cell_runs else None,  # noqa: F821
     cell_qc={Path(p).stem: p for p in snakemake.input.cell_qc},  # noqa: F821
     cells=snakemake.params.cells,  # noqa: F821
-    cell_subset_scores=snakemake.input.cell_subset_scores[0] if snakemake.input.cell_subset_scores else None,  # noqa: F821
+    cell_subset_scores=next(iter(snakemake.input.cell_subset_scores), None),  # noqa: F821
+    claims=list(snakemake.input.claims),  # noqa: F821
 )

@@ -24,6 +24,7 @@ import copy
 from pathlib import Path
 from typing import Any, Mapping
 
+from fmaudit.claims import load_claims
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.registry import load_dataset_registry, load_registry, unknown_name_error
 from fmaudit.schema import load_schema, load_yaml, validate_against_schema
@@ -222,4 +223,6 @@ def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     check_encoder_weights(config)
     check_grid(config, datasets)
     check_slide_sheets(config, datasets)
+    for path in config.get("claims") or []:  # a bad claims file stops the run now, not at the report
+        load_claims(path)
     return encoders, datasets

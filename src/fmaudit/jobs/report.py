@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from fmaudit.claims import load_claims
 from fmaudit.io import read_table
 from fmaudit.logs import setup_logging
 
@@ -47,7 +48,8 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
                scratch: str | None = None, prior_shift: Mapping[str, Mapping[str, Any]] | None = None,
                variants: Mapping[str, str] | None = None, exposure: Mapping[str, Any] | None = None,
                cell_runs: str | None = None, cell_qc: Mapping[str, str] | None = None,
-               cells: Mapping[str, Any] | None = None, cell_subset_scores: str | None = None) -> None:
+               cells: Mapping[str, Any] | None = None, cell_subset_scores: str | None = None,
+               claims: Sequence[str] = ()) -> None:
     """Write the report under ``out_dir``. ``calibration`` and ``bootstrap`` map each task to its config section
     (``calibration.ece_bins`` names the ECE columns; ``bootstrap.n_boot``, ``seed`` and ``paired_n_boot`` make
     the report's intervals). ``ood``: the aggregated OOD tables (``aggregate/ood_<table>.parquet``; none when
@@ -60,7 +62,8 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
     encoders. ``cell_runs``: the aggregated cell runs (None without a cell branch), ``cell_qc`` section -> its QC
     overlay, ``cells``: the settings the cell section states
     (:func:`fmaudit.analyses.cell_summary.summarize_cell_runs`), ``cell_subset_scores`` the table of
-    ``cells.subsets.scores`` (section, score) when the config names one."""
+    ``cells.subsets.scores`` (section, score) when the config names one. ``claims``: the config's claims files,
+    checked last against the report's own tables (the Paper check section, :mod:`fmaudit.claims`)."""
     from fmaudit.analyses.cell_summary import summarize_cell_runs
     from fmaudit.analyses.ood_summary import summarize_ood
     from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
@@ -107,5 +110,6 @@ def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str],
         results["prior_shift"] = summary
         logger.info("prior shift: %d run x method rows of %d encoders", len(rows),
                     rows["encoder"].nunique() if len(rows) else 0)
+    results["paper_check"] = [load_claims(p) for p in claims] or None
     write_report(out_dir, results)
     logger.info("report written to %s", out_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
-from fmaudit.report import cells, embeddings, exposure, ood, prior_shift, probe, variants
+from fmaudit.report import cells, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
 from fmaudit.report.section import ReportWriter, Section
 
 #: The report's sections, in the order index.md shows them: one line per analysis.
@@ -27,6 +27,7 @@ SECTIONS: tuple[Section, ...] = (
     exposure.SECTION,
     cells.SECTION,
     embeddings.SECTION,
+    paper_check.SECTION,  # last: it checks the claims against the tables the sections above wrote
 )
 
 __all__ = ["SECTIONS", "Section", "report_outputs", "write_report"]
