@@ -132,6 +132,14 @@ def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
         assert card["encoder"] == enc and card["class_names"] == ["tumour", "stroma", "lymphocytes", "adipose", "mucus"]
     index = (report / "index.md").read_text()
     assert "## OOD detection and abstention" in index and "unit=patient, n=" in index
+    # seed 003's further splits of the probe metrics beside the stored split, pooled over the demo's two seeds
+    selective = pd.read_csv(report / "tables" / "ood_selective.csv")
+    assert set(selective["splits"]) == {"stored", "further"}
+    further = selective[selective["splits"] == "further"]
+    assert len(further) == len(config["encoders"]) and (further["n_splits"] == 2).all()
+    assert (further["n_boot_pooled"] == 2 * 200).all() and further["accuracy_ci_lo"].notna().all()
+    gate = pd.read_csv(report / "tables" / "ood_gate_summary.csv")
+    assert {"coverage", "coverage_mean_over_divisions", "division_strata"} <= set(gate.columns)
 
 
 def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
@@ -867,6 +875,25 @@ def test_the_demo_cell_branch_runs_end_to_end_and_nuc_beats_mean(demo_run):
         assert (report / "tables" / f"{name}.csv").stat().st_size > 0
     assert (report / "figures" / "cell_qc_overlays.png").stat().st_size > 10_000
     assert "## Cells (CellPath-Bench)" in (report / "index.md").read_text()
+
+
+def test_the_demo_report_checks_its_own_claims(demo_run):
+    """The demo's claims file (direction checks only) through the report's Paper check: one row per claim, each
+    quantity computable from the demo's tables, and the shift the demo builds in reproduced."""
+    from fmaudit.claims import STATUSES, claims_path, load_claims
+
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    table = pd.read_csv(report / "tables" / "paper_check.csv")
+    claims = load_claims(claims_path("demo"))
+    assert table["claim"].tolist() == [c.id for c in claims.claims] and set(table["status"]) <= set(STATUSES)
+    assert (table["status"] != "not computable").all(), table[["claim", "why"]]
+    verdict = table.set_index("claim")["status"]
+    for claim in ("in-domain-above-off-domain", "ece-rises-off-domain", "far-tiles-detected", "nuc-above-mean"):
+        assert verdict[claim] == "reproduced", table[["claim", "value", "why"]]
+    assert "## Paper check" in (report / "index.md").read_text()
+    for name in ("cell_decodability", "cell_cra_sections", "cell_taxonomy_consistency", "cell_subsets"):
+        assert "note" not in pd.read_csv(report / "tables" / f"{name}.csv").columns, name
 
 
 def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):

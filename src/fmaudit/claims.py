@@ -33,8 +33,8 @@ REPRODUCED, NOT_REPRODUCED, NOT_COMPUTABLE = "reproduced", "not reproduced", "no
 STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_COMPUTABLE)
 PRESETS = RESOURCES / "presets"
 #: Columns of the paper-check table, in order.
-CHECK_COLUMNS = ("paper", "claim", "quote", "source", "quantity", "published", "value", "ci_lo", "ci_hi", "criterion",
-                 "status", "why", "note")
+CHECK_COLUMNS = ("paper", "claim", "quote", "source", "quantity", "published", "value", "value_interval_lo",
+                 "value_interval_hi", "criterion", "status", "why", "note")
 DIRECTIONS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                          "<=": operator.le, "==": operator.eq}
 
@@ -356,8 +356,8 @@ def load_claims(path: PathLike) -> ClaimsFile:
 
 def check_claims(claims: ClaimsFile | Sequence[ClaimsFile], tables: ResultTables | PathLike) -> pd.DataFrame:
     """One row per claim (columns :data:`CHECK_COLUMNS`): the published value, this run's value with its interval
-    where the table gives one, the criterion, and ``reproduced`` / ``not reproduced`` / ``not computable`` with
-    why."""
+    where the table gives one (``value_interval_lo`` / ``_hi``: the source row's own, whose unit and count that
+    table names), the criterion, and ``reproduced`` / ``not reproduced`` / ``not computable`` with why."""
     files = [claims] if isinstance(claims, ClaimsFile) else list(claims)
     tables = tables if isinstance(tables, ResultTables) else ResultTables(tables)
     rows = []
@@ -365,7 +365,8 @@ def check_claims(claims: ClaimsFile | Sequence[ClaimsFile], tables: ResultTables
         for c in file.claims:
             row = {"paper": file.paper, "claim": c.id, "quote": c.quote, "source": c.source or file.source,
                    "quantity": c.quantity, "published": np.nan if c.published is None else float(c.published),
-                   "value": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "criterion": c.criterion(), "note": c.note}
+                   "value": np.nan, "value_interval_lo": np.nan, "value_interval_hi": np.nan,
+                   "criterion": c.criterion(), "note": c.note}
             try:
                 measured = QUANTITIES[c.quantity](tables, **c.args)
             except NotComputable as why:
@@ -375,7 +376,8 @@ def check_claims(claims: ClaimsFile | Sequence[ClaimsFile], tables: ResultTables
                     row.update(status=NOT_COMPUTABLE, why=f"not finite: {measured.detail}")
                 else:
                     ok = c.judge(measured.value)
-                    row.update(value=measured.value, ci_lo=measured.ci_lo, ci_hi=measured.ci_hi,
-                               status=REPRODUCED if ok else NOT_REPRODUCED, why=measured.detail)
+                    row.update(value=measured.value, value_interval_lo=measured.ci_lo,
+                               value_interval_hi=measured.ci_hi, status=REPRODUCED if ok else NOT_REPRODUCED,
+                               why=measured.detail)
             rows.append(row)
     return pd.DataFrame(rows, columns=list(CHECK_COLUMNS))

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         raise FmauditInputError(f"{tables}: no such folder of result tables (run the workflow's report first)")
     table = check_claims(load_claims(path), tables)
     with pd.option_context("display.max_colwidth", 60, "display.width", 200):
-        print(table[["claim", "published", "value", "ci_lo", "ci_hi", "criterion", "status"]].to_string(index=False))
+        print(table[["claim", "published", "value", "value_interval_lo", "value_interval_hi", "criterion",
+                     "status"]].to_string(index=False))
     for r in table[table["status"] != "reproduced"].itertuples(index=False):
         print(f"{r.claim}: {r.status}: {r.why}")
     counts = table["status"].value_counts()

@@ -37,8 +37,8 @@ def paper_check_markdown(table: pd.DataFrame) -> str:
     rows = []
     for r in table.to_dict("records"):
         value = _number(r["value"])
-        if np.isfinite(float(r["ci_lo"])):
-            value += f" [{_number(r['ci_lo'])}, {_number(r['ci_hi'])}]"
+        if np.isfinite(float(r["value_interval_lo"])):
+            value += f" [{_number(r['value_interval_lo'])}, {_number(r['value_interval_hi'])}]"
         verdict = r["status"] if r["status"] != NOT_COMPUTABLE else f"{r['status']}: {r['why']}"
         rows.append({"paper": r["paper"], "claim": r["claim"], "the paper says": r["quote"],
                      "published": _number(r["published"]), "this run": value, "reproduced if": r["criterion"],
