@@ -216,7 +216,8 @@ def spearman_correlation(tables: ResultTables, table: str, x: str, y: str,
     if ok.sum() < 3 or np.unique(a[ok]).size < 2 or np.unique(b[ok]).size < 2:
         raise NotComputable(f"table {table}: {int(ok.sum())} rows with finite {x} and {y} (need 3 that vary)")
     rho = float(spearmanr(a[ok], b[ok]).statistic)
-    return Measured(rho, detail=f"Spearman rho of {table}.{x} and .{y} over {int(ok.sum())} rows with {_describe(where)}")
+    return Measured(rho, detail=f"Spearman rho of {table}.{x} and .{y} over {int(ok.sum())} rows with "
+                                f"{_describe(where)}")
 
 
 def encoder_rank(tables: ResultTables, table: str, column: str, encoder: str, where: Mapping[str, Any] | None = None,

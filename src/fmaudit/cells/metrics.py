@@ -275,7 +275,8 @@ def cra_table(runs: pd.DataFrame, magnification: float | None = 20, alpha: float
             })
     out = pd.DataFrame(rows)
     if len(out):
-        out["rank"] = out.groupby(["magnification", "taxonomy"])["cra_mean_pp"].rank(ascending=False, method="min").astype(int)
+        out["rank"] = out.groupby(["magnification", "taxonomy"])["cra_mean_pp"].rank(
+            ascending=False, method="min").astype(int)
         out["unit"] = [f"mean ± SD over {b}s (n_balanced), sections first averaged over seeds; wins over {WIN_UNITS}"
                        for b in out["balance"]]
         out = out.sort_values(["magnification", "taxonomy", "rank"], kind="stable").reset_index(drop=True)
@@ -304,7 +305,8 @@ def protocol_table(runs: pd.DataFrame, protocol: str, magnification: float | Non
             f1_mean, f1_sd, n = balanced_summary(100 * sub["macro_f1"], sub["organ"], protocol, balance)
             au_mean, au_sd, _ = balanced_summary(100 * a["macro_auroc"], a["organ"], protocol, balance)
             rows.append({
-                "protocol": protocol, "encoder": enc, "taxonomy": tax, "magnification": magnification, "readout": readout,
+                "protocol": protocol, "encoder": enc, "taxonomy": tax, "magnification": magnification,
+                "readout": readout,
                 "balance": balance_unit(protocol, balance), "macro_f1_mean_pct": f1_mean, "macro_f1_sd_pct": f1_sd,
                 "macro_auroc_mean_pct": au_mean, "macro_auroc_sd_pct": au_sd, "n_balanced": n,
                 "n_units": int(len(sub)), "significant_wins": int(wins.get(enc, 0)),
@@ -334,8 +336,9 @@ def crt_table(runs: pd.DataFrame, magnification: float | None = 20, readout: str
         relative = table.sub(table.median(axis=1, skipna=True), axis=0)
         wins = run_level_wins(_select(values, taxonomy=tax, protocol=protocol), "macro_f1", alpha)
         for enc in table.columns:
-            row = rows.setdefault((str(enc), str(tax)), {"encoder": enc, "taxonomy": tax, "magnification": magnification,
-                                                         "readout": readout, "n_units": 0})
+            row = rows.setdefault((str(enc), str(tax)), {"encoder": enc, "taxonomy": tax,
+                                                         "magnification": magnification, "readout": readout,
+                                                         "n_units": 0})
             col = relative[enc].dropna()
             row[f"wins_{protocol}"] = int(wins.get(enc, 0))
             row[f"relative_{protocol}_pp"] = float(col.mean()) if col.size else np.nan

@@ -129,7 +129,8 @@ def _decodability_markdown(table: pd.DataFrame) -> str:
                      "readout": r["readout"], "encoder": r["encoder"],
                      "macro-F1 (%)": _mean_sd(r["macro_f1_mean_pct"], r["macro_f1_sd_pct"]),
                      "macro-AUROC (%)": _mean_sd(r["macro_auroc_mean_pct"], r["macro_auroc_sd_pct"]),
-                     "over": f"{r['n_balanced']} {r['balance']}s", "wins": f"{r['significant_wins']}/{r['n_opponents']}"})
+                     "over": f"{r['n_balanced']} {r['balance']}s",
+                     "wins": f"{r['significant_wins']}/{r['n_opponents']}"})
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
@@ -138,7 +139,8 @@ def _cra_markdown(cra: pd.DataFrame) -> str:
     for r in cra.to_dict("records"):
         rows.append({"encoder": r["encoder"], "taxonomy": r["taxonomy"], "magnification": f"{r['magnification']:g}",
                      "F1 Nuc (%)": f"{r['f1_nuc_mean_pct']:.2f}", "F1 Mean (%)": f"{r['f1_mean_mean_pct']:.2f}",
-                     "CRA (pp)": _mean_sd(r["cra_mean_pp"], r["cra_sd_pp"]), "over": f"{r['n_balanced']} {r['balance']}s",
+                     "CRA (pp)": _mean_sd(r["cra_mean_pp"], r["cra_sd_pp"]),
+                     "over": f"{r['n_balanced']} {r['balance']}s",
                      "Nuc beats Mean": r["nuc_beats_mean"], "wins": f"{r['significant_wins']}/{r['n_opponents']}"})
     return dataframe_to_markdown(pd.DataFrame(rows))
 
