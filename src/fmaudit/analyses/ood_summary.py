@@ -108,7 +108,7 @@ def _with_splits(stored: pd.DataFrame, further: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Everything the OOD report section writes: ``tables`` are the aggregated shard tables by name
+    """Everything the OOD report chapter writes: ``tables`` are the aggregated shard tables by name
     (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps
     each task to its reported OOD settings
     (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""

@@ -1,4 +1,4 @@
-"""The cell branch's report section (CellPath-Bench, seed 002): the organ-balanced decodability and CRA tables with
+"""The cell branch's report chapter (CellPath-Bench, seed 002): the organ-balanced decodability and CRA tables with
 their unit-level forms, CRT, the win matrix, fine-vs-coarse rank consistency, the nested section subsets, the
 CRA-CRT landscape, magnification retention, readouts side by side and the QC overlay thumbnails, formatted from
 :func:`fmaudit.analyses.cell_summary.summarize_cell_runs` (this module computes nothing)."""
@@ -13,7 +13,7 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import Chapter, ReportWriter
 
 CELLS = "Cells (CellPath-Bench)"
 TABLES = {
@@ -33,7 +33,7 @@ TABLES = {
 FIGURES = {"cell_cra_crt_landscape": CELLS, "cell_qc_overlays": CELLS}
 NOTE = "no cell-level runs were planned by this config"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "cra_crt_landscape", "qc_montage"]
+__all__ = ["CHAPTER", "FIGURES", "TABLES", "cra_crt_landscape", "qc_montage"]
 
 
 def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
@@ -145,7 +145,7 @@ def _cra_markdown(cra: pd.DataFrame) -> str:
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
-def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
     lines = ["## Cells (CellPath-Bench)", ""]
     if results is None:
         for name in TABLES:
@@ -207,4 +207,5 @@ def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     return lines
 
 
-SECTION = Section("cells", TABLES, FIGURES, write_cells_section)
+CHAPTER = Chapter("cells", TABLES, FIGURES, write_cells_chapter,
+                  reads=("cell_runs", "cell_qc", "cell_manifests", "cell_subset_scores"), settings=("cells",))

@@ -1,8 +1,8 @@
-"""The report's "Paper check" section: every claim of the config's claims files (``claims``) checked against the
+"""The report's "Paper check" chapter: every claim of the config's claims files (``claims``) checked against the
 tables the other sections of this report wrote (:mod:`fmaudit.claims`): the published value, this run's value with
 its interval where the table has one, and reproduced / not reproduced / not computable with why.
 
-The section is written last and reads the report's own ``tables/*.csv``, the same files ``fmaudit check-claims
+The chapter is written last and reads the report's own ``tables/*.csv``, the same files ``fmaudit check-claims
 --results`` reads, so both give the same verdicts. Its results are the loaded claims files (None without any).
 """
 
@@ -15,14 +15,14 @@ import pandas as pd
 
 from fmaudit.claims import NOT_COMPUTABLE, NOT_REPRODUCED, REPRODUCED, ClaimsFile, ResultTables, check_claims
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import Chapter, ReportWriter
 
 PAPER_CHECK = "Paper check"
 TABLES = {"paper_check": PAPER_CHECK}
 FIGURES: dict[str, str] = {}
 NOTE = "no claims file in the config (config claims)"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "paper_check_markdown"]
+__all__ = ["CHAPTER", "FIGURES", "TABLES", "paper_check_markdown"]
 
 
 def _number(value: Any) -> str:
@@ -46,8 +46,9 @@ def paper_check_markdown(table: pd.DataFrame) -> str:
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
-def write_paper_check_section(results: Sequence[ClaimsFile] | None, writer: ReportWriter) -> list[str]:
-    """Check every claim against the tables already written under the writer's folder; write ``paper_check``."""
+def write_paper_check_chapter(results: Sequence[ClaimsFile] | None, writer: ReportWriter) -> list[str]:
+    """Check every claim against the tables the chapters before it wrote under the writer's folder; write
+    ``paper_check``."""
     if not results:
         writer.table("paper_check", pd.DataFrame({"note": [NOTE]}))
         return []
@@ -62,4 +63,4 @@ def write_paper_check_section(results: Sequence[ClaimsFile] | None, writer: Repo
             "own where the claim reads a single row.", "", paper_check_markdown(table), ""]
 
 
-SECTION = Section("paper_check", TABLES, FIGURES, write_paper_check_section)
+CHAPTER = Chapter("paper_check", TABLES, FIGURES, write_paper_check_chapter, reads=("claims",))
