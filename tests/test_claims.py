@@ -1,5 +1,5 @@
 """The paper check: claims files load and name real report tables; a claim is reproduced, not reproduced (a planted
-table that breaks it) or not computable (with why); the report section and `fmaudit check-claims` agree."""
+table that breaks it) or not computable (with why); the report chapter and `fmaudit check-claims` agree."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fmaudit.claims import (
 from fmaudit.cli import main
 from fmaudit.io import FmauditInputError
 from fmaudit.report import report_outputs, write_report
-from fmaudit.report.paper_check import SECTION
+from fmaudit.report.paper_check import CHAPTER
 
 PRESETS = ["hema", "prism", "cellpath", "audit", "demo"]
 
@@ -128,12 +128,12 @@ def test_a_bad_claims_file_is_refused_naming_the_claim(tmp_path, change, message
     assert "x.claims.yaml" in str(err.value)
 
 
-def test_the_report_section_and_the_command_line_give_the_same_verdicts(tmp_path, capsys):
+def test_the_report_chapter_and_the_command_line_give_the_same_verdicts(tmp_path, capsys):
     out = tmp_path / "report"
     _write(out / "tables", "shift_summary", [{"task": "demo-tissue", "head": "logistic", "encoder": "e1",
                                               "macro_f1_in_domain": 0.6, "macro_f1_off_domain": 0.9,
                                               "ece_in_domain": 0.05, "ece_off_domain": 0.2}])
-    write_report(out, {"paper_check": [load_claims(claims_path("demo"))]}, sections=(SECTION,))
+    write_report(out, {"paper_check": [load_claims(claims_path("demo"))]}, chapters=(CHAPTER,))
     table = pd.read_csv(out / "tables" / "paper_check.csv")
     assert len(table) == 7 and set(table["status"]) == {REPRODUCED, NOT_REPRODUCED, NOT_COMPUTABLE}
     index = (out / "index.md").read_text()
@@ -146,5 +146,5 @@ def test_the_report_section_and_the_command_line_give_the_same_verdicts(tmp_path
     assert main(["check-claims", "--preset", "demo", "--results", str(tmp_path), "--strict"]) == 1
     assert main(["check-claims", "--preset", "nope", "--tables", str(out / "tables")]) == 2
     empty = tmp_path / "empty"
-    write_report(empty, {}, sections=(SECTION,))
+    write_report(empty, {}, chapters=(CHAPTER,))
     assert pd.read_csv(empty / "tables" / "paper_check.csv")["note"].iloc[0].startswith("no claims file")

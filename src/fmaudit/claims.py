@@ -5,7 +5,7 @@ a paper's claims, each with the sentence it checks (``quote``), a *quantity* (a 
 over the run's result tables, with its ``args``), the value the paper publishes and what counts as reproduced:
 ``|value - published| <= tolerance``, or ``value <direction> threshold`` (``global standardisation harmful in at
 least one scenario``: a count ``>= 1``). The result tables are the report's (``<results>/report/tables/*.csv``,
-one per report table, by name), so the report's "Paper check" section and ``fmaudit check-claims`` read the
+one per report table, by name), so the report's "Paper check" chapter and ``fmaudit check-claims`` read the
 same numbers.
 
 Each claim comes out ``reproduced``, ``not reproduced`` or ``not computable``, the last with why: a table the

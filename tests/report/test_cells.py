@@ -39,8 +39,8 @@ def synthetic_runs(seed: int = 0) -> pd.DataFrame:
 SETTINGS = {"magnifications": [20, 10], "taxonomies": {"fine": "t-fine", "coarse": "t-coarse"},
             "protocols": {"IS": {"seeds": [0, 1]}}, "readouts": ["nuc", "mean", "cls"],
             "pretraining_wsis": {"enc-strong": 100000, "enc-mid": 1000, "enc-flat": None},
-            "sections": [s for v in SECTIONS.values() for s in v],
-            "subsets": {"lists": {"S4": ["a-1", "a-2", "b-1", "b-2"], "S8": [s for v in SECTIONS.values() for s in v]}}}
+            "sections": [s for v in CHAPTERS.values() for s in v],
+            "subsets": {"lists": {"S4": ["a-1", "a-2", "b-1", "b-2"], "S8": [s for v in CHAPTERS.values() for s in v]}}}
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_without_a_cell_branch_every_output_says_so(tmp_path):
 def test_subsets_from_a_score_table_and_a_note_without_one():
     from fmaudit.analyses.cell_summary import section_subsets
 
-    names = [s for v in SECTIONS.values() for s in v]
+    names = [s for v in CHAPTERS.values() for s in v]
     scores = pd.DataFrame({"section": names, "score": np.linspace(1, 0, len(names))})
     subsets, why = section_subsets({"sizes": [2, 4, 10]}, scores, names)
     assert subsets == {"S2": names[:2], "S4": names[:4]} and why == ""  # S10 needs 10 sections: left out

@@ -1,5 +1,5 @@
 """``fmaudit check-claims``: a paper's claims file checked against a finished run's result tables, outside the
-workflow; the same check as the report's Paper check section (:mod:`fmaudit.claims`).
+workflow; the same check as the report's Paper check chapter (:mod:`fmaudit.claims`).
 
     fmaudit check-claims --preset hema --results results/hema [--out check.csv] [--strict]
     fmaudit check-claims --claims my.claims.yaml --tables results/my-study/report/tables

@@ -1,5 +1,5 @@
 """The report's "Paper check" chapter: every claim of the config's claims files (``claims``) checked against the
-tables the other sections of this report wrote (:mod:`fmaudit.claims`): the published value, this run's value with
+tables the other chapters of this report wrote (:mod:`fmaudit.claims`): the published value, this run's value with
 its interval where the table has one, and reproduced / not reproduced / not computable with why.
 
 The chapter is written last and reads the report's own ``tables/*.csv``, the same files ``fmaudit check-claims
