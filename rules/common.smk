@@ -6,7 +6,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import dataset_params, fill_config, manifest_file, results_dir
+from fmaudit.config import (
+    dataset_params,
+    embedded_encoders,
+    fill_config,
+    manifest_file,
+    results_dir,
+    weights_override as config_weights_override,
+)
 from fmaudit.datasets import preparer_split_strata
 from fmaudit.preflight import check_config, data_checks, unusable_encoders
 from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
@@ -152,12 +159,11 @@ DATA_CHECKS = data_checks(config, DATASETS)
 # finds them done); an edit of a description or licence changes nothing.
 def weights_override(encoder):
     """The config's local checkpoint for ``encoder`` ('' for none); a declared variant uses its base's."""
-    base = ENCODERS[encoder].get("variant_of")
-    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base, "") if base else "")
+    return config_weights_override(config, ENCODERS, encoder) or ""
 
 
 # Every encoder the config embeds: its encoders and their declared variants (`variants`, e.g. a resolution check)
-EMBEDDED_ENCODERS = list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+EMBEDDED_ENCODERS = embedded_encoders(config)
 EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], weights_override(enc) or None) for enc in EMBEDDED_ENCODERS}
 
 

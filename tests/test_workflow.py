@@ -532,14 +532,20 @@ def test_a_descriptive_encoder_or_data_set_edit_reruns_nothing(demo_run):
 
 @pytest.fixture(scope="module")
 def failed_rerun(demo_run, tmp_path_factory):
-    """The demo with demo-vit-tiny's weights replaced by a checkpoint that does not fit it: the rerun fails."""
+    """The demo with demo-vit-tiny's weights replaced by a checkpoint of the right keys and shapes whose values
+    are NaN: it passes the pre-flight (a checkpoint that does not fit stops before any job,
+    tests/test_workflow_killed.py), and the embedding jobs fail on the features it gives."""
     import torch
     from safetensors.torch import save_file
+
+    from fmaudit.encoders import build_encoder
 
     work = _copy(demo_run, tmp_path_factory, "failed")
     before = _digests(work / DEMO / "embeddings" / "demo-vit-tiny")
     (work / "weights").mkdir()
-    save_file({"not_a_layer.weight": torch.zeros(3)}, str(work / "weights" / "wrong.safetensors"))
+    state = build_encoder("demo-vit-tiny").backbone.model.state_dict()
+    save_file({k: torch.full_like(v, float("nan")) for k, v in state.items()},
+              str(work / "weights" / "wrong.safetensors"))
     _write_config(work, "wrong-weights.yaml", encoder_weights={"demo-vit-tiny": "weights/wrong.safetensors"})
     # until the embeddings (the cell features of demo-vit-tiny would fail the same way); --keep-going: every one
     proc = snakemake(work, "--cores", "2", "--keep-going", "--until", "embed", "--configfile", "wrong-weights.yaml",
@@ -563,11 +569,10 @@ def test_a_failing_jobs_log_holds_its_full_exception(failed_rerun):
     logs = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log") if "Traceback" in p.read_text()]
     assert logs  # every failed embedding of the new key (the data sets and the OOD copies), each with its traceback
     text = logs[0].read_text()
-    assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in " in text
-    assert "weights/wrong.safetensors do not fit the architecture" in text and "unexpected keys: not_a_layer" in text
-    assert "Traceback (most recent call last)" in text and "load_state_dict_strict" in text
+    assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny' produced non-finite" in text
+    assert "Traceback (most recent call last)" in text and "_check_finite" in text
     assert text.rstrip().splitlines()[-1].startswith("fmaudit.io.FmauditInputError: encoder 'demo-vit-tiny'")
-    assert "do not fit the architecture" in proc.stderr + proc.stdout  # and on stderr
+    assert "produced non-finite" in proc.stderr + proc.stdout  # and on stderr
 
 
 def test_an_input_function_error_names_the_config_key(demo_run):
