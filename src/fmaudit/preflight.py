@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 from huggingface_hub import try_to_load_from_cache
 
+from fmaudit.claims import load_claims
 from fmaudit.config import (
     add_hub_encoders,
     apply_encoder_revisions,
@@ -241,6 +242,8 @@ def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     check_grid(config, datasets)
     check_slide_sheets(config, datasets)
     check_encoders_before_embedding(config, encoders)
+    for path in config.get("claims") or []:  # a bad claims file stops the run now, not at the report
+        load_claims(path)
     return encoders, datasets
 
 
