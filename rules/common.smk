@@ -15,12 +15,15 @@ from fmaudit.config import (
     results_dir,
     weights_override as config_weights_override,
 )
+from fmaudit.datasets import preparer_split_strata
 from fmaudit.preflight import check_config, data_checks, feature_imports, unusable_encoders
 from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
-from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
+from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards, ood_split_plan, ood_split_shards
+from fmaudit.jobs.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 from fmaudit.report import report_outputs, report_reads, report_settings
 
@@ -389,8 +392,8 @@ if PRIOR_SHIFT_SHARDS:
                          prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
                          scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
 # {task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "draws",
-                                                                     "sample_size", "seeds")}
+REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
+                                                                     "draws", "sample_size", "seeds")}
                                             for task, ps in PRIOR_SHIFT.items()})
 
 
@@ -460,6 +463,9 @@ def all_targets():
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
 OOD_SHARDS = ood_shards(config)
 OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
+# seed 003's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
+OOD_SPLIT_SHARDS = ood_split_shards(config)
+OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(t for _, t in OOD_SPLIT_SHARDS)}
 DERIVED = derived_datasets(config)
 # tags of perturbations (fmaudit.ood.perturb.perturbation_tag): what a derived manifest's name ends with
 PERTURBATION_KINDS = r"(?:blur_s|jpeg_q|exposure_f|pen_seed|bubble_seed|fold_seed)"
@@ -491,8 +497,13 @@ def ood_settings(wildcards):
 
 
 def ood_task(wildcards):
-    """The task's config entry with its resolved domains (the OOD shard pools them)."""
-    return probe_task(wildcards)
+    """The task's config entry with its resolved domains (the OOD shard pools them) and, per data set, the manifest
+    columns its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and provider), which
+    the gate's fit/validation divisions and the further splits are stratified by too."""
+    spec = probe_task(wildcards)
+    spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
+                            for ds in config["tasks"][wildcards.task]["datasets"]}
+    return canonical(spec)
 
 
 def _ood_derived(wildcards):
@@ -520,13 +531,30 @@ def ood_derived_embeddings(wildcards):
     return {name: embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)}
 
 
+def ood_split_plan_params(wildcards):
+    """The task's further splits: seeds, test fraction and the parts they evaluate (fmaudit.grid.ood_split_plan)."""
+    return canonical(OOD_SPLIT_PLANS[wildcards.task])
+
+
+def ood_split_shard_inputs(wildcards):
+    """The task's manifests and this encoder's embeddings of them: nothing about other encoders or tasks."""
+    return probe_shard_inputs(wildcards)
+
+
 def ood_shard_path(task, encoder, table):
     return f"{RESULTS}/shards/ood/{task}/{encoder}.{table}.parquet"
 
 
+def ood_split_shard_path(task, encoder, table):
+    return f"{RESULTS}/shards/ood_splits/{task}/{encoder}.{table}.parquet"
+
+
 def ood_aggregate_inputs(wildcards):
-    """Each table of every OOD shard, by table."""
-    return {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    """Each table of every OOD shard and further-splits job, by table."""
+    inputs = {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    inputs.update({table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
+                   for table in OOD_SPLIT_TABLES})
+    return inputs
 
 
 def ood_aggregate_path(table):
@@ -544,12 +572,13 @@ def report_ood_settings():
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+            "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
         })
     return out
 
 
 # the aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)
-REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_AGGREGATE_TABLES] if OOD_SHARDS else []
 REPORT_SETTINGS["ood"] = report_ood_settings()
 
 
@@ -751,17 +780,25 @@ def all_cell_features():
 
 
 def cell_report_settings():
-    """What the cell section of the report states: magnifications, protocols with their seeds, taxonomies, and
-    the pretraining scale of each encoder (the landscape's point size, from the registry)."""
-    if CELL_PLAN is None:  # the captions still render (the section's outputs are notes then)
-        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {}}
+    """What the cell chapter of the report states: magnifications, protocols with their seeds, taxonomies, the
+    pretraining scale of each encoder (the landscape's point size, from the registry), the panel's sections and
+    the nested section subsets (cells.subsets: sizes and lists; a scores table is an input of the report)."""
+    if CELL_PLAN is None:  # the captions still render (the chapter's outputs are notes then)
+        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {},
+                "sections": [], "subsets": {}}
     cells = CELL_PLAN.cells
+    subsets = {k: v for k, v in (cells.get("subsets") or {}).items() if k != "scores"}  # the scores are an input
     return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
                       "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),
-                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders}})
+                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders},
+                      "sections": list(CELL_PLAN.sections), "subsets": subsets})
 
 
 if CELL_PLAN is not None:
     REPORT_INPUTS.update(cell_runs=[CELL_RUNS], cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
                          cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections])
+    scores = (CELL_PLAN.cells.get("subsets") or {}).get("scores")  # the table ranking sections for the subsets
+    REPORT_INPUTS["cell_subset_scores"] = [scores] if scores else []
 REPORT_SETTINGS["cells"] = cell_report_settings()
+# the Paper check's claims files (config claims), checked against the report's own tables
+REPORT_INPUTS["claims"] = list(config["claims"])

@@ -132,6 +132,14 @@ def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
         assert card["encoder"] == enc and card["class_names"] == ["tumour", "stroma", "lymphocytes", "adipose", "mucus"]
     index = (report / "index.md").read_text()
     assert "## OOD detection and abstention" in index and "unit=patient, n=" in index
+    # seed 003's further splits of the probe metrics beside the stored split, pooled over the demo's two seeds
+    selective = pd.read_csv(report / "tables" / "ood_selective.csv")
+    assert set(selective["splits"]) == {"stored", "further"}
+    further = selective[selective["splits"] == "further"]
+    assert len(further) == len(config["encoders"]) and (further["n_splits"] == 2).all()
+    assert (further["n_boot_pooled"] == 2 * 200).all() and further["accuracy_ci_lo"].notna().all()
+    gate = pd.read_csv(report / "tables" / "ood_gate_summary.csv")
+    assert {"coverage", "coverage_mean_over_divisions", "division_strata"} <= set(gate.columns)
 
 
 def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
@@ -204,7 +212,7 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     tile_tasks = [t for t in cfg["tasks"] if t not in cells["taxonomies"].values()]
     copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
     assert jobs.get("embed") == len(tile_datasets) + copies, jobs
-    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard"), jobs
+    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard") == jobs.get("ood_split_shard"), jobs
     # its prior-shift shards (one per target of the single source), nothing of the other encoders
     assert jobs.get("prior_shift_shard") == len(cfg["prior_shift"]["target_domains"]), jobs
     # the cell branch: this encoder's feature jobs, its feature sets and shards, the merges; no section again
@@ -213,9 +221,9 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     assert jobs.get("cell_features") == n_sections * n_mags, jobs
     assert jobs.get("cell_feature_set") == n_mags, jobs
     assert jobs.get("cell_shard") == len(cells["protocols"]) * n_mags, jobs
-    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "cell_features", "cell_feature_set",
-                         "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "aggregate_cells",
-                         "report", "all"}, jobs
+    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "ood_split_shard", "prior_shift_shard", "cell_features",
+                         "cell_feature_set", "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift",
+                         "aggregate_cells", "report", "all"}, jobs
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -371,8 +379,8 @@ def settings_run(demo_run, tmp_path_factory):
 def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
     _, planned = settings_run
     # ECE bins name the prior-shift and OOD shards' calibration columns too; the bootstrap counts feed only the report
-    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "prior_shift_shard",
-                            "aggregate_prior_shift", "report", "all"}, planned
+    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "ood_split_shard", "aggregate_ood",
+                            "prior_shift_shard", "aggregate_prior_shift", "report", "all"}, planned
 
 
 def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
@@ -767,9 +775,11 @@ def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
     config = load_config(preset)
     tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
-    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
+    n = {name: len(grid.jobs(tables[name], name))
+         for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact", "ood_splits")}
     assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
     assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
+    assert jobs["ood_split_shard"] == n["ood_splits"] == 91  # seed 003's further splits, one job per OOD shard
     assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
     assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
 
@@ -875,6 +885,27 @@ def test_the_demo_cell_branch_runs_end_to_end_and_nuc_beats_mean(demo_run):
         assert (report / "tables" / f"{name}.csv").stat().st_size > 0
     assert (report / "figures" / "cell_qc_overlays.png").stat().st_size > 10_000
     assert "## Cells (CellPath-Bench)" in (report / "index.md").read_text()
+
+
+def test_the_demo_report_checks_its_own_claims(demo_run):
+    """The demo's claims file (direction checks only) through the report's Paper check: one row per claim, each
+    quantity computable from the demo's tables, and the shift the demo builds in reproduced."""
+    from fmaudit.claims import STATUSES, claims_path, load_claims
+
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    table = pd.read_csv(report / "tables" / "paper_check.csv")
+    claims = load_claims(claims_path("demo"))
+    assert table["claim"].tolist() == [c.id for c in claims.claims] and set(table["status"]) <= set(STATUSES)
+    assert (table["status"] != "not computable").all(), table[["claim", "why"]]
+    verdict = table.set_index("claim")["status"]
+    for claim in ("in-domain-above-off-domain", "ece-rises-off-domain", "far-tiles-detected", "nuc-above-mean"):
+        assert verdict[claim] == "reproduced", table[["claim", "value", "why"]]
+    assert "## Paper check" in (report / "index.md").read_text()
+    for name in ("cell_decodability", "cell_cra_sections", "cell_subsets"):
+        assert "note" not in pd.read_csv(report / "tables" / f"{name}.csv").columns, name
+    rho = pd.read_csv(report / "tables" / "cell_taxonomy_consistency.csv")
+    assert set(rho["protocol"]) == {"IS", "LOOO"} and rho["spearman_rho"].notna().all()  # fine vs coarse, 4 encoders
 
 
 def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):

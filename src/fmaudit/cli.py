@@ -5,6 +5,7 @@
     fmaudit probe --train-features X.npy --train-labels y.npy --test-features ... --test-labels ... --out runs.csv
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
+    fmaudit check-claims --preset hema --results results/hema
     fmaudit download SLUG --data-root DIR
     fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
 
@@ -18,11 +19,24 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_config, download, embed, gate, grid, init, listing, probe, profile
+from fmaudit.commands import (
+    adapt,
+    cells,
+    check_claims,
+    check_config,
+    download,
+    embed,
+    gate,
+    grid,
+    init,
+    listing,
+    probe,
+    profile,
+)
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (init, check_config, listing, probe, embed, grid, download, profile, cells, gate, adapt)
+COMMANDS = (init, check_config, listing, probe, embed, grid, download, check_claims, profile, cells, gate, adapt)
 
 
 def build_parser() -> argparse.ArgumentParser:

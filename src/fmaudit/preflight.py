@@ -46,6 +46,7 @@ import pandas as pd
 from huggingface_hub import try_to_load_from_cache
 
 from fmaudit.cells.table import check_cell_table
+from fmaudit.claims import load_claims
 from fmaudit.config import (
     add_hub_encoders,
     apply_encoder_revisions,
@@ -381,6 +382,8 @@ def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, A
     check_slide_sheets(config, datasets)
     check_feature_imports(config, datasets, encoders, imports)
     check_encoders_before_embedding(config, encoders)
+    for path in config.get("claims") or []:  # a bad claims file stops the run now, not at the report
+        load_claims(path)
     return encoders, datasets
 
 
