@@ -1,6 +1,7 @@
 # Input functions and helpers of every rule. Rules themselves hold no Python logic.
 
 import copy
+import re
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from fmaudit.config import (
     weights_override as config_weights_override,
 )
 from fmaudit.datasets import preparer_split_strata
-from fmaudit.preflight import check_config, data_checks, unusable_encoders
+from fmaudit.preflight import check_config, data_checks, feature_imports, unusable_encoders
 from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
@@ -139,14 +140,14 @@ def download_entry(wildcards):
 
 
 def dataset_input_files(wildcards):
-    """Files a preparation depends on that live in the repository (slide sheets), so edits re-run it."""
+    """The sheets a preparation reads (slide sheets; the sheet of an own-data set: image_table, slide_table,
+    features), so that editing one prepares the manifest again."""
     params = dataset_params(config, DATASETS, config_name("dataset", wildcards.dataset, "datasets"))
-    sheet = params.get("slides")
-    return [sheet] if sheet else []
+    return [params[key] for key in ("slides", "sheet") if isinstance(params.get(key), str)]
 
 
 # What the validate job checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
-# the manifests they read and the class names the config mentions.
+# the manifests they read, the class names the config mentions and the files of every data set it embeds.
 DATA_CHECKS = data_checks(config, DATASETS)
 
 
@@ -170,6 +171,40 @@ EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], weights_override(enc) or None
 def embedding_path(encoder, dataset):
     """Where ``encoder``'s embeddings of ``dataset`` lie (every rule that reads embeddings asks here)."""
     return f"{RESULTS}/embeddings/{encoder}/{EMBEDDING_KEY[encoder]}/{dataset}.npz"
+
+
+# Embeddings computed elsewhere ({(encoder, data set): file, keys, readout} of the config's `features` data sets):
+# the import_features rule writes them where the embed rule would (it matches only these data sets, and takes
+# precedence: ruleorder in rules/embed.smk), so no embedding job runs for them.
+FEATURE_IMPORTS = feature_imports(config, DATASETS)
+FEATURE_DATASETS = sorted({ds for _, ds in FEATURE_IMPORTS})
+FEATURES_DATASET = "|".join(map(re.escape, FEATURE_DATASETS)) if FEATURE_DATASETS else r"(?!)"
+
+
+def imported_source(wildcards):
+    """What import_features reads for this (encoder, data set), checked against the config and the path's key."""
+    encoder = config_name("encoder", wildcards.encoder, "encoders")
+    if (encoder, wildcards.dataset) not in FEATURE_IMPORTS:
+        raise WorkflowError(f"data set {wildcards.dataset!r} has no feature file of encoder {encoder!r} "
+                            f"(dataset_entries.{wildcards.dataset}.params.files)")
+    if wildcards.key != EMBEDDING_KEY[encoder]:
+        raise FmauditInputError(f"embeddings of {encoder!r} with key {wildcards.key} were asked for; the config gives "
+                                f"it the key {EMBEDDING_KEY[encoder]}")
+    return FEATURE_IMPORTS[(encoder, wildcards.dataset)]
+
+
+def imported_features_file(wildcards):
+    return imported_source(wildcards)["file"]
+
+
+def imported_features_source(wildcards):
+    return canonical(imported_source(wildcards))
+
+
+def imported_encoder_entry(wildcards):
+    """The encoder entry the imported embeddings are filed under (its number-deciding keys, as embed_encoder)."""
+    imported_source(wildcards)
+    return canonical(embedding_spec(ENCODERS[wildcards.encoder]))
 
 
 def embed_encoder(wildcards):
@@ -589,13 +624,14 @@ def downloadable_datasets(wildcards):
 
 
 from fmaudit.grid import cell_plan, protocol_sections
+from fmaudit.cells.table import section_lists
 
 try:
     # The cell branch as the workflow plans it (fmaudit.grid.cell_plan): sections with their organ and data
     # set, one feature job per (encoder, section, magnification), one shard per (encoder, magnification,
     # protocol). Built from the config's factors, never from the run table, so a 300,000-run grid plans fast.
-    CELL_PLAN = cell_plan(config, {ds: list(dataset_params(config, DATASETS, ds).get("sections") or {})
-                                   for ds in config["datasets"] if DATASETS[ds].get("kind") == "xenium_cells"})
+    # each cell-level data set's sections: a xenium_cells set's `sections`, a cell_table's slides
+    CELL_PLAN = cell_plan(config, section_lists(config, DATASETS))
 except FmauditInputError as err:
     raise WorkflowError(str(err))
 CELLS = f"{RESULTS}/cells"
@@ -637,8 +673,21 @@ def cell_section(wildcards):
     if CELL_PLAN is None or wildcards.section not in CELL_PLAN.organ_of:
         raise unknown_name_error("section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [], "config 'cells.sections'")
     dataset = CELL_PLAN.dataset_of[wildcards.section]
-    return canonical({"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
-                      "params": dataset_params(config, DATASETS, dataset)})
+    entry = {"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
+             "params": dataset_params(config, DATASETS, dataset)}
+    if DATASETS[dataset]["kind"] != "xenium_cells":  # (Xenium sections' params stay as they were: no rerun)
+        entry["kind"] = DATASETS[dataset]["kind"]
+    return canonical(entry)
+
+
+def cell_section_inputs(wildcards):
+    """The sheets a cell_table section is read from (an edit prepares it again); a Xenium section has none here."""
+    cell_section(wildcards)
+    dataset = CELL_PLAN.dataset_of[wildcards.section]
+    if DATASETS[dataset]["kind"] != "cell_table":
+        return []
+    params = dataset_params(config, DATASETS, dataset)
+    return [params["slides"], params["cells"]]
 
 
 def cell_taxonomies():

@@ -197,8 +197,9 @@ def test_html_report(demo_run):
 
 def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["demo-vit-tiny-seed1"] = {**registry["demo-vit-tiny"], "weights": {"source": "random", "seed": 1}}
+    builtin = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    # a registry of one's own, added to the built-in one
+    registry = {"demo-vit-tiny-seed1": {**builtin["demo-vit-tiny"], "weights": {"source": "random", "seed": 1}}}
     (work / "encoders-plus.yaml").write_text(yaml.safe_dump(registry))
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["encoders"].append("demo-vit-tiny-seed1")
@@ -511,23 +512,27 @@ def test_a_task_edit_reruns_the_checks_only(demo_run):
 
 def test_a_descriptive_encoder_or_data_set_edit_reruns_nothing(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["demo-vit-tiny"].update(description="edited", licence="MIT")
-    (work / "encoders-described.yaml").write_text(yaml.safe_dump(registry))
-    datasets = yaml.safe_load((work / "resources" / "datasets.yaml").read_text())
-    datasets["demo-tiles"].update(description="edited", licence="CC-BY-4.0")
-    (work / "datasets-described.yaml").write_text(yaml.safe_dump(datasets))
-    _write_config(work, "described.yaml", encoder_registry="encoders-described.yaml",
-                  dataset_registry="datasets-described.yaml")
-    proc = snakemake(work, "-n", "--configfile", "described.yaml")
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    # what the report's exposure audit shows (pretraining corpora, exposure) reruns the report, and only it
-    registry["demo-vit-tiny"].update(pretraining_corpora=["nothing"],
-                                     exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
-    (work / "encoders-exposed.yaml").write_text(yaml.safe_dump(registry))
-    _write_config(work, "exposed.yaml", encoder_registry="encoders-exposed.yaml")
-    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "exposed.yaml").stdout)
-    assert set(jobs) <= {"report", "all"} and jobs.get("report") == 1, jobs
+    # the built-in registries edited in place (a registry of one's own adds entries, it replaces none)
+    encoders_file, datasets_file = work / "resources" / "encoders.yaml", work / "resources" / "datasets.yaml"
+    encoders_text, datasets_text = encoders_file.read_text(), datasets_file.read_text()
+    try:
+        registry = yaml.safe_load(encoders_text)
+        registry["demo-vit-tiny"].update(description="edited", licence="MIT")
+        encoders_file.write_text(yaml.safe_dump(registry))
+        datasets = yaml.safe_load(datasets_text)
+        datasets["demo-tiles"].update(description="edited", licence="CC-BY-4.0")
+        datasets_file.write_text(yaml.safe_dump(datasets))
+        proc = snakemake(work, "-n")
+        assert "Nothing to be done" in proc.stdout + proc.stderr
+        # what the report's exposure audit shows (pretraining corpora, exposure) reruns the report, and only it
+        registry["demo-vit-tiny"].update(pretraining_corpora=["nothing"],
+                                         exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
+        encoders_file.write_text(yaml.safe_dump(registry))
+        jobs = planned_jobs(snakemake(work, "-n").stdout)
+        assert set(jobs) <= {"report", "all"} and jobs.get("report") == 1, jobs
+    finally:
+        encoders_file.write_text(encoders_text)
+        datasets_file.write_text(datasets_text)
 
 
 @pytest.fixture(scope="module")
@@ -595,11 +600,11 @@ def test_a_missing_weights_override_stops_before_planning_naming_the_key(demo_ru
 
 def test_remote_code_without_a_pinned_commit_is_planned_but_never_run(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
-                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote-demo", "revision": None,
-                                           "format": "safetensors"}}
-    (work / "encoders-remote.yaml").write_text(yaml.safe_dump(registry))
+    builtin = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    registry = {"remote-demo": {**builtin["demo-dinov2-tiny"], "trust_remote_code": True,
+                                "weights": {"source": "hf_hub", "hf_hub_id": "org/remote-demo", "revision": None,
+                                            "format": "safetensors"}}}
+    (work / "encoders-remote.yaml").write_text(yaml.safe_dump(registry))  # added to the built-in registry
     cfg = _write_config(work, "remote.yaml", encoder_registry="encoders-remote.yaml")
     cfg["encoders"].append("remote-demo")
     (work / "remote.yaml").write_text(yaml.safe_dump(cfg))

@@ -1,5 +1,7 @@
 """The command line: the same analysis functions as the workflow, on files the user brings.
 
+    fmaudit init --images my-study/labels.csv --encoders uni,virchow2 --out my-study
+    fmaudit list encoders|datasets|kinds|analyses
     fmaudit probe --train-features X.npy --train-labels y.npy --test-features ... --test-labels ... --out runs.csv
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
@@ -17,11 +19,24 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_claims, check_config, download, embed, gate, grid, probe, profile
+from fmaudit.commands import (
+    adapt,
+    cells,
+    check_claims,
+    check_config,
+    download,
+    embed,
+    gate,
+    grid,
+    init,
+    listing,
+    probe,
+    profile,
+)
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, check_claims, embed, profile, cells, gate, adapt)
+COMMANDS = (init, check_config, listing, probe, embed, grid, download, check_claims, profile, cells, gate, adapt)
 
 
 def build_parser() -> argparse.ArgumentParser:

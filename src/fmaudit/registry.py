@@ -3,10 +3,18 @@
 Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping
 ``slug -> entry``; an unknown slug raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
 
-- The encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment variable
-  ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument names another file (the argument wins).
-- The data-set registry is ``resources/datasets.yaml`` unless the config's ``dataset_registry`` names another;
-  it is checked against ``resources/schemas/datasets.schema.yaml`` when loaded.
+- The built-in encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment
+  variable ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument of :func:`load_registry` names another file
+  (the argument wins). The built-in data-set registry is ``resources/datasets.yaml``; it is checked against
+  ``resources/schemas/datasets.schema.yaml`` when loaded.
+- A config's own registries *extend* the built-in ones (:func:`load_encoder_registries`,
+  :func:`load_dataset_registries`): the files of its ``encoder_registry`` / ``dataset_registry`` (one path or a
+  list; the built-in file itself is skipped) and the entries given inline under ``encoder_entries`` /
+  ``dataset_entries`` are added to the built-in entries, each validated on its own. A slug defined twice, in
+  two files or twice in one, is an error naming both places: an entry is never silently replaced.
+- A data-set entry without ``preparer`` uses the preparer named after its ``kind`` (the own-data kinds
+  ``image_table``, ``slide_table``, ``cell_table``, ``features``); its parameters get the defaults of their
+  kind's schema.
 - YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error
   (:func:`fmaudit.schema.load_yaml`).
 - An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``.
@@ -33,7 +41,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from fmaudit.io import FmauditInputError, PathLike, stable_hash
 from fmaudit.schema import RESOURCES, SCHEMAS, load_yaml, repo_path, validate_against_schema
@@ -226,8 +234,87 @@ def load_registry(path: PathLike | None = None, schema_path: PathLike | None = N
 
 
 def load_dataset_registry(path: PathLike | None = None) -> dict[str, dict[str, Any]]:
-    """The data-set registry (``resources/datasets.yaml`` by default), validated against its schema."""
-    return load_yaml_registry(repo_path(path) if path is not None else DATASET_REGISTRY, DATASET_SCHEMA)
+    """One data-set registry file (``resources/datasets.yaml`` by default), validated against its schema, its
+    parameters filled with their kind's defaults and a missing ``preparer`` set to the entry's ``kind``."""
+    reg_path = repo_path(path) if path is not None else DATASET_REGISTRY
+    return _dataset_entries(load_yaml(reg_path), str(reg_path))
+
+
+def _dataset_entries(data: Any, source: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(data, dict) or not data:
+        raise FmauditInputError(f"{source}: a registry must be a non-empty mapping of slug -> entry")
+    registry = validate_against_schema(copy.deepcopy(data), load_yaml(DATASET_SCHEMA), name=source,
+                                       fill_defaults=True)
+    for entry in registry.values():
+        entry.setdefault("preparer", entry["kind"])
+    return registry
+
+
+def _registry_files(paths: PathLike | Sequence[PathLike] | None, builtin: Path) -> list[Path]:
+    """A config's own registry files (one path or a list), without the built-in file itself: the config's default
+    names it, and a copy of the repository (a workflow run in another folder) has a byte-identical one."""
+    if paths is None:
+        return []
+    listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    out = []
+    for p in listed:
+        path = repo_path(p)
+        if not path.exists():
+            raise FileNotFoundError(f"{p}: registry file not found (relative to {Path.cwd()})")
+        same = path.resolve() == builtin.resolve() or path.read_bytes() == builtin.read_bytes()
+        if not same and path not in out:
+            out.append(path)
+    return out
+
+
+def merge_registries(kind: str, parts: Sequence[tuple[str, Mapping[str, Mapping[str, Any]]]]
+                     ) -> dict[str, dict[str, Any]]:
+    """The entries of every ``(source, registry)`` part, in order; a slug defined by two parts raises naming both
+    sources (a user's registry adds entries, it never replaces one silently)."""
+    merged: dict[str, dict[str, Any]] = {}
+    where: dict[str, str] = {}
+    for source, registry in parts:
+        for slug, entry in registry.items():
+            if slug in where:
+                raise FmauditInputError(
+                    f"{kind} {slug!r} is defined twice: in {where[slug]} and in {source}; a registry of your own adds "
+                    f"entries to the built-in ones, so give yours another slug")
+            where[slug] = source
+            merged[slug] = dict(entry)
+    return merged
+
+
+def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
+                            entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The built-in encoder registry (:func:`encoder_registry_path`) extended by the registry files ``paths``
+    and the inline ``entries`` (a config's ``encoder_registry`` and ``encoder_entries``), each validated like the
+    built-in one (:func:`load_registry`); see the module doc."""
+    builtin = encoder_registry_path()
+    parts = [(str(builtin), load_registry(builtin))]
+    parts += [(str(p), load_registry(p)) for p in _registry_files(paths, builtin)]
+    if entries:
+        source = "config 'encoder_entries'"
+        schema = load_yaml(ENCODER_SCHEMA)
+        inline = expand_variants(validate_against_schema(copy.deepcopy(dict(entries)), schema, name=source), schema,
+                                 source=source)
+        for name, entry in inline.items():
+            if hub_name_of_slug(name):
+                raise FmauditInputError(f"{source}: encoder {name!r}: slugs starting with timm-- or hf-- stand for "
+                                        f"encoders named by their hub repo ({hub_name_of_slug(name)}); rename the entry")
+            check_encoder_entry(name, entry, source=source)
+        parts.append((source, inline))
+    return merge_registries("encoder", parts)
+
+
+def load_dataset_registries(paths: PathLike | Sequence[PathLike] | None = None,
+                            entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The built-in data-set registry extended by the registry files ``paths`` and the inline ``entries`` (a
+    config's ``dataset_registry`` and ``dataset_entries``); see the module doc."""
+    parts = [(str(DATASET_REGISTRY), load_dataset_registry(DATASET_REGISTRY))]
+    parts += [(str(p), load_dataset_registry(p)) for p in _registry_files(paths, DATASET_REGISTRY)]
+    if entries:
+        parts.append(("config 'dataset_entries'", _dataset_entries(dict(entries), "config 'dataset_entries'")))
+    return merge_registries("data set", parts)
 
 
 def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") -> FmauditInputError:

@@ -188,3 +188,14 @@ def test_unknown_gate_parameter_is_named(task):
     X, y, g = id_classes(task["train"])
     with pytest.raises(FmauditInputError, match=r"unknown parameter\(s\) \['retention'\]"):
         gate_operating_points(X, y, g, [], gate_params={"retention": 0.8}, n_splits=1, n_boot=1)
+
+
+def test_a_validation_split_of_few_groups_per_class_stays_group_disjoint():
+    """Three patients per class and five folds: StratifiedKFold refuses, the groups are dealt unstratified."""
+    from fmaudit.ood.gate import fit_validation_split
+
+    labels = np.repeat(np.arange(3), 12)
+    groups = np.repeat([f"p{i}" for i in range(9)], 4)  # each patient one class, three per class
+    fit, val = fit_validation_split(labels, groups, validation_fraction=0.2, random_state=0)
+    assert len(val) and len(fit) and not set(groups[fit]) & set(groups[val])
+    assert sorted(np.concatenate([fit, val]).tolist()) == list(range(len(labels)))

@@ -498,8 +498,9 @@ def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = 
         seeds = [draw_seed(random_state, "target", label, d) for d in range(int(n_draws))]
         draws = resample_target(yt, shares, int(sample_size), seeds, names, where="target")
         index = draws.index
+        replaced = ",".join(n for n, r in zip(names, draws.with_replacement) if r)
         draw_cols = {"prior": label, "draw": np.arange(draws.n_draws), "draw_seed": draws.seeds,
-                     "n_items": draws.sample_size}
+                     "n_items": draws.sample_size, "classes_with_replacement": replaced}
     scores = score_draws(pool, index, methods, n_bins, shot_im, device)
     frame = scores_frame(scores, names, n_bins, {**draw_cols, "seed": random_state,
                                                    "temperature_source": probe.temperature_,
@@ -522,8 +523,10 @@ def summarize_draws(rows: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "deployable", grouped["deployable"].first())
     out["n_draws"] = grouped.size()
     out["n_draws_negative_gain"] = grouped["gain_macro_f1"].apply(lambda g: int((g < 0).sum()))
-    for col in ("prior", "n_items", "temperature_source", "in_domain_macro_f1", "ece_convention"):
-        out[col] = grouped[col].first()
+    for col in ("prior", "n_items", "classes_with_replacement", "temperature_source", "in_domain_macro_f1",
+                "ece_convention"):
+        if col in rows.columns:
+            out[col] = grouped[col].first()
     return out.reset_index()
 
 

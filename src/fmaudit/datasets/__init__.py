@@ -1,7 +1,10 @@
 """Data sets: manifests (the one table downstream rules read), the demo generator, slide tiling, preparers.
 
 A *preparer* turns a data set as it lies under ``data_root`` (its real layout) into a manifest. Preparers
-register themselves by name; ``resources/datasets.yaml`` names the preparer of every known data set.
+register themselves by name; ``resources/datasets.yaml`` names the preparer of every known data set. A user's
+own data need no preparer of their own: the kinds ``image_table``, ``slide_table``, ``features``
+(:mod:`fmaudit.datasets.own`) and ``cell_table`` (:mod:`fmaudit.cells.table`) are preparers named after their
+kind, declared in YAML (``docs/own-data.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ PREPARER_SPLIT_STRATA: dict[str, tuple[str, ...]] = {}
 
 # modules whose import registers preparers
 _PREPARER_MODULES = ("fmaudit.datasets.demo", "fmaudit.datasets.slide_tiles", "fmaudit.datasets.public",
-                     "fmaudit.cells.prepare")
+                     "fmaudit.datasets.own", "fmaudit.cells.prepare", "fmaudit.cells.table")
 
 
 def register_preparer(name: str, split_strata: tuple[str, ...] = DEFAULT_SPLIT_STRATA
@@ -63,6 +66,12 @@ def _load_preparers() -> None:
         except ModuleNotFoundError as e:
             if e.name != mod:  # a real missing dependency inside the module
                 raise
+
+
+def preparer_names() -> list[str]:
+    """Every registered preparer's name."""
+    _load_preparers()
+    return sorted(PREPARERS)
 
 
 def get_preparer(name: str) -> Preparer:

@@ -5,7 +5,8 @@ Fitting (:class:`AbstentionGate`):
 1. The training split is divided into a fit part and a validation part (:func:`fit_validation_split`): with
    ``validation_fraction = 1/k`` for an integer k (0.2 -> 5) the validation part is the first fold of
    ``StratifiedKFold(k, shuffle=True, random_state)`` over the items, or over the groups (patients / slides,
-   each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``. Other
+   each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``; where every
+   class's items sit in fewer groups than folds (small data) the groups are dealt by ``KFold`` instead. Other
    fractions use :func:`fmaudit.probes.split_train_val` (group-disjoint when groups are given).
 2. The probe (standardised features, multinomial logistic; C chosen by grouped 3-fold CV on log-loss over
    ``logspace(-6, 0, 7)`` as seed 003, METHODS 9, or a given C) and the novelty scorer (Mahalanobis with a
@@ -84,7 +85,7 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
 
     ``strata`` (default: the labels) stratifies the division, e.g. class and data provider jointly.
     """
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import KFold, StratifiedKFold
 
     y = np.asarray(labels)
     if y.ndim != 1 or y.size == 0:
@@ -121,7 +122,12 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
         values, strata_idx = np.unique(strata, return_inverse=True)
         counts = np.zeros((ids.size, values.size), dtype=int)
         np.add.at(counts, (group_idx.reshape(-1), strata_idx.reshape(-1)), 1)
-        _, val_groups = next(folds.split(np.zeros(ids.size), counts.argmax(axis=1)))
+        group_strata = counts.argmax(axis=1)
+        if np.unique(group_strata, return_counts=True)[1].max() < k:
+            # every class's items sit in fewer groups than folds (small data: three patients per class), where
+            # StratifiedKFold refuses to split: the groups are dealt to folds unstratified, still group-disjoint
+            folds = KFold(k, shuffle=True, random_state=random_state)
+        _, val_groups = next(folds.split(np.zeros(ids.size), group_strata))
     in_val = np.isin(group_idx.reshape(-1), val_groups)
     return np.flatnonzero(~in_val), np.flatnonzero(in_val)
 

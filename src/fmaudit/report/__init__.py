@@ -108,5 +108,11 @@ def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequ
     declared = {p for s in chapters for p in s.outputs()}
     if writer.written != declared:  # a chapter wrote something it does not declare, or skipped an output
         raise RuntimeError(f"report chapters wrote {sorted(writer.written ^ declared)} against their declaration")
+    if writer.warnings:  # small test sets: said once at the top, and in each row's ci_note
+        warning = ["## Warning: small test sets", "",
+                   "Some intervals rest on fewer than 5 test patients (or slides); with a single one there is no "
+                   "interval at all. Each such row says so in its `ci_note` column:", ""]
+        warning += [f"- `{name}`: {'; '.join(flagged)}" for name, flagged in sorted(writer.warnings.items())]
+        lines[2:2] = warning + [""]
     lines += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
     write_text(out_dir / "index.md", "\n".join(lines))

@@ -16,7 +16,7 @@ import pandas as pd
 from fmaudit.ood.gate import DIVISION_MEAN
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.figures import note_figure, pyplot, save_figure
-from fmaudit.report.formatting import fmt_ci
+from fmaudit.report.formatting import fmt_ci, guarded
 from fmaudit.report.chapter import ReportWriter, Chapter
 
 DETECTION, GATE, SELECTIVE, SLIDES, SENSITIVITY = ("OOD detection", "Abstention gate", "Selective prediction",
@@ -261,7 +261,7 @@ def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -
         for name in FIGURES:
             writer.figure(name, lambda path: note_figure("no OOD shard was planned", path))
         return ["## OOD detection and abstention", "", "No OOD shard was planned by this config.", ""]
-    r = results
+    r = guarded(results)  # no interval over a single test patient, in the tables and the lines below alike
     _table(writer, "ood_detection", r["detection"], "no OOD conditions")
     _table(writer, "ood_detection_by_tier", r["detection_by_tier"], "no OOD conditions")
     _table(writer, "ood_gate", r["gate"], "no task is gated (config ood.gate)")

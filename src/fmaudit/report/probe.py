@@ -10,7 +10,7 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.exposure import with_exposure
-from fmaudit.report.formatting import ece_columns, fmt_ci, settings_text
+from fmaudit.report.formatting import ece_columns, fmt_ci, guarded, settings_text
 from fmaudit.report.chapter import ReportWriter, Chapter
 
 ACCURACY, CALIBRATION, COMPOSITE, RANKS = "Accuracy under shift", "Calibration", "Composite reliability", "Rank transfer"
@@ -196,6 +196,7 @@ def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     if results is None:
         return _write_empty(writer)
     results = {**results, **{name: with_exposure(results[name], results.get("exposure")) for name in RANKING}}
+    results = guarded(results)  # no interval over a single test patient, in the tables and the lines below alike
     for name in TABLES:
         writer.table(name, results[name])
     groups = results["settings"]
