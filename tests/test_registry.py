@@ -427,17 +427,21 @@ def test_registries_of_ones_own_add_to_the_built_in_ones(tmp_path):
 def test_a_slug_defined_twice_names_both_places(tmp_path):
     from fmaudit.registry import load_dataset_registries, load_encoder_registries
 
+    other = {**DEMO_ENTRY, "weights": {"source": "random", "seed": 1}}
     a = write_registry(tmp_path, {"my-enc": DEMO_ENTRY}, "a.yaml")
-    b = write_registry(tmp_path, {"my-enc": DEMO_ENTRY}, "b.yaml")
+    b = write_registry(tmp_path, {"my-enc": other}, "b.yaml")
     with pytest.raises(FmauditInputError, match=rf"encoder 'my-enc' is defined twice: in {a} and in {b}"):
         load_encoder_registries([str(a), str(b)])
+    # the same entry twice (a copy of a registry with entries added) adds nothing and replaces nothing
+    same = write_registry(tmp_path, {"my-enc": DEMO_ENTRY}, "same.yaml")
+    assert load_encoder_registries([str(a), str(same)])["my-enc"] == load_encoder_registries(str(a))["my-enc"]
     uni = write_registry(tmp_path, {"uni": DEMO_ENTRY}, "uni.yaml")
     with pytest.raises(FmauditInputError, match=rf"encoder 'uni' is defined twice: in .*resources/encoders.yaml and "
                                                 rf"in {uni}"):
         load_encoder_registries(str(uni))
     with pytest.raises(FmauditInputError, match=r"encoder 'my-enc' is defined twice: in .*a.yaml and in config "
                                                 r"'encoder_entries'"):
-        load_encoder_registries(str(a), entries={"my-enc": DEMO_ENTRY})
+        load_encoder_registries(str(a), entries={"my-enc": other})
     entry = {"kind": "image_table", "params": {"sheet": "s.csv", "classes": ["a", "b"]}}
     with pytest.raises(FmauditInputError, match=r"data set 'demo-tiles' is defined twice: in .*resources/datasets.yaml "
                                                 r"and in config 'dataset_entries'"):

@@ -269,12 +269,15 @@ def _registry_files(paths: PathLike | Sequence[PathLike] | None, builtin: Path) 
 
 def merge_registries(kind: str, parts: Sequence[tuple[str, Mapping[str, Mapping[str, Any]]]]
                      ) -> dict[str, dict[str, Any]]:
-    """The entries of every ``(source, registry)`` part, in order; a slug defined by two parts raises naming both
-    sources (a user's registry adds entries, it never replaces one silently)."""
+    """The entries of every ``(source, registry)`` part, in order; a slug defined by two parts with different
+    entries raises naming both sources (a user's registry adds entries, it never replaces one silently). An entry
+    equal to the one already defined (a copy of the built-in registry with entries added) adds nothing."""
     merged: dict[str, dict[str, Any]] = {}
     where: dict[str, str] = {}
     for source, registry in parts:
         for slug, entry in registry.items():
+            if slug in where and merged[slug] == dict(entry):
+                continue
             if slug in where:
                 raise FmauditInputError(
                     f"{kind} {slug!r} is defined twice: in {where[slug]} and in {source}; a registry of your own adds "
