@@ -1,7 +1,10 @@
 # The cell branch (CellPath-Bench, seed 002): Xenium sections registered to their H&E, checked, embedded at
 # their nuclei per (encoder, section, magnification), probed per (encoder, magnification, protocol) shard,
-# aggregated for the report. Planned from CELL_PLAN (rules/common.smk, fmaudit.grid.cell_plan); nothing here
+# aggregated for the report. Planned from CELL_PLAN (rules/cells_helpers.smk, fmaudit.grid.cell_plan); nothing here
 # when the config has no `cells` section.
+
+
+include: "cells_helpers.smk"
 
 
 # One section: registration through its alignment (fmaudit.cells.prepare), labels through the taxonomy tables,
@@ -32,15 +35,15 @@ rule prepare_cell_section:
 # every test class in training (or allowed by name in the taxonomy task's allow_missing_classes).
 rule validate_cells:
     input:
-        manifests=lambda wildcards: [cell_manifest_path(s) for s in sorted(CELL_PLAN.sections)],
+        manifests=cell_section_manifests,
     output:
         CELL_VALIDATION,
     log:
         f"{RESULTS}/logs/validate_cells.log",
     params:
-        sections=lambda wildcards: sorted(CELL_PLAN.sections),
-        cells=lambda wildcards: cell_validation_settings(),
-        taxonomies=lambda wildcards: cell_taxonomies(),
+        sections=cell_sections,
+        cells=cell_validation_settings,
+        taxonomies=cell_taxonomies,
     threads: 1
     resources:
         mem_mb=8000,
@@ -89,7 +92,7 @@ rule cell_feature_set:
     log:
         f"{RESULTS}/logs/cell_feature_set/{{encoder}}/{{key}}/{{magnification}}x.log",
     params:
-        sections=lambda wildcards: sorted(CELL_PLAN.sections),
+        sections=cell_sections,
     conda:
         "../envs/analysis.yaml"
     script:
@@ -110,7 +113,7 @@ rule cell_shard:
         f"{RESULTS}/benchmarks/cell_shard/{{protocol}}/{{encoder}}/{{magnification}}x.tsv"
     params:
         cells=cell_shard_settings,
-        taxonomy_tasks=lambda wildcards: sorted(set(CELL_PLAN.taxonomy_tasks.values())),
+        taxonomy_tasks=cell_taxonomy_tasks,
     threads: 1
     resources:
         mem_mb=shard_mem_mb,
@@ -123,7 +126,7 @@ rule cell_shard:
 
 rule aggregate_cells:
     input:
-        shards=lambda wildcards: all_cell_shards(),
+        shards=all_cell_shards,
     output:
         CELL_RUNS,
     log:

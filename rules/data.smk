@@ -1,6 +1,9 @@
 # Data sets -> manifests (one table per data set: item, label, group, domain, split).
 
 
+include: "data_helpers.smk"
+
+
 rule prepare_manifest:
     input:
         dataset_input_files,

@@ -4,6 +4,9 @@
 # embedding_path(encoder, dataset).
 
 
+include: "embed_helpers.smk"
+
+
 rule embed:
     input:
         manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",

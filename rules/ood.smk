@@ -6,6 +6,9 @@
 # exports the task's gate; aggregate_ood concatenates the shards for the report.
 
 
+include: "ood_helpers.smk"
+
+
 rule derive_manifest:
     input:
         manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",
@@ -49,7 +52,7 @@ rule ood_shard:
     benchmark:
         f"{RESULTS}/benchmarks/ood_shard/{{task}}/{{encoder}}.tsv"
     params:
-        task=ood_task,
+        task=task_spec,
         plan=ood_plan,
         settings=ood_settings,
         bootstrap=bootstrap_settings,

@@ -70,7 +70,7 @@ def test_adding_an_encoder_adds_only_its_feature_and_shard_jobs():
     assert set(before.feature_jobs) <= set(after.feature_jobs) and set(before.shard_jobs) <= set(after.shard_jobs)
     assert {e for e, _, _ in new_features} == {"uni2-h-copy"} and len(new_features) == 25 * 3
     assert {e for e, _, _ in new_shards} == {"uni2-h-copy"} and len(new_shards) == 3 * 4
-    # what a shard's parameters hold (rules/common.smk: cell_shard_settings) does not name the encoders
+    # what a shard's parameters hold (rules/cells_helpers.smk: cell_shard_settings) does not name the encoders
     assert before.cells == after.cells
 
 
