@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from toy_analysis import add_toy_analysis
 from workflow_utils import copy_repo, demo_tile_branches, planned_jobs, snakemake
 
 pytestmark = pytest.mark.slow
@@ -881,3 +882,29 @@ def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):
     assert planned["cell_features"] == len(jobs(enumerate_runs(config, None, "cell_features"), "cell_features")) == 2250
     assert planned["prepare_cell_section"] == 25 and planned["cell_feature_set"] == 90
     assert proc.stdout.count("rule cell_features:") == 2250
+
+
+# ---- a new analysis is a short declared path (docs/contributing.md; the toy: tests/toy_analysis.py) ------------
+
+
+def test_a_new_analysis_through_its_declared_path_runs_and_is_reported(demo_run, tmp_path_factory):
+    # tests/test_contributing.py checks the toy's files against the guide and its count in `fmaudit grid`
+    work = _copy(demo_run, tmp_path_factory, "toy")
+    add_toy_analysis(work)
+    planned = planned_jobs(snakemake(work, "-n").stdout)
+    assert set(planned) == {"toy_shard", "report", "all"}, planned  # nothing of the finished demo reruns
+    snakemake(work, "--cores", "2")
+    report = work / DEMO / "report"
+    norms = pd.read_csv(report / "tables" / "toy_norms.csv")
+    assert len(norms) == planned["toy_shard"] and (norms["mean_norm"] > 0).all()
+    assert "## Toy" in (report / "index.md").read_text()
+    # its setting reruns its jobs and the report, nothing else, and shows in its numbers and its caption
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["toy"] = {"scale": 2.0}
+    (work / "toy.yaml").write_text(yaml.safe_dump(cfg))
+    assert set(planned_jobs(snakemake(work, "-n", "--configfile", "toy.yaml").stdout)) == {"toy_shard", "report", "all"}
+    snakemake(work, "--cores", "2", "--configfile", "toy.yaml")
+    doubled = pd.read_csv(report / "tables" / "toy_norms.csv")
+    np.testing.assert_allclose(doubled["mean_norm"], 2 * norms["mean_norm"], rtol=1e-6)
+    snakemake(work, "--configfile", "toy.yaml", "--report", str(DEMO / "report" / "report.html"))
+    assert "times 2.0" in (report / "report.html").read_text(errors="replace")

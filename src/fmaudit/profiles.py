@@ -11,6 +11,9 @@ The installed profile is the repository's template (``profiles/slurm/config.yaml
 each in one place:
 
 - the account, as ``default-resources: slurm_account`` (``sbatch -A`` for every job);
+- the rules whose jobs are resubmitted after a failure (``preemptible-rules``), from the table of analyses
+  (:func:`fmaudit.grid.retried_rules`): the template lists the same rules for a reader, and a test keeps the two
+  equal;
 - the partitions, in ``partitions.yaml`` beside it, named by ``slurm-partition-config``: the Slurm plugin
   (snakemake-executor-plugin-slurm 2.8, ``partitions.py``) scores every job against the listed partitions
   and submits it to the best fit. The CPU partition has ``max_gpu: 0``, so a job that asks for a GPU
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from fmaudit.grid import retried_rules
 from fmaudit.io import FmauditInputError, write_text
 from fmaudit.schema import REPO_ROOT
 
@@ -44,6 +48,7 @@ PARTITIONS_FILE = "partitions.yaml"
 UNKNOWN_GPUS_PER_NODE = 64
 COMMAND_TIMEOUT_S = 30
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+RETRIED_RULES_KEY = "preemptible-rules"
 
 
 @dataclass
@@ -193,6 +198,7 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
         f"  slurm_account: {_yaml_scalar(account)}",
     ]
     lines[anchors[0] + 1:anchors[0] + 1] = account_lines
+    lines = _with_retried_rules(lines, retried_rules())
     lines += [
         "",
         "# Partitions (written by fmaudit profile install): jobs that ask for a GPU (resources gpu > 0, e.g.",
@@ -214,6 +220,23 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
     if rendered.get("default-resources", {}).get("slurm_account") != account:
         raise FmauditInputError("could not place slurm_account under default-resources of the template")
     return {"config.yaml": config, PARTITIONS_FILE: partitions}
+
+
+def template_retried_rules(template: str) -> list[str]:
+    """The rules a profile template resubmits (its ``preemptible-rules``)."""
+    return list((yaml.safe_load(template) or {}).get(RETRIED_RULES_KEY) or [])
+
+
+def _with_retried_rules(lines: list[str], rules: list[str]) -> list[str]:
+    """The template's lines with its ``preemptible-rules`` list replaced by ``rules`` (the table of analyses'),
+    so an installed profile retries every rule the workflow's analyses say can fail for resources."""
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(rf"{RETRIED_RULES_KEY}:\s*", line)]
+    if len(starts) != 1:
+        raise FmauditInputError(f"the profile template needs exactly one top-level '{RETRIED_RULES_KEY}:' list")
+    end = starts[0] + 1
+    while end < len(lines) and re.match(r"\s+-\s", lines[end]):
+        end += 1
+    return lines[:starts[0] + 1] + [f"  - {rule}" for rule in rules] + lines[end:]
 
 
 def _yaml_scalar(value: str) -> str:

@@ -12,6 +12,11 @@ from fmaudit.grid.probe import shards
 
 __all__ = ["summarize"]
 
+#: Analyses whose rows :func:`summarize` itemises (by protocol, fits and evaluations ...); any other analysis of
+#: the table gets one row of its runs and jobs.
+ITEMISED = frozenset({"embed", "probe", "head_sweep", "cross_dataset", "ood", "ood_gate", "ood_blur",
+                      "ood_image_artefact", "prior_shift", "scratch_reference", "cell_features", "cells"})
+
 
 def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None,
               totals: bool = False) -> pd.DataFrame:
@@ -73,6 +78,9 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):
             add("cells", protocol, len(sub), len(jobs(sub, "cells")))
+    for analysis in ANALYSES:  # an analysis without rows of its own above: its runs and jobs on one row
+        if analysis not in ITEMISED:
+            add_table(analysis, "runs", analysis)
     if not totals:
         return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
     return _with_totals(rows, counted)
