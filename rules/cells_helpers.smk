@@ -27,6 +27,42 @@ def mag(m):
     return f"{float(m):g}"
 
 
+# The magnifications of every feature job, in the order of its outputs: a job embeds its section at all of them.
+CELL_MAGNIFICATIONS = [mag(m) for m in CELL_PLAN.cells["magnifications"]] if CELL_PLAN is not None else []
+
+
+def cell_feature_folders():
+    """The outputs of one (encoder, section) feature job: a folder per magnification (with the config's
+    magnifications as a {magnification} wildcard when it has no cell branch: the rule is then never planned)."""
+    return [directory(f"{CELLS}/features/{{encoder}}/{{key}}/{m}x/{{section}}")
+            for m in CELL_MAGNIFICATIONS or ["{magnification}"]]
+
+
+def cell_feature_logs():
+    """A log per magnification of a feature job, where the per-magnification jobs wrote theirs."""
+    return [f"{RESULTS}/logs/cell_features/{{encoder}}/{{key}}/{m}x/{{section}}.log"
+            for m in CELL_MAGNIFICATIONS or ["{magnification}"]]
+
+
+def cell_magnifications(wildcards):
+    """The magnifications a feature job embeds, in the order of its outputs."""
+    return [float(m) for m in CELL_MAGNIFICATIONS]
+
+
+def cell_features_request(wildcards, input, threads):
+    """What a feature job asks for at attempt 1 (fmaudit.cluster.RequestPlanner.cell_features): from the encoder
+    and the section's patches at each magnification, or the earlier run's benchmark files of this encoder."""
+    return PLANNER.cell_features(wildcards.encoder, input.manifest, cell_magnifications(wildcards), threads)
+
+
+def cell_features_mem_mb(wildcards, input, threads, attempt):
+    return cell_features_request(wildcards, input, threads).at(attempt)[0]
+
+
+def cell_features_runtime(wildcards, input, threads, attempt):
+    return cell_features_request(wildcards, input, threads).at(attempt)[1]
+
+
 def cell_manifest_path(section):
     return f"{CELLS}/sections/{section}.parquet"
 
@@ -94,7 +130,7 @@ CELL_ENCODER_ENTRIES = {}
 
 def cell_encoder_entry(wildcards):
     """What decides an encoder's cell features (as encoder_entry for embeddings); computed once per encoder:
-    the CellPath preset asks 2,250 times."""
+    the CellPath preset asks 750 times."""
     encoder = cell_encoder(wildcards)
     if encoder not in CELL_ENCODER_ENTRIES:
         CELL_ENCODER_ENTRIES[encoder] = canonical(embedding_spec(ENCODERS[encoder]))

@@ -10,9 +10,11 @@ from snakemake.utils import min_version
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
+from fmaudit.cluster import FIXED_REQUESTS, RequestPlanner, parse_gpu_classes
 from fmaudit.config import fill_config, manifest_file, results_dir
 from fmaudit.preflight import check_config, unusable_encoders
 from fmaudit.grid import config_block, task_domains
+from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, unknown_name_error
 
 try:  # the hook of Snakemake's own path helpers (see record_signatures)
@@ -203,6 +205,33 @@ def bootstrap_settings(wildcards):
 
 # ---- resources several branches share ------------------------------------------------------------------
 
+# Every cluster job's memory and wall time, and a GPU job's GPU class, come from one planner
+# (fmaudit.cluster.RequestPlanner, which `fmaudit grid --estimate` asks too): a GPU job's from a cost model of its
+# encoder (registry: params_m, input size, precision) and its items (the manifest's rows, a cell section's patches,
+# once prepared; a stated default before: a job's resources are evaluated again when it is submitted), a shard's
+# from its rule's default; either from the benchmark files of an earlier run of the same rule and encoder when
+# there are some, plus a margin. Memory and wall time grow with the attempt (retries). A job that names no
+# planned request (a localrule) keeps its own numbers.
+GPU_BATCH_SIZE = 64
+
+
+def profile_default_resource(name):
+    """The raw text of a default resource the profile (or --default-resources) sets, '' when none: the Slurm
+    profile names the site's GPU classes there (gpu_classes; Slurm itself never reads it)."""
+    defaults = workflow.resource_settings.default_resources
+    for arg in getattr(defaults, "args", None) or []:
+        key, _, value = str(arg).partition("=")
+        if key.strip() == name:
+            return value.strip().strip("'\"")
+    return ""
+
+
+try:
+    PLANNER = RequestPlanner(ENCODERS, benchmarks=f"{RESULTS}/benchmarks", batch_size=GPU_BATCH_SIZE,
+                             gpu_classes=parse_gpu_classes(profile_default_resource("gpu_classes")))
+except FmauditInputError as err:
+    raise WorkflowError(str(err))
+
 
 def on_gpu(wildcards):
     """Whether the job's encoder runs on a GPU (its registry entry's `gpu`): the embedding and cell-feature
@@ -222,20 +251,29 @@ def embed_threads(wildcards):
     return 2 if on_gpu(wildcards) else 1
 
 
-def embed_mem_mb(wildcards, attempt):
-    return (16000 if on_gpu(wildcards) else 2000) * attempt
+def gpu_constraint(wildcards):
+    """The Slurm constraint of the encoder's GPU class (the smallest of the profile's gpu_classes that holds its
+    estimated GPU memory); None (no constraint) without classes or for a CPU-only encoder."""
+    return PLANNER.gpu_constraint(wildcards.encoder)
 
 
-def embed_runtime(wildcards, attempt):
-    return (240 if on_gpu(wildcards) else 30) * attempt
+def shard_mem_mb(wildcards, attempt, rulename):
+    """A CPU shard's memory: its rule's default (fmaudit.cluster.SHARD_DEFAULTS), or the peak of this rule's earlier
+    jobs for this encoder plus a margin."""
+    return PLANNER.shard(rulename, wildcards.encoder).at(attempt)[0]
 
 
-def shard_mem_mb(wildcards, attempt):
-    return 4000 * attempt
+def shard_runtime(wildcards, attempt, rulename):
+    return PLANNER.shard(rulename, wildcards.encoder).at(attempt)[1]
 
 
-def shard_runtime(wildcards, attempt):
-    return 60 * attempt
+def fixed_mem_mb(wildcards, attempt, rulename):
+    """A data-preparation job's memory (fmaudit.cluster.FIXED_REQUESTS, per attempt)."""
+    return FIXED_REQUESTS[rulename][0] * attempt
+
+
+def fixed_runtime(wildcards, attempt, rulename):
+    return FIXED_REQUESTS[rulename][1] * attempt
 
 
 # ---- the dry run's speed -------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ rule prepare_manifest:
         data_root=config["data_root"],
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=fixed_mem_mb,
+        runtime=fixed_runtime,
     wildcard_constraints:
         dataset=SOURCE_DATASET,
     conda:

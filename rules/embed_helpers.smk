@@ -1,5 +1,6 @@
-# Helpers of rules/embed.smk: the encoder of an embedding job and what decides its numbers. The key and path of
-# every embedding (EMBEDDING_KEY, embedding_path) and the encoder jobs' resources are in rules/common.smk.
+# Helpers of rules/embed.smk: the encoder of an embedding job, what decides its numbers and what it asks of a
+# cluster. The key and path of every embedding (EMBEDDING_KEY, embedding_path) and the request planner (PLANNER)
+# are in rules/common.smk.
 
 from fmaudit.grid import embed_pairs
 from fmaudit.io import FmauditInputError
@@ -29,6 +30,27 @@ def encoder_entry(wildcards):
 def encoder_weights(wildcards):
     """A local checkpoint that overrides the registry's weight source ('' for none)."""
     return weights_override(embed_encoder(wildcards))
+
+
+def source_manifest(dataset):
+    """The manifest of a derived copy's source data set (the OOD perturbations: DERIVED, rules/ood_helpers.smk),
+    whose rows bound the copy's before it is derived; None for a data set of the config."""
+    derived = DERIVED.get(dataset)
+    return manifest_path(derived["dataset"]) if derived else None
+
+
+def embed_request(wildcards, input, threads):
+    """What an embedding job asks for at attempt 1 (fmaudit.cluster.RequestPlanner.embed): from the encoder and
+    the manifest's rows, or the earlier run's benchmark files of this encoder."""
+    return PLANNER.embed(wildcards.encoder, input.manifest, threads, fallback=source_manifest(wildcards.dataset))
+
+
+def embed_mem_mb(wildcards, input, threads, attempt):
+    return embed_request(wildcards, input, threads).at(attempt)[0]
+
+
+def embed_runtime(wildcards, input, threads, attempt):
+    return embed_request(wildcards, input, threads).at(attempt)[1]
 
 
 def all_embeddings():

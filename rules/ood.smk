@@ -22,8 +22,8 @@ rule derive_manifest:
         spec=derived_spec,
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=fixed_mem_mb,
+        runtime=fixed_runtime,
     wildcard_constraints:
         tag=PERTURBATION_TAG,
     conda:
@@ -62,6 +62,8 @@ rule ood_shard:
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "ood_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:

@@ -25,8 +25,10 @@ rule prior_shift_shard:
         readout=prior_shift_readout,
     threads: 1
     resources:
-        mem_mb=prior_shift_mem_mb,
-        runtime=prior_shift_runtime,
+        mem_mb=shard_mem_mb,
+        runtime=shard_runtime,
+    group:
+        "prior_shift_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:

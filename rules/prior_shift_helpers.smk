@@ -1,6 +1,7 @@
 # Helpers of rules/prior_shift.smk: the prior-shift shards and scratch references the config plans, their
 # settings and resources, and what the prior-shift chapter of the report reads.
 
+from fmaudit.cluster import scratch_request
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 
 # task -> its prior_shift block (top level, or the block of the study that holds the task)
@@ -44,14 +45,6 @@ def prior_shift_readout(wildcards):
     return resolved_readout(config_block(config, "probe", task=wildcards.task)["readout"], wildcards.encoder)
 
 
-def prior_shift_mem_mb(wildcards, attempt):
-    return 8000 * attempt
-
-
-def prior_shift_runtime(wildcards, attempt):
-    return 60 * attempt
-
-
 def scratch_targets(wildcards):
     """The target domains of this source in the task's prior-shift grid (what the frozen shards evaluate)."""
     return sorted({j.target_domain for j in PRIOR_SHIFT_SHARDS
@@ -74,11 +67,11 @@ def scratch_gpus(wildcards):
 
 
 def scratch_mem_mb(wildcards, attempt):
-    return (32000 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 4000) * attempt
+    return scratch_request(bool(PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"])).at(attempt)[0]
 
 
 def scratch_runtime(wildcards, attempt):
-    return (240 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 60) * attempt
+    return scratch_request(bool(PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"])).at(attempt)[1]
 
 
 if PRIOR_SHIFT_SHARDS:

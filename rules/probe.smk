@@ -24,6 +24,8 @@ rule probe_shard:
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "probe_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:

@@ -34,9 +34,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import platformdirs
 import yaml
 
+from fmaudit.cluster import ClusterSettings, parse_gpu_classes
 from fmaudit.grid import retried_rules
 from fmaudit.io import FmauditInputError, write_text
 from fmaudit.schema import REPO_ROOT
@@ -76,8 +79,6 @@ class InstalledProfile:
 
 def snakemake_profile_dir(name: str = "slurm") -> Path:
     """The folder ``snakemake --profile <name>`` finds from any working directory (the user config dir)."""
-    import platformdirs
-
     return Path(platformdirs.user_config_dir("snakemake", "snakemake")) / name
 
 
@@ -286,3 +287,83 @@ def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition
         written.append(dest_path / name)
     argument = dest_path.name if dest_path == snakemake_profile_dir(dest_path.name) else str(dest_path)
     return InstalledProfile(dest_path, written, checks, profile_argument=argument)
+
+
+# ---- reading a profile back (fmaudit grid --estimate) -------------------------------------------------------
+
+PROFILE_FILES = ("config.yaml", "profile.yaml")
+
+
+def profile_file(profile: str | Path) -> Path:
+    """The config file of a profile given as Snakemake takes it: a folder (or its config file), or a name looked
+    up in the working directory, then the user and the site config directories (``get_profile_dir`` of
+    snakemake/cli.py)."""
+    candidate = Path(profile).expanduser()
+    folders = [candidate] if candidate.is_absolute() or candidate.exists() or "/" in str(profile) else [
+        Path.cwd() / str(profile), snakemake_profile_dir(str(profile)),
+        Path(platformdirs.site_config_dir("snakemake", "snakemake")) / str(profile)]
+    for folder in folders:
+        if folder.is_file():
+            return folder
+        for name in PROFILE_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    raise FmauditInputError(f"profile {str(profile)!r}: no {' or '.join(PROFILE_FILES)} in "
+                            f"{', '.join(str(f) for f in folders)}")
+
+
+def _pairs(value: Any, key: str, where: Path) -> dict[str, Any]:
+    """A profile value Snakemake reads as KEY=VALUE items: a mapping, or a list of 'KEY=VALUE' strings."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        out = {}
+        for item in value:
+            name, sep, text = str(item).partition("=")
+            if not sep:
+                raise FmauditInputError(f"{where}: {key} item {item!r} is not KEY=VALUE")
+            out[name.strip()] = text.strip()
+        return out
+    raise FmauditInputError(f"{where}: {key} must be a mapping or a list of KEY=VALUE")
+
+
+def _number(value: Any) -> float | None:
+    """A resource value at attempt 1: a number, or an arithmetic expression of ``attempt``; None otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().strip("'\"")
+    if not re.fullmatch(r"[0-9attemp\s.*+/()-]+", text):
+        return None
+    try:
+        result = eval(text, {"__builtins__": {}}, {"attempt": 1})  # digits, operators and `attempt` only
+    except (SyntaxError, NameError, TypeError, ZeroDivisionError):
+        return None
+    return float(result) if isinstance(result, (int, float)) else None
+
+
+def read_profile(profiles: list[str | Path] | tuple[str | Path, ...]) -> ClusterSettings:
+    """What the estimate needs of one or more profiles, layered as ``snakemake --profile a --profile b`` does
+    (each top-level key of a later profile replaces the same key of an earlier one): group-components,
+    set-threads, set-resources (numbers: mem_mb, runtime, gpu) and the GPU classes of default-resources."""
+    merged: dict[str, Any] = {}
+    files = []
+    for profile in profiles:
+        path = profile_file(profile)
+        files.append(path)
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    where = files[-1] if files else Path("profile")
+    components = {k: int(v) for k, v in _pairs(merged.get("group-components"), "group-components", where).items()}
+    threads = {k: int(v) for k, v in _pairs(merged.get("set-threads"), "set-threads", where).items()}
+    overrides: dict[str, dict[str, float]] = {}
+    for rule, resources in _pairs(merged.get("set-resources"), "set-resources", where).items():
+        if isinstance(resources, str):  # "rule:resource=value" items
+            resources = dict([resources.split("=", 1)])
+        numbers = {name: _number(value) for name, value in dict(resources).items()
+                   if name in ("mem_mb", "runtime", "gpu")}
+        overrides[rule] = {name: v for name, v in numbers.items() if v is not None}
+    defaults = _pairs(merged.get("default-resources"), "default-resources", where)
+    return ClusterSettings(group_components=components, threads=threads, overrides=overrides,
+                           gpu_classes=parse_gpu_classes(str(defaults.get("gpu_classes") or "")),
+                           source=" + ".join(str(f) for f in files) or "no profile")

@@ -187,8 +187,11 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
     # local rules never go to Slurm: the split checks run on the login node, before any embedding job
     assert not {"validate", "download_dataset", "aggregate_probe", "report"} & {s.rule for s in run.submissions}
     assert (workdir / "results" / "demo" / "validation" / "preflight.tsv").is_file()
-    embed_logs = list((workdir / ".snakemake" / "slurm_logs" / "rule_embed").rglob("*.log"))
+    # the plugin's log of each submission: a group's under group_<group>_<rules>, a job's under rule_<rule>
+    embed_logs = list((workdir / ".snakemake" / "slurm_logs").glob("*_embed*/**/*.log"))
     assert len(embed_logs) == len(embed_submissions)
+    # the encoder's two embedding jobs (its two data sets) went to the cluster as one submission (group embed_<encoder>)
+    assert sum(len(s.jobs) for s in embed_submissions) > len(embed_submissions) == 1
     report_dir = workdir / "results" / "demo" / "report"
     assert report_dir.is_dir() and any(report_dir.iterdir())
 
@@ -225,3 +228,108 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
         text = log.read_text()
         assert "the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in" in text
         assert "do not fit the architecture" in text and "unexpected keys: not_a_layer.weight" in text
+
+
+def demo_cell_branch(cfg: dict, encoders: list[str], magnifications: list[float]) -> dict:
+    """The demo config's cell branch only (its sections, taxonomies and shards), with ``encoders`` and
+    ``magnifications``: what the cluster test of grouped GPU jobs runs."""
+    cfg = dict(cfg, encoders=encoders)
+    for branch in ("ood", "prior_shift"):
+        cfg.pop(branch, None)
+    cfg["datasets"] = ["demo-xenium"]
+    cfg["tasks"] = {t: spec for t, spec in cfg["tasks"].items() if spec["datasets"] == ["demo-xenium"]}
+    cfg["dataset_params"] = {k: v for k, v in cfg.get("dataset_params", {}).items() if k == "demo-xenium"}
+    cfg["cells"] = dict(cfg["cells"], magnifications=magnifications)
+    return cfg
+
+
+@pytest.mark.skipif(not DEMO_SNAKEFILE.exists(), reason="demo workflow not available")
+def test_grouped_feature_jobs_submit_once_per_group_resume_after_a_kill_and_match_a_local_run(
+        run_on_slurm, installed_profile, tmp_path):
+    """The demo's cell branch (one encoder, four sections at 10x and 20x) on Slurm through the installed profile:
+    the encoder's four feature jobs (one per section, both magnifications in the job, the encoder loaded once per
+    job process) go as one submission, the shards as another; a run killed while that submission runs resumes
+    without redoing the sections it finished; the result table equals a local run's, where every job runs on
+    its own."""
+    import pandas as pd
+    import yaml
+
+    cells = demo_cell_branch(yaml.safe_load((REPO_ROOT / "config.yaml").read_text()), ["demo-vit-tiny"], [10, 20])
+    target = "results/demo/aggregate/cell_runs.parquet"
+    workdir = tmp_path / "slurm"
+    shutil.copytree(REPO_ROOT, workdir, ignore=DEMO_COPY_IGNORE)
+    (workdir / "cells.yaml").write_text(yaml.safe_dump(cells))
+    args = (target, "--snakefile", str(workdir / "Snakefile"), "--configfile", str(workdir / "cells.yaml"),
+            "--directory", str(workdir))
+    profiles = ("slurm", SLURM_TEST_OVERRIDES)
+    features = workdir / "results" / "demo" / "cells" / "features" / "demo-vit-tiny"
+    sections = [s for organ in cells["cells"]["sections"].values() for s in organ]
+
+    def finished_sections() -> dict[str, list[int]]:
+        """Sections whose feature job finished (both magnifications written), with their folders' mtimes."""
+        out = {}
+        for section in sections:
+            metas = [next(iter(features.glob(f"*/{m}x/{section}/meta.json")), None) for m in (10, 20)]
+            if all(metas):
+                out[section] = [m.stat().st_mtime_ns for m in metas]
+        return out
+
+    logs = workdir / "results" / "demo" / "logs" / "cell_features" / "demo-vit-tiny"
+    snapshot: dict[str, list[int]] = {}
+
+    def next_job_started() -> bool:
+        """A section is finished and a later job of the submission has started (its log exists): the node ran
+        the jobs one after another, so the finished ones are complete for Snakemake too."""
+        snapshot.clear()
+        snapshot.update(finished_sections())
+        started = {p.stem for p in logs.glob("*/10x/*.log")}
+        return bool(snapshot) and bool(started - set(snapshot))
+
+    # 1. killed while the feature submission runs, after its first section and before its last
+    running = run_on_slurm.start(workdir, *args, profiles=profiles, env=installed_profile)
+    started = running.wait_for(next_job_started, timeout_s=900)
+    done = dict(snapshot)
+    first = running.kill()
+    assert started, first.output[-6000:]
+    assert 1 <= len(done) < len(sections), f"the kill came too late to leave a section undone: {sorted(done)}"
+    feature_submissions = [s for s in first.submissions if s.rule == "cell_features"]
+    assert len(feature_submissions) == 1 and len(feature_submissions[0].jobs) == len(sections)
+    unfinished = set(sections) - set(finished_sections())
+
+    # 2. the rerun resumes: the finished sections' jobs are not submitted again and their folders are untouched
+    run = run_on_slurm(workdir, *args, timeout_s=1200, profiles=profiles, env=installed_profile)
+    assert run.returncode == 0, run.failure_message()
+    resumed = run.submissions[len(first.submissions):]
+    resumed_sections = {job["section"] for s in resumed for job in s.jobs if job.rule == "cell_features"}
+    assert not resumed_sections & set(done) and resumed_sections >= unfinished, (sorted(done), resumed)
+    assert {s: finished_sections()[s] for s in done} == done
+    # fewer submissions than jobs: a group of an encoder's feature jobs, a group of its shards
+    jobs = [job for s in resumed for job in s.jobs]
+    assert len(resumed) < len(jobs)
+    shard_submissions = [s for s in resumed if s.rule == "cell_shard"]
+    assert len(shard_submissions) == 1 and len(shard_submissions[0].jobs) == 4  # 2 protocols x 2 magnifications
+    for submission in resumed:
+        if submission.rule == "cell_features":
+            assert "--gpus=1" in submission.command_line.split()
+            assert _option(submission.command_line, "-p") == "gpu", submission.command_line
+    # each feature job loaded the encoder once in its process, for both magnifications: one `loaded encoder` line
+    # over its two logs (none for a section whose chunks were all kept), and each log names the process
+    for section in resumed_sections:
+        texts = [next(iter(logs.glob(f"*/{m}x/{section}.log"))).read_text() for m in (10, 20)]
+        assert sum(t.count("loaded encoder demo-vit-tiny") for t in texts) <= 1, texts
+        pids = [re.findall(r"encoder loads in process (\d+): demo-vit-tiny (\d+) time", t) for t in texts]
+        assert pids[0] == pids[1] and len(pids[0]) == 1, pids
+        assert int(pids[0][0][1]) == sum(t.count("loaded encoder demo-vit-tiny") for t in texts)
+
+    # 3. the same table as a local run, every job on its own
+    local = tmp_path / "local"
+    shutil.copytree(REPO_ROOT, local, ignore=DEMO_COPY_IGNORE)
+    (local / "cells.yaml").write_text(yaml.safe_dump(cells))
+    done_locally = subprocess.run(
+        [sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", "cells.yaml"],
+        cwd=local, capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+    assert done_locally.returncode == 0, done_locally.stdout[-4000:] + done_locally.stderr[-4000:]
+    grouped, alone = pd.read_parquet(workdir / target), pd.read_parquet(local / target)
+    assert len(grouped) > 0
+    pd.testing.assert_frame_equal(grouped, alone)

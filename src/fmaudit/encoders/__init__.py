@@ -6,6 +6,7 @@ patch_grid). Every public name is re-exported here: ``from fmaudit.encoders impo
 """
 
 from fmaudit.encoders.builders import CTransPathConvStem, Encoder, build_encoder, build_network, check_network, save_weights
+from fmaudit.encoders.cache import ENCODER_CACHE, LOADED_MESSAGE, EncoderCache
 from fmaudit.encoders.readouts import READOUTS, TOKEN_READOUTS, compute_readouts
 from fmaudit.encoders.transforms import (
     ConvertRGB,
@@ -29,7 +30,10 @@ from fmaudit.encoders.weights import (
 __all__ = [
     "CTransPathConvStem",
     "ConvertRGB",
+    "ENCODER_CACHE",
     "Encoder",
+    "EncoderCache",
+    "LOADED_MESSAGE",
     "NormalizeUint8",
     "PILToUint8Tensor",
     "READOUTS",

@@ -85,7 +85,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
              rule="prior_shift_shard"),
     Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"),
              rule="scratch_reference", checked=False),  # checked with prior_shift
-    Analysis("cell_features", cell_feature_runs, ("encoder", "section", "magnification"), rule="cell_features",
+    # one job per (encoder, section): every magnification of the section with the encoder loaded once
+    Analysis("cell_features", cell_feature_runs, ("encoder", "section"), rule="cell_features",
              checked=False),  # checked with cells
     Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), rule="cell_shard", check=_cells_check),
 )}

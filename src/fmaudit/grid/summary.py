@@ -72,7 +72,7 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     add_table("ood", "artefact test embeddings (task x artefact)", "ood_image_artefact")
     add_table("prior_shift", "source seed x target x prior x draw", "prior_shift")
     add_table("scratch_reference", "ResNet-18 from scratch (source x seed)", "scratch_reference")
-    add_table("cells", "features (section x magnification)", "cell_features", in_total=False)
+    add_table("cells", "features (section x magnification; a job per section)", "cell_features", in_total=False)
     cells = tables["cells"]
     for protocol in CELL_PROTOCOLS:
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
