@@ -259,12 +259,12 @@ def gpu_constraint(wildcards):
 
 def shard_mem_mb(wildcards, attempt, rulename):
     """A CPU shard's memory: its rule's default (fmaudit.cluster.SHARD_DEFAULTS), or the peak of this rule's earlier
-    jobs for this encoder plus a margin."""
-    return PLANNER.shard(rulename, wildcards.encoder).at(attempt)[0]
+    jobs for this encoder plus a margin (a shard of no encoder keeps the default)."""
+    return PLANNER.shard(rulename, getattr(wildcards, "encoder", "")).at(attempt)[0]
 
 
 def shard_runtime(wildcards, attempt, rulename):
-    return PLANNER.shard(rulename, wildcards.encoder).at(attempt)[1]
+    return PLANNER.shard(rulename, getattr(wildcards, "encoder", "")).at(attempt)[1]
 
 
 def fixed_mem_mb(wildcards, attempt, rulename):

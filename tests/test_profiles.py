@@ -190,3 +190,21 @@ def test_bad_names_and_bad_templates(tmp_path, monkeypatch):
         render_slurm_profile("executor: slurm\n", "cpu", "gpu", "lab", 1)
     with pytest.raises(FileNotFoundError, match="profile template not found"):
         install_slurm_profile(tmp_path / "p", "cpu", "gpu", "lab", check=False, template=tmp_path / "nope.yaml")
+
+
+def test_the_sites_gpu_classes_are_written_under_default_resources_and_read_back(tmp_path, monkeypatch):
+    from fmaudit.cluster import GpuClass
+    from fmaudit.profiles import read_profile
+
+    fake_commands(tmp_path, monkeypatch, sinfo="exit 99", sacctmgr="exit 99")
+    result = install_slurm_profile(tmp_path / "site", "cpu", "gpu", "lab", check=False,
+                                   gpu_classes="16:,80:a100_80g|h100")
+    parsed = yaml.safe_load((result.dest / "config.yaml").read_text())
+    assert parsed["default-resources"]["gpu_classes"] == "16:,80:a100_80g|h100"
+    assert parsed["default-resources"]["slurm_account"] == "lab"
+    settings = read_profile([result.dest])
+    assert settings.gpu_classes == (GpuClass(16, ""), GpuClass(80, "a100_80g|h100"))
+    assert settings.group_components["cell_features_{encoder}"] >= 1
+    with pytest.raises(FmauditInputError, match="gpu_classes '80': '80' is not"):
+        install_slurm_profile(tmp_path / "other", "cpu", "gpu", "lab", check=False, gpu_classes="80")
+    assert not (tmp_path / "other").exists()

@@ -509,7 +509,7 @@ class RequestPlanner:
         key = (rule, encoder)
         if key not in self._requests:
             mem, minutes = default or SHARD_DEFAULTS.get(rule, (4000, 60))
-            measured = self.measured(rule, encoder)
+            measured = self.measured(rule, encoder) if encoder else None
             if measured is not None and measured.max_s is not None:
                 peak = measured.peak_mb
                 self._requests[key] = JobRequest(_mb(peak * MEASURED_MARGIN) if peak is not None else mem,

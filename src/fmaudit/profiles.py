@@ -183,8 +183,9 @@ def check_slurm_names(partition: str, gpu_partition: str, account: str) -> tuple
 
 
 def render_slurm_profile(template: str, partition: str, gpu_partition: str, account: str, gpus_per_node: int,
-                         header: str = "") -> dict[str, str]:
-    """The installed profile's files (name -> text): the template with the account and the partition file."""
+                         header: str = "", gpu_classes: str = "") -> dict[str, str]:
+    """The installed profile's files (name -> text): the template with the account (and the site's GPU classes,
+    :func:`fmaudit.cluster.parse_gpu_classes`) and the partition file."""
     parsed = yaml.safe_load(template) or {}
     defaults = parsed.get("default-resources") or {}
     if "slurm_account" in defaults or "slurm_partition" in defaults or "slurm-partition-config" in parsed:
@@ -198,6 +199,13 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
         "  # Your Slurm account, for every job (sbatch -A); written by fmaudit profile install.",
         f"  slurm_account: {_yaml_scalar(account)}",
     ]
+    if gpu_classes:
+        parse_gpu_classes(gpu_classes)  # an error names the bad item before anything is written
+        account_lines += [
+            "  # Your site's GPU classes (GPU memory in GB: constraint), see gpu_classes below; written by fmaudit",
+            "  # profile install --gpu-classes.",
+            f"  gpu_classes: {_yaml_scalar(gpu_classes)}",
+        ]
     lines[anchors[0] + 1:anchors[0] + 1] = account_lines
     lines = _with_retried_rules(lines, retried_rules())
     lines += [
@@ -220,6 +228,9 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
     rendered = yaml.safe_load(config)
     if rendered.get("default-resources", {}).get("slurm_account") != account:
         raise FmauditInputError("could not place slurm_account under default-resources of the template")
+    if gpu_classes and rendered["default-resources"].get("gpu_classes") != gpu_classes:
+        raise FmauditInputError("could not place gpu_classes under default-resources of the template (it must not "
+                                "set its own)")
     return {"config.yaml": config, PARTITIONS_FILE: partitions}
 
 
@@ -247,12 +258,13 @@ def _yaml_scalar(value: str) -> str:
 
 def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition: str, account: str, *,
                           template: str | Path | None = None, force: bool = False,
-                          check: bool = True) -> InstalledProfile:
+                          check: bool = True, gpu_classes: str = "") -> InstalledProfile:
     """Write the Slurm profile to ``dest`` (default: where ``snakemake --profile slurm`` finds it).
 
     Refuses to replace an existing profile unless ``force``. With ``check`` (default), an account or
     partition that ``sacctmgr``/``sshare``/``sinfo`` do not list is an error naming what they list; without
-    it, the names are written as given.
+    it, the names are written as given. ``gpu_classes``: the site's GPU classes (``"16:,80:a100_80g"``, see
+    docs/cluster.md), written under default-resources.
     """
     for what, name in (("--partition", partition), ("--gpu-partition", gpu_partition), ("--account", account)):
         if not _SLURM_NAME.match(name or ""):
@@ -280,7 +292,10 @@ def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition
     header = (f"# Installed by `fmaudit profile install slurm --partition {partition} --gpu-partition "
               f"{gpu_partition} --account {account}`\n# from {template_path}; run it again with --force to "
               "change the names.")
-    files = render_slurm_profile(template_path.read_text(), partition, gpu_partition, account, gpus, header=header)
+    if gpu_classes:
+        header += f"\n# GPU classes: --gpu-classes {gpu_classes!r}"
+    files = render_slurm_profile(template_path.read_text(), partition, gpu_partition, account, gpus, header=header,
+                                 gpu_classes=gpu_classes)
     written = []
     for name, text in files.items():
         write_text(dest_path / name, text)

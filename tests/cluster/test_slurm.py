@@ -230,31 +230,33 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
         assert "do not fit the architecture" in text and "unexpected keys: not_a_layer.weight" in text
 
 
-def demo_cell_branch(cfg: dict, encoders: list[str], magnifications: list[float]) -> dict:
-    """The demo config's cell branch only (its sections, taxonomies and shards), with ``encoders`` and
-    ``magnifications``: what the cluster test of grouped GPU jobs runs."""
+def demo_cell_branch(cfg: dict, encoders: list[str], magnifications: list[float], protocols: list[str]) -> dict:
+    """The demo config's cell branch only (its sections, taxonomies and shards), with ``encoders``,
+    ``magnifications`` and ``protocols``: what the cluster test of grouped GPU jobs runs."""
     cfg = dict(cfg, encoders=encoders)
     for branch in ("ood", "prior_shift"):
         cfg.pop(branch, None)
     cfg["datasets"] = ["demo-xenium"]
     cfg["tasks"] = {t: spec for t, spec in cfg["tasks"].items() if spec["datasets"] == ["demo-xenium"]}
     cfg["dataset_params"] = {k: v for k, v in cfg.get("dataset_params", {}).items() if k == "demo-xenium"}
-    cfg["cells"] = dict(cfg["cells"], magnifications=magnifications)
+    cfg["cells"] = dict(cfg["cells"], magnifications=magnifications,
+                        protocols={p: spec for p, spec in cfg["cells"]["protocols"].items() if p in protocols})
     return cfg
 
 
 @pytest.mark.skipif(not DEMO_SNAKEFILE.exists(), reason="demo workflow not available")
 def test_grouped_feature_jobs_submit_once_per_group_resume_after_a_kill_and_match_a_local_run(
         run_on_slurm, installed_profile, tmp_path):
-    """The demo's cell branch (one encoder, four sections at 10x and 20x) on Slurm through the installed profile:
-    the encoder's four feature jobs (one per section, both magnifications in the job, the encoder loaded once per
-    job process) go as one submission, the shards as another; a run killed while that submission runs resumes
-    without redoing the sections it finished; the result table equals a local run's, where every job runs on
-    its own."""
+    """The demo's cell branch (one encoder, four sections at 10x and 20x, one protocol) on Slurm through the
+    installed profile: the encoder's four feature jobs (one per section, both magnifications in the job, the
+    encoder loaded once per job process) go as one submission, its shards as another; a run killed while that
+    submission runs resumes without redoing the sections it finished; the result table equals a local run's,
+    where every job runs on its own."""
     import pandas as pd
     import yaml
 
-    cells = demo_cell_branch(yaml.safe_load((REPO_ROOT / "config.yaml").read_text()), ["demo-vit-tiny"], [10, 20])
+    cells = demo_cell_branch(yaml.safe_load((REPO_ROOT / "config.yaml").read_text()), ["demo-vit-tiny"], [10, 20],
+                             ["IS"])
     target = "results/demo/aggregate/cell_runs.parquet"
     workdir = tmp_path / "slurm"
     shutil.copytree(REPO_ROOT, workdir, ignore=DEMO_COPY_IGNORE)
@@ -296,7 +298,10 @@ def test_grouped_feature_jobs_submit_once_per_group_resume_after_a_kill_and_matc
     assert len(feature_submissions) == 1 and len(feature_submissions[0].jobs) == len(sections)
     unfinished = set(sections) - set(finished_sections())
 
-    # 2. the rerun resumes: the finished sections' jobs are not submitted again and their folders are untouched
+    # 2. the rerun resumes: the finished sections' jobs are not submitted again and their folders are untouched.
+    # A killed Snakemake leaves its lock: a user unlocks first (README, "A stale lock")
+    unlock = run_on_slurm(workdir, *args, "--unlock", profiles=profiles, env=installed_profile)
+    assert unlock.returncode == 0, unlock.failure_message()
     run = run_on_slurm(workdir, *args, timeout_s=1200, profiles=profiles, env=installed_profile)
     assert run.returncode == 0, run.failure_message()
     resumed = run.submissions[len(first.submissions):]
@@ -307,7 +312,7 @@ def test_grouped_feature_jobs_submit_once_per_group_resume_after_a_kill_and_matc
     jobs = [job for s in resumed for job in s.jobs]
     assert len(resumed) < len(jobs)
     shard_submissions = [s for s in resumed if s.rule == "cell_shard"]
-    assert len(shard_submissions) == 1 and len(shard_submissions[0].jobs) == 4  # 2 protocols x 2 magnifications
+    assert len(shard_submissions) == 1 and len(shard_submissions[0].jobs) == 2  # one protocol x 2 magnifications
     for submission in resumed:
         if submission.rule == "cell_features":
             assert "--gpus=1" in submission.command_line.split()
@@ -321,14 +326,17 @@ def test_grouped_feature_jobs_submit_once_per_group_resume_after_a_kill_and_matc
         assert pids[0] == pids[1] and len(pids[0]) == 1, pids
         assert int(pids[0][0][1]) == sum(t.count("loaded encoder demo-vit-tiny") for t in texts)
 
-    # 3. the same table as a local run, every job on its own
+    # 3. the same table as a local run, every job on its own: a copy of the finished study without its features,
+    # shards and aggregate (the prepared sections and their checks are kept: they are not what grouping changes)
     local = tmp_path / "local"
-    shutil.copytree(REPO_ROOT, local, ignore=DEMO_COPY_IGNORE)
-    (local / "cells.yaml").write_text(yaml.safe_dump(cells))
+    shutil.copytree(workdir, local, ignore=shutil.ignore_patterns("slurm_logs"))
+    for produced in ("cells/features", "shards", "aggregate"):
+        shutil.rmtree(local / "results" / "demo" / produced)
     done_locally = subprocess.run(
         [sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", "cells.yaml"],
         cwd=local, capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
+    assert "prepare_cell_section" not in done_locally.stdout + done_locally.stderr
     assert done_locally.returncode == 0, done_locally.stdout[-4000:] + done_locally.stderr[-4000:]
     grouped, alone = pd.read_parquet(workdir / target), pd.read_parquet(local / target)
     assert len(grouped) > 0
