@@ -194,19 +194,25 @@ def all_cell_shards(wildcards):
 
 
 def cell_report_settings():
-    """What the cell chapter of the report states: magnifications, protocols with their seeds, taxonomies, and
-    the pretraining scale of each encoder (the landscape's point size, from the registry)."""
+    """What the cell chapter of the report states: magnifications, protocols with their seeds, taxonomies, the
+    pretraining scale of each encoder (the landscape's point size, from the registry), the panel's sections and
+    the nested section subsets (cells.subsets: sizes and lists; a scores table is an input of the report)."""
     if CELL_PLAN is None:  # the captions still render (the chapter's outputs are notes then)
-        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {}}
+        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {},
+                "sections": [], "subsets": {}}
     cells = CELL_PLAN.cells
+    subsets = {k: v for k, v in (cells.get("subsets") or {}).items() if k != "scores"}  # the scores are an input
     return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
                       "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),
-                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders}})
+                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders},
+                      "sections": list(CELL_PLAN.sections), "subsets": subsets})
 
 
 if CELL_PLAN is not None:
     REPORT_INPUTS.update(cell_runs=[CELL_RUNS], cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
                          cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections])
+    scores = (CELL_PLAN.cells.get("subsets") or {}).get("scores")  # the table ranking sections for the subsets
+    REPORT_INPUTS["cell_subset_scores"] = [scores] if scores else []
 REPORT_SETTINGS["cells"] = cell_report_settings()
 
 

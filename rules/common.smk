@@ -11,7 +11,13 @@ from snakemake.utils import min_version
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
 from fmaudit.cluster import FIXED_REQUESTS, RequestPlanner, parse_gpu_classes
-from fmaudit.config import fill_config, manifest_file, results_dir
+from fmaudit.config import (
+    embedded_encoders,
+    fill_config,
+    manifest_file,
+    results_dir,
+    weights_override as config_weights_override,
+)
 from fmaudit.preflight import check_config, unusable_encoders
 from fmaudit.grid import config_block, task_domains
 from fmaudit.io import FmauditInputError
@@ -157,12 +163,11 @@ def task_manifests(wildcards):
 # finds them done); an edit of a description or licence changes nothing.
 def weights_override(encoder):
     """The config's local checkpoint for ``encoder`` ('' for none); a declared variant uses its base's."""
-    base = ENCODERS[encoder].get("variant_of")
-    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base, "") if base else "")
+    return config_weights_override(config, ENCODERS, encoder) or ""
 
 
 # Every encoder the config embeds: its encoders and their declared variants (`variants`, e.g. a resolution check)
-EMBEDDED_ENCODERS = list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+EMBEDDED_ENCODERS = embedded_encoders(config)
 EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], weights_override(enc) or None) for enc in EMBEDDED_ENCODERS}
 
 

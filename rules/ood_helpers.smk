@@ -3,13 +3,19 @@
 
 import copy
 
-from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
+from fmaudit.datasets import preparer_split_strata
+from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards, ood_split_plan, ood_split_shards
+from fmaudit.jobs.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 
 # (encoder, task) of every OOD shard, and every perturbed copy of a test split (`<dataset>__<tag>`, blur
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
 OOD_SHARDS = ood_shards(config)
 OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
+# seed 003's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
+OOD_SPLIT_SHARDS = ood_split_shards(config)
+OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(t for _, t in OOD_SPLIT_SHARDS)}
 DERIVED = derived_datasets(config)
 
 
@@ -59,13 +65,40 @@ def ood_derived_embeddings(wildcards):
     return {name: embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)}
 
 
+def ood_task(wildcards):
+    """The task's config entry with its resolved domains (the OOD shard pools them; task_spec) and, per data set,
+    the manifest columns its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and
+    provider), which the gate's fit/validation divisions and the further splits are stratified by too."""
+    spec = task_spec(wildcards)
+    spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
+                            for ds in config["tasks"][wildcards.task]["datasets"]}
+    return canonical(spec)
+
+
+def ood_split_plan_params(wildcards):
+    """The task's further splits: seeds, test fraction and the parts they evaluate (fmaudit.grid.ood_split_plan)."""
+    return canonical(OOD_SPLIT_PLANS[wildcards.task])
+
+
+def ood_split_shard_inputs(wildcards):
+    """The task's manifests and this encoder's embeddings of them: nothing about other encoders or tasks."""
+    return probe_shard_inputs(wildcards)
+
+
 def ood_shard_path(task, encoder, table):
     return f"{RESULTS}/shards/ood/{task}/{encoder}.{table}.parquet"
 
 
+def ood_split_shard_path(task, encoder, table):
+    return f"{RESULTS}/shards/ood_splits/{task}/{encoder}.{table}.parquet"
+
+
 def ood_aggregate_inputs(wildcards):
-    """Each table of every OOD shard, by table."""
-    return {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    """Each table of every OOD shard and further-splits job, by table."""
+    inputs = {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    inputs.update({table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
+                   for table in OOD_SPLIT_TABLES})
+    return inputs
 
 
 def ood_aggregate_path(table):
@@ -83,12 +116,13 @@ def report_ood_settings():
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+            "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
         })
     return out
 
 
 # the aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)
-REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_AGGREGATE_TABLES] if OOD_SHARDS else []
 REPORT_SETTINGS["ood"] = report_ood_settings()
 
 

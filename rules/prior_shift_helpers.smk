@@ -79,8 +79,8 @@ if PRIOR_SHIFT_SHARDS:
                          prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
                          scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
 # {task: what the report reads of its prior_shift block} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "draws",
-                                                                     "sample_size", "seeds")}
+REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
+                                                                     "draws", "sample_size", "seeds")}
                                             for task, ps in PRIOR_SHIFT.items()})
 
 

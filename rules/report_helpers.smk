@@ -19,6 +19,8 @@ def report_exposure():
 
 # the exposure audit (pretraining corpora against evaluated data sets) belongs to no branch: the report states it
 REPORT_SETTINGS["exposure"] = report_exposure()
+# the Paper check's claims files (config claims), checked against the report's own tables
+REPORT_INPUTS["claims"] = list(config["claims"])
 
 # Every table and figure the report writes (fmaudit.report.report_outputs), so the report rule declares
 # exactly what it writes; each CSV and figure carries its caption, resources/report/{tables,figures}/<name>.rst.

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from fmaudit.config import fill_config
+from fmaudit.encoders import build_encoder, save_weights
 from fmaudit.io import FmauditInputError
 from fmaudit.preflight import check_config, check_names, unusable_encoders
 from fmaudit.schema import REPO_ROOT, load_yaml
@@ -81,9 +82,17 @@ def test_a_missing_weights_override_stops_at_config_time_naming_the_key(demo_con
     demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path)}
     with pytest.raises(FmauditInputError, match="encoder_weights.demo-convnet': .* is not a file"):
         check_config(fill_config(copy.deepcopy(demo_config)))
+    # an override that exists but is no checkpoint stops the pre-flight, naming the file and the key
     (tmp_path / "w.safetensors").write_bytes(b"x")
     demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "w.safetensors")}
+    with pytest.raises(FmauditInputError, match=r"w.safetensors is not a readable safetensors file .*"
+                                                r"encoder_weights.demo-convnet"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    monkeypatch.chdir(tmp_path)  # the pre-flight records what it checked under results/<study>/ of the cwd
+    demo_config["dataset_params"]["cmu-small-region"] = {"slides": str(REPO_ROOT / "resources/data/slides.tsv")}
+    save_weights(build_encoder("demo-convnet"), tmp_path / "w.safetensors")
     check_config(fill_config(demo_config))
+    assert (tmp_path / "results" / "demo" / "validation" / "encoders" / "demo-convnet.json").is_file()
 
 
 def test_encoders_that_cannot_be_embedded_name_the_key_to_set(demo_config, tmp_path, monkeypatch):

@@ -254,11 +254,41 @@ def test_shipped_registry_pins_what_it_can_and_marks_the_rest(registry):
     assert registry["dinov2-vitb14"]["weights"]["revision"] == "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
     for name, entry in hub.items():
         if name not in pinned:
-            assert entry.get("verify") is True, f"{name}: unpinned hub entries must say verify: true"
+            assert entry.get("verify") is True or entry.get("checked_against"), \
+                f"{name}: unpinned hub entries must say verify: true or what they were checked against"
     for name in ("hibou-b", "hibou-l"):  # remote code, no published commit found: explicit and unusable
         assert registry[name]["weights"]["revision"] is None
         with pytest.raises(FmauditInputError, match=f"encoder '{name}': weights.revision is not set"):
             check_encoder_usable(name, registry[name])
+
+
+def test_every_real_entry_says_what_it_was_checked_against_or_why_not(registry):
+    for name, entry in registry.items():
+        if entry.get("family") == "demo" or entry.get("variant_of"):
+            continue
+        if entry.get("verify"):
+            assert entry.get("verify_reason"), f"{name}: verify: true needs a verify_reason"
+        else:
+            assert entry.get("checked_against"), f"{name}: neither checked_against nor verify: true"
+    # what the check corrected (the sources: the notes and checked_against of each entry)
+    assert registry["uni2-h"]["preprocessing"]["interpolation"] == "bilinear"
+    assert registry["eva02-b14"]["preprocessing"]["resize_size"] == 248
+    assert registry["vit-b16-in21k"]["weights"]["drop_keys_with_prefix"] == ["head."]
+    assert registry["reddino-s"]["preprocessing"]["crop"] == "none"
+    assert "preprocessing.resize_size" in registry["prov-gigapath"]["departs_from_hub_config"]
+
+
+def test_checked_against_names_a_source_and_a_date(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["checked_against"] = ["https://example.org/card, 2026-12-01"]
+    load_yaml_registry(write_registry(tmp_path, {"mine": entry}), ENCODER_SCHEMA)
+    entry["checked_against"] = "the model card"
+    with pytest.raises(FmauditInputError, match="checked_against"):
+        load_yaml_registry(write_registry(tmp_path, {"mine": entry}), ENCODER_SCHEMA)
+    entry.pop("checked_against")
+    entry["departs_from_hub_config"] = {"preprocessing.colour": "no such field"}
+    with pytest.raises(FmauditInputError, match="departs_from_hub_config"):
+        load_registry(write_registry(tmp_path, {"mine": entry}))
 
 
 # ---------------------------------------------------------------- what decides an embedding's numbers

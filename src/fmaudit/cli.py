@@ -3,7 +3,9 @@
     fmaudit probe --train-features X.npy --train-labels y.npy --test-features ... --test-labels ... --out runs.csv
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
+    fmaudit check-claims --preset hema --results results/hema
     fmaudit download SLUG --data-root DIR
+    fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
 module only dispatches. A new command is a module there and one entry in :data:`COMMANDS`.
@@ -15,11 +17,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_config, download, gate, grid, probe, profile
+from fmaudit.commands import adapt, cells, check_claims, check_config, download, embed, gate, grid, probe, profile
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt)
+COMMANDS = (probe, grid, download, check_config, check_claims, embed, profile, cells, gate, adapt)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -54,8 +54,8 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.config import dataset_params
-from fmaudit.grid import (cell_plan, derived_datasets, embed_pairs, ood_shard_plan, ood_shards, parts_with,
-                          prior_shift_runs, scratch_reference_runs, shards)
+from fmaudit.grid import (cell_plan, derived_datasets, embed_pairs, ood_shard_plan, ood_shards, ood_split_shards,
+                          parts_with, prior_shift_runs, scratch_reference_runs, shards)
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.registry import embedding_key
 
@@ -355,8 +355,8 @@ def submissions(jobs: int, per_submission: int) -> int:
 
 
 #: Requests of the CPU shard rules without measurements (memory MB, wall minutes, per attempt).
-SHARD_DEFAULTS = {"probe_shard": (4000, 60), "ood_shard": (4000, 60), "cell_shard": (4000, 60),
-                  "prior_shift_shard": (8000, 60)}
+SHARD_DEFAULTS = {"probe_shard": (4000, 60), "ood_shard": (4000, 60), "ood_split_shard": (4000, 60),
+                  "cell_shard": (4000, 60), "prior_shift_shard": (8000, 60)}
 #: Requests of the data-preparation rules that run on the cluster (memory MB, wall minutes, per attempt).
 FIXED_REQUESTS = {"prepare_manifest": (4000, 60), "derive_manifest": (2000, 30), "prepare_cell_section": (8000, 60)}
 def scratch_request(gpu: bool) -> JobRequest:
@@ -368,7 +368,7 @@ def scratch_request(gpu: bool) -> JobRequest:
 #: profile's group-components, by these names; the rules' ``group:`` directives, tests/test_cluster.py keeps
 #: them equal).
 GROUP_PATTERNS = {rule: f"{rule}_{{encoder}}" for rule in ("embed", "cell_features", "probe_shard", "ood_shard",
-                                                            "prior_shift_shard", "cell_shard")}
+                                                            "ood_split_shard", "prior_shift_shard", "cell_shard")}
 
 
 @dataclass
@@ -656,6 +656,8 @@ def planned_requests(config: Mapping[str, Any], encoders: Mapping[str, Mapping[s
         add("probe_shard", shard.encoder, shard.task, planner.shard("probe_shard", shard.encoder), 1)
     for encoder, task in ood_shards(config):
         add("ood_shard", encoder, task, planner.shard("ood_shard", encoder), 1)
+    for encoder, task in ood_split_shards(config):
+        add("ood_split_shard", encoder, task, planner.shard("ood_split_shard", encoder), 1)
     prior = prior_shift_runs(config, datasets)
     if len(prior):
         for task, encoder, source, target in (prior[["task", "encoder", "source_domain", "target_domain"]]

@@ -6,7 +6,9 @@ accepts is one the workflow accepts too, and the reverse. Two stages:
 
 - :func:`check_config`, at plan time (every ``snakemake -n``, every ``fmaudit grid``): the config and both
   registries against their schemas, every name the config uses, every analysis grid, slide sheets, local
-  weight files. Cheap: it reads no data. :func:`unusable_encoders` says which encoders could not be embedded as
+  weight files, and the encoders' pre-flight (:func:`check_encoders_before_embedding`: each entry against its
+  hub repo's cached config, the sha256 of local weight files, their keys and shapes against the architecture
+  on the meta device, recorded so that an unchanged encoder is checked once). It reads no data set. :func:`unusable_encoders` says which encoders could not be embedded as
   configured (remote code without a pinned commit, a registry weight file that is not there); the workflow
   warns when it plans and stops before the first job of a run that would embed one.
 - :func:`check_data`, once the manifests are prepared (the ``validate`` rule; ``fmaudit check-config`` on the
@@ -26,17 +28,34 @@ class name of ``ood.near`` reruns the checks, and ``fmaudit check-config`` build
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
+from huggingface_hub import try_to_load_from_cache
 
-from fmaudit.config import apply_encoder_revisions, dataset_params, manifest_file
+from fmaudit.claims import load_claims
+from fmaudit.config import (
+    add_hub_encoders,
+    apply_encoder_revisions,
+    dataset_params,
+    embedded_encoders,
+    manifest_file,
+    results_dir,
+    weights_override,
+)
 from fmaudit.datasets.slide_tiles import read_slide_sheet
 from fmaudit.grid import check_grid, parts_with, resolved_tile_tasks, study_parts
-from fmaudit.io import FmauditInputError, read_table
-from fmaudit.registry import check_encoder_usable, load_dataset_registry, load_registry, unknown_name_error
+from fmaudit.io import FmauditInputError, read_json, read_table, stable_hash, write_json
+from fmaudit.registry import (
+    check_encoder_usable,
+    embedding_spec,
+    load_dataset_registry,
+    load_registry,
+    unknown_name_error,
+)
 from fmaudit.split_checks import SplitValidationError, SplitValidationReport, validate_task_splits
 
 __all__ = [
@@ -44,6 +63,7 @@ __all__ = [
     "DataChecks",
     "check_class_references",
     "check_config",
+    "check_encoders_before_embedding",
     "check_data",
     "check_encoder_weights",
     "check_names",
@@ -129,17 +149,101 @@ def unusable_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, 
     return problems
 
 
+# config files of a hub repo the pre-flight compares an entry with (fmaudit.encoders.hub)
+_HUB_CONFIG_FILES = ("config.json", "preprocessor_config.json", "open_clip_config.json")
+
+
+def _preflight_inputs(spec: Mapping[str, Any], override: str | None) -> list[list[Any]]:
+    """What the pre-flight of an entry would read on this machine now: local weight files and cached hub config
+    files, each ``[path, size, mtime_ns]``; cheap (no torch), so an unchanged encoder is not checked twice."""
+    weights = spec["weights"]
+    paths = []
+    if override:
+        paths.append(override)
+    elif weights["source"] == "file":
+        paths.append(weights["path"])
+    if weights["source"] == "hf_hub":
+        # the cache the embedding job reads (fmaudit.encoders.weights), from the environment as it is now
+        cache = os.environ.get("HF_HUB_CACHE") or (os.path.join(os.environ["HF_HOME"], "hub")
+                                                   if os.environ.get("HF_HOME") else None)
+        default = "model.safetensors" if weights["format"] == "safetensors" else "pytorch_model.bin"
+        names = list(_HUB_CONFIG_FILES) + ([] if override else [weights.get("filename") or default])
+        for filename in names:
+            hit = try_to_load_from_cache(weights["hf_hub_id"], filename, cache_dir=cache,
+                                         revision=weights.get("revision"))
+            if isinstance(hit, str):
+                paths.append(hit)
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append([str(path), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def check_encoders_before_embedding(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
+    """The pre-flight of every encoder the config embeds
+    (:func:`fmaudit.encoders.checks.check_encoder_before_embedding`: the entry against its hub repo's cached
+    config, the sha256 of local weight files, their keys and shapes against the architecture on the meta device);
+    raise one error listing every failure.
+
+    Each encoder that passed is recorded in ``results/<study>/validation/encoders/<slug>.json`` with what was read
+    (files with their size and modification time); while none of it changes, the checks are not run again, so a
+    dry run or a job's own parse of the workflow pays them once. Returns ``{slug: record}`` of the encoders
+    checked now."""
+    registry_file = str(config["encoder_registry"])
+    todo = {}
+    for enc in embedded_encoders(config):
+        spec = encoder_registry[enc]
+        override = weights_override(config, encoder_registry, enc)
+        inputs = _preflight_inputs(spec, override)
+        if not inputs:  # random init, or nothing on this machine yet: the embedding job checks what it downloads
+            continue
+        key = stable_hash({"spec": embedding_spec(spec), "override": override, "inputs": inputs})
+        record_path = Path(results_dir(config)) / "validation" / "encoders" / f"{enc}.json"
+        try:
+            if read_json(record_path).get("key") == key:
+                continue
+        except (OSError, ValueError):
+            pass
+        todo[enc] = (spec, override, key, record_path)
+    if not todo:
+        return {}
+    # torch, timm, transformers and open_clip are imported only when there are weights or hub configs to check
+    from fmaudit.encoders.checks import check_encoder_before_embedding
+
+    problems, records = [], {}
+    for enc, (spec, override, key, record_path) in todo.items():
+        try:
+            record = check_encoder_before_embedding(enc, spec, override=override,
+                                                    override_key=f"encoder_weights.{enc}", source=registry_file)
+        except FmauditInputError as e:
+            problems.append(str(e))
+            continue
+        records[enc] = record.as_dict()
+        write_json(record_path, {"key": key, **records[enc]})
+    if problems:
+        raise FmauditInputError("pre-flight of the encoders failed, before any embedding job:\n"
+                                + "\n".join(f"  - {p}" for p in problems))
+    return records
+
+
 def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every check of the plan stage, on a filled config (:func:`fmaudit.config.fill_config`); returns the
     (encoder, data-set) registries as the config sees them (``encoder_revisions`` applied). The workflow
     (``rules/common.smk``) and ``fmaudit check-config`` both call this."""
-    encoders = load_registry(config["encoder_registry"])
+    encoders = add_hub_encoders(config, load_registry(config["encoder_registry"]))
     datasets = load_dataset_registry(config["dataset_registry"])
     check_names(config, encoders, datasets)
     encoders = apply_encoder_revisions(config, encoders)
     check_encoder_weights(config)
     check_grid(config, datasets)
     check_slide_sheets(config, datasets)
+    check_encoders_before_embedding(config, encoders)
+    for path in config.get("claims") or []:  # a bad claims file stops the run now, not at the report
+        load_claims(path)
     return encoders, datasets
 
 

@@ -555,7 +555,7 @@ def extract_cell_features(
     removes them when all its magnifications are done).
     """
     from fmaudit.embed import resolve_device
-    from fmaudit.encoders import ENCODER_CACHE, resolve_data_config
+    from fmaudit.encoders import ENCODER_CACHE, check_against_hub_config, resolve_data_config
     from fmaudit.registry import encoder_config_hash, get_encoder_spec
     from fmaudit.slides import open_slide, slide_mpp
 
@@ -572,6 +572,8 @@ def extract_cell_features(
             spec = get_encoder_spec(spec)
         spec = dict(spec)
         encoder_name = spec.get("name", "?")
+        # the entry against its hub repo's cached config, before any patch is read (fmaudit.encoders.hub)
+        check_against_hub_config(spec, source=f"encoder {encoder_name!r}")
         if batch_size < 1 or chunk_size < 1:
             raise FmauditInputError(f"batch_size and chunk_size must be >= 1 (got {batch_size}, {chunk_size})")
         data_config = resolve_data_config(spec)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
-from fmaudit.report import cells, embeddings, exposure, ood, prior_shift, probe, variants
+from fmaudit.report import cells, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
 from fmaudit.report.chapter import ReportWriter, Chapter
 
 #: The report's chapters, in the order index.md shows them: one line per analysis.
@@ -29,6 +29,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     exposure.CHAPTER,
     cells.CHAPTER,
     embeddings.CHAPTER,
+    paper_check.CHAPTER,  # last: it checks the claims against the tables the chapters above wrote
 )
 
 #: Every input a chapter may read: name -> what the workflow gives under it (a list of files, empty when the
@@ -44,6 +45,8 @@ REPORT_INPUTS: dict[str, str] = {
     "cell_runs": "the aggregated cell runs (aggregate/cell_runs.parquet)",
     "cell_qc": "each cell section's QC overlay (PNG)",
     "cell_manifests": "each cell section's manifest",
+    "cell_subset_scores": "the table ranking the cell sections for the nested subsets (cells.subsets.scores)",
+    "claims": "the claims files of the Paper check (config claims)",
 }
 #: Every setting a chapter may state: name -> what it holds (the report rule's params; captions read them).
 REPORT_SETTINGS: dict[str, str] = {
