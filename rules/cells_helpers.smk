@@ -29,19 +29,21 @@ def mag(m):
 
 # The magnifications of every feature job, in the order of its outputs: a job embeds its section at all of them.
 CELL_MAGNIFICATIONS = [mag(m) for m in CELL_PLAN.cells["magnifications"]] if CELL_PLAN is not None else []
+# the one magnification of the rule's outputs when the config has no cell branch (the rule is then never planned;
+# its outputs, logs and benchmark must still share their wildcards)
+UNPLANNED_MAGNIFICATIONS = ["0"]
 
 
 def cell_feature_folders():
-    """The outputs of one (encoder, section) feature job: a folder per magnification (with the config's
-    magnifications as a {magnification} wildcard when it has no cell branch: the rule is then never planned)."""
+    """The outputs of one (encoder, section) feature job: a folder per magnification."""
     return [directory(f"{CELLS}/features/{{encoder}}/{{key}}/{m}x/{{section}}")
-            for m in CELL_MAGNIFICATIONS or ["{magnification}"]]
+            for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS]
 
 
 def cell_feature_logs():
     """A log per magnification of a feature job, where the per-magnification jobs wrote theirs."""
     return [f"{RESULTS}/logs/cell_features/{{encoder}}/{{key}}/{m}x/{{section}}.log"
-            for m in CELL_MAGNIFICATIONS or ["{magnification}"]]
+            for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS]
 
 
 def cell_magnifications(wildcards):
