@@ -195,14 +195,18 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
     report_dir = workdir / "results" / "demo" / "report"
     assert report_dir.is_dir() and any(report_dir.iterdir())
 
-    # a rerun whose embedding job fails on the cluster (weights that do not fit the encoder): its rule's log file
+    # a rerun whose embedding job fails on the cluster (weights of the right keys and shapes whose values are NaN:
+    # they pass the pre-flight, which stops a checkpoint that does not fit before any job): its rule's log file
     # holds the full exception, and the earlier embeddings stay where they were
     import torch
     from safetensors.torch import save_file
 
+    from fmaudit.encoders import build_encoder
+
     embeddings = workdir / "results" / "demo" / "embeddings" / "demo-vit-tiny"
     before = {p: p.read_bytes() for p in embeddings.rglob("*.npz")}
-    save_file({"not_a_layer.weight": torch.zeros(3)}, str(workdir / "wrong.safetensors"))
+    state = build_encoder("demo-vit-tiny").backbone.model.state_dict()
+    save_file({k: torch.full_like(v, float("nan")) for k, v in state.items()}, str(workdir / "wrong.safetensors"))
     config = dict(demo, encoder_weights={"demo-vit-tiny": str(workdir / "wrong.safetensors")})
     (workdir / "wrong.yaml").write_text(yaml.safe_dump(config))
     failed = run_on_slurm(
@@ -216,8 +220,8 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
         env=installed_profile,
     )  # fmt: skip
     assert failed.returncode != 0
-    # only the new key's embedding jobs ran, each tried three times (embed may fail for lack of resources); the
-    # wrapper's record holds the first run's submissions too
+    # only the new key's embedding jobs ran, their submission (one group) tried three times (embed may fail for
+    # lack of resources); the wrapper's record holds the first run's submissions too
     rerun = failed.submissions[len(run.submissions):]
     assert {s.rule for s in rerun} == {"embed"} and len(rerun) >= 3, rerun
     assert {p: p.read_bytes() for p in embeddings.rglob("*.npz")} == before
@@ -226,8 +230,8 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
     assert logs, failed.failure_message()
     for log in logs:
         text = log.read_text()
-        assert "the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in" in text
-        assert "do not fit the architecture" in text and "unexpected keys: not_a_layer.weight" in text
+        assert "the job failed: FmauditInputError: encoder 'demo-vit-tiny' produced non-finite" in text
+        assert "Traceback (most recent call last)" in text and "_check_finite" in text
 
 
 def demo_cell_branch(cfg: dict, encoders: list[str], magnifications: list[float], protocols: list[str]) -> dict:
