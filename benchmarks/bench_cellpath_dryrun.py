@@ -9,12 +9,14 @@ dry-runs run after the baseline, and a dry-run's RSS is far above ``--version``'
 copy of the repository (git ls-files), so nothing of a local results/ folder is read.
 
 The floor: Snakemake's own cost for the same plan. A generated workflow with the same rules and job counts as the
-preset's cell branch (prepare per section, one validation, a feature job per (encoder, section, magnification)
-with the same directives: input, directory output, log, benchmark, params, threads, three resources, conda,
-script; a merge per (encoder, magnification); a shard per (encoder, magnification, protocol); the merges), but
+preset's cell branch (prepare per section, one validation, a feature job per (encoder, section) with a directory
+output and a log per magnification and the same directives: input, outputs, logs, benchmark, params, threads,
+three resources, group, conda, script; a merge per (encoder, magnification); a shard per (encoder, magnification,
+protocol); the merges), but
 every path, param and resource static: no fmaudit code, no input function, no config. Its ``snakemake -n`` is
 timed in the same loop (interleaved with the preset's), as is ``snakemake -n -q`` of both (the plan without the
-per-job listing). What the preset takes above the floor is what fmaudit's Snakefile and helpers cost.
+per-job listing) and the preset's ``snakemake -n --profile profiles/slurm`` (the cluster's plan: job groups and
+each job's sized request). What the preset takes above the floor is what fmaudit's Snakefile and helpers cost.
 
     .venv/bin/python benchmarks/bench_cellpath_dryrun.py [--repeats 3] [--preset resources/presets/cellpath.yaml]
 """
@@ -93,14 +95,15 @@ rule features:
         manifest=f"{{R}}/cells/sections/{{{{section}}}}.parquet",
         validated=f"{{R}}/cells/validated.json",
     output:
-        directory(f"{{R}}/cells/features/{{{{encoder}}}}/key/{{{{magnification}}}}x/{{{{section}}}}"),
+        [directory(f"{{R}}/cells/features/{{{{encoder}}}}/key/{{m}}x/{{{{section}}}}") for m in MAG],
     log:
-        f"{{R}}/logs/features/{{{{encoder}}}}/key/{{{{magnification}}}}x/{{{{section}}}}.log",
+        [f"{{R}}/logs/features/{{{{encoder}}}}/key/{{m}}x/{{{{section}}}}.log" for m in MAG],
     benchmark:
-        f"{{R}}/benchmarks/features/{{{{encoder}}}}/key/{{{{magnification}}}}x/{{{{section}}}}.tsv"
+        f"{{R}}/benchmarks/features/{{{{encoder}}}}/key/{{{{section}}}}.tsv"
     params:
         encoder="name",
         weights="",
+        magnifications=MAG,
         batch_size=64,
         chunk_size=256,
     threads: 1
@@ -108,6 +111,8 @@ rule features:
         gpu=1,
         mem_mb=16000,
         runtime=240,
+    group:
+        "features_{{encoder}}"
     conda:
         "envs/x.yaml"
     script:
@@ -177,9 +182,10 @@ def write_floor(dest: Path, jobs: dict[str, int], magnifications: int) -> tuple[
     """The floor workflow for the preset's planned cell jobs; returns its folder and its job count."""
     sections = jobs["prepare_cell_section"]
     merges = jobs["cell_feature_set"]
-    if merges % magnifications or jobs["cell_shard"] % merges or jobs["cell_features"] != merges * sections:
+    encoders = merges // magnifications
+    if merges % magnifications or jobs["cell_shard"] % merges or jobs["cell_features"] != encoders * sections:
         raise SystemExit(f"the preset's cell jobs do not have the expected shape: {jobs}")
-    encoders, protocols = merges // magnifications, jobs["cell_shard"] // merges
+    protocols = jobs["cell_shard"] // merges
     dest.mkdir(parents=True)
     (dest / "Snakefile").write_text(FLOOR_SNAKEFILE.format(
         encoders=encoders, sections=sections, magnifications=magnifications, protocols=protocols))
@@ -187,7 +193,7 @@ def write_floor(dest: Path, jobs: dict[str, int], magnifications: int) -> tuple[
     (dest / "envs" / "x.yaml").write_text("channels: [conda-forge]\ndependencies: [python=3.11]\n")
     (dest / "scripts").mkdir()
     (dest / "scripts" / "x.py").write_text("")
-    total = sections + 1 + merges * sections + merges + merges * protocols + 3
+    total = sections + 1 + encoders * sections + merges + merges * protocols + 3
     return dest, total
 
 
@@ -209,12 +215,15 @@ def main() -> None:
         floor_out = timed([SNAKEMAKE, "-n"], floor_dir)[1]  # warm-up
         if sum(planned_jobs(floor_out).values()) != floor_jobs:
             raise SystemExit(f"the floor workflow planned {planned_jobs(floor_out)}, expected {floor_jobs} jobs")
-        times: dict[str, list[float]] = {"preset": [], "floor": [], "preset -q": [], "floor -q": []}
+        times: dict[str, list[float]] = {"preset": [], "floor": [], "preset -q": [], "floor -q": [], "slurm": []}
+        slurm = [SNAKEMAKE, "-n", "--profile", "profiles/slurm", "--configfile", args.preset]
         for _ in range(args.repeats):  # interleaved
             times["preset"].append(timed([SNAKEMAKE, "-n", "--configfile", args.preset], work)[0])
             times["floor"].append(timed([SNAKEMAKE, "-n"], floor_dir)[0])
             times["preset -q"].append(timed([SNAKEMAKE, "-n", "-q", "--configfile", args.preset], work)[0])
             times["floor -q"].append(timed([SNAKEMAKE, "-n", "-q"], floor_dir)[0])
+            if (work / "profiles" / "slurm").is_dir():
+                times["slurm"].append(timed(slurm, work)[0])
     med = {k: statistics.median(v) for k, v in times.items()}
     base_s, dry_s = statistics.median(base), med["preset"]
     print(f"preset: {args.preset}")
@@ -228,6 +237,9 @@ def main() -> None:
     print(f"floor (the same {floor_jobs} jobs, static, no fmaudit code): snakemake -n median {med['floor']:.2f} s "
           f"({', '.join(f'{t:.2f}' for t in times['floor'])}); -n -q: preset {med['preset -q']:.2f} s, floor "
           f"{med['floor -q']:.2f} s")
+    if times["slurm"]:
+        print(f"snakemake -n --profile profiles/slurm (the cluster's plan: groups, sized requests): median "
+              f"{statistics.median(times['slurm']):.2f} s ({', '.join(f'{t:.2f}' for t in times['slurm'])})")
     print(f"fmaudit's share of the dry-run: {med['preset'] - med['floor']:.2f} s (preset - floor); Snakemake's own: "
           f"{med['floor'] - base_s:.2f} s (floor - --version) for {floor_jobs} jobs, "
           f"{1000 * (med['floor'] - base_s) / floor_jobs:.2f} ms per job")

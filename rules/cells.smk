@@ -1,8 +1,11 @@
 # The cell branch (CellPath-Bench, seed 002): Xenium sections registered to their H&E (or the slides of a
 # cell_table: the user's own cells, fmaudit.cells.table), checked, embedded at
-# their nuclei per (encoder, section, magnification), probed per (encoder, magnification, protocol) shard,
-# aggregated for the report. Planned from CELL_PLAN (rules/common.smk, fmaudit.grid.cell_plan); nothing here
+# their nuclei per (encoder, section) at every magnification, probed per (encoder, magnification, protocol) shard,
+# aggregated for the report. Planned from CELL_PLAN (rules/cells_helpers.smk, fmaudit.grid.cell_plan); nothing here
 # when the config has no `cells` section.
+
+
+include: "cells_helpers.smk"
 
 
 # One section: registration through its alignment (fmaudit.cells.prepare; a cell_table slide: its cells as given,
@@ -23,8 +26,8 @@ rule prepare_cell_section:
         data_root=config["data_root"],
     threads: 1
     resources:
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=fixed_mem_mb,
+        runtime=fixed_runtime,
     conda:
         "../envs/slides.yaml"
     script:
@@ -36,15 +39,15 @@ rule prepare_cell_section:
 # every test class in training (or allowed by name in the taxonomy task's allow_missing_classes).
 rule validate_cells:
     input:
-        manifests=lambda wildcards: [cell_manifest_path(s) for s in sorted(CELL_PLAN.sections)],
+        manifests=cell_section_manifests,
     output:
         CELL_VALIDATION,
     log:
         f"{RESULTS}/logs/validate_cells.log",
     params:
-        sections=lambda wildcards: sorted(CELL_PLAN.sections),
-        cells=lambda wildcards: cell_validation_settings(),
-        taxonomies=lambda wildcards: cell_taxonomies(),
+        sections=cell_sections,
+        cells=cell_validation_settings,
+        taxonomies=cell_taxonomies,
     threads: 1
     resources:
         mem_mb=8000,
@@ -55,28 +58,35 @@ rule validate_cells:
         "../scripts/validate_cells.py"
 
 
-# Nucleus-anchored features of one (encoder, section, magnification): a GPU job for real encoders, resumable
-# in chunks; under the encoder's embedding key like the tile embeddings.
+# Nucleus-anchored features of one (encoder, section) at every magnification of the config: a folder and a log per
+# magnification, the encoder loaded once for all of them; a GPU job for real encoders, resumable in chunks; under
+# the encoder's embedding key like the tile embeddings. A cluster runs an encoder's jobs a few to a submission
+# (group cell_features_<encoder>, profiles/slurm: group-components) and sizes each from the encoder and the
+# section (rules/common.smk, resources).
 rule cell_features:
     input:
         manifest=f"{CELLS}/sections/{{section}}.parquet",
         validated=validated_cells(),
     output:
-        directory(f"{CELLS}/features/{{encoder}}/{{key}}/{{magnification}}x/{{section}}"),
+        *cell_feature_folders(),
     log:
-        f"{RESULTS}/logs/cell_features/{{encoder}}/{{key}}/{{magnification}}x/{{section}}.log",
+        *cell_feature_logs(),
     benchmark:
-        f"{RESULTS}/benchmarks/cell_features/{{encoder}}/{{key}}/{{magnification}}x/{{section}}.tsv"
+        f"{RESULTS}/benchmarks/cell_features/{{encoder}}/{{key}}/{{section}}.tsv"
     params:
         encoder=cell_encoder_entry,
         weights=cell_encoder_weights,
-        batch_size=64,
+        magnifications=cell_magnifications,
+        batch_size=GPU_BATCH_SIZE,
         chunk_size=256,
     threads: embed_threads
     resources:
         gpu=embed_gpus,
-        mem_mb=embed_mem_mb,
-        runtime=embed_runtime,
+        mem_mb=cell_features_mem_mb,
+        runtime=cell_features_runtime,
+        constraint=gpu_constraint,
+    group:
+        "cell_features_{encoder}"
     conda:
         "../envs/embed.yaml"
     script:
@@ -93,7 +103,7 @@ rule cell_feature_set:
     log:
         f"{RESULTS}/logs/cell_feature_set/{{encoder}}/{{key}}/{{magnification}}x.log",
     params:
-        sections=lambda wildcards: sorted(CELL_PLAN.sections),
+        sections=cell_sections,
     conda:
         "../envs/analysis.yaml"
     script:
@@ -114,11 +124,13 @@ rule cell_shard:
         f"{RESULTS}/benchmarks/cell_shard/{{protocol}}/{{encoder}}/{{magnification}}x.tsv"
     params:
         cells=cell_shard_settings,
-        taxonomy_tasks=lambda wildcards: sorted(set(CELL_PLAN.taxonomy_tasks.values())),
+        taxonomy_tasks=cell_taxonomy_tasks,
     threads: 1
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "cell_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:
@@ -127,7 +139,7 @@ rule cell_shard:
 
 rule aggregate_cells:
     input:
-        shards=lambda wildcards: all_cell_shards(),
+        shards=all_cell_shards,
     output:
         CELL_RUNS,
     log:

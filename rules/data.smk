@@ -1,6 +1,9 @@
 # Data sets -> manifests (one table per data set: item, label, group, domain, split).
 
 
+include: "data_helpers.smk"
+
+
 rule prepare_manifest:
     input:
         dataset_input_files,
@@ -15,8 +18,8 @@ rule prepare_manifest:
         data_root=config["data_root"],
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=fixed_mem_mb,
+        runtime=fixed_runtime,
     wildcard_constraints:
         dataset=SOURCE_DATASET,
     conda:

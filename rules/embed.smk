@@ -1,7 +1,11 @@
 # Embeddings: one job per (encoder, data set), on a GPU for real encoders; resumable in chunks. Only once every
 # task's splits passed validation. The {key} folder is the hash of what decides the numbers (EMBEDDING_KEY in
 # common.smk): a new key writes beside the earlier embeddings instead of replacing them. Read embeddings through
-# embedding_path(encoder, dataset).
+# embedding_path(encoder, dataset). A cluster runs an encoder's embedding jobs a few to a submission (group
+# embed_<encoder>, profiles/slurm: group-components), each sized from the encoder and the manifest's rows.
+
+
+include: "embed_helpers.smk"
 
 
 rule embed:
@@ -17,12 +21,15 @@ rule embed:
     params:
         encoder=encoder_entry,
         weights=encoder_weights,
-        batch_size=64,
+        batch_size=GPU_BATCH_SIZE,
     threads: embed_threads
     resources:
         gpu=embed_gpus,
         mem_mb=embed_mem_mb,
         runtime=embed_runtime,
+        constraint=gpu_constraint,
+    group:
+        "embed_{encoder}"
     conda:
         "../envs/embed.yaml"
     script:

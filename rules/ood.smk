@@ -7,6 +7,9 @@
 # (fmaudit.grid.ood_split_runs); aggregate_ood concatenates both for the report.
 
 
+include: "ood_helpers.smk"
+
+
 rule derive_manifest:
     input:
         manifest=f"{RESULTS}/manifests/{{dataset}}.parquet",
@@ -20,8 +23,8 @@ rule derive_manifest:
         spec=derived_spec,
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=fixed_mem_mb,
+        runtime=fixed_runtime,
     wildcard_constraints:
         tag=PERTURBATION_TAG,
     conda:
@@ -60,6 +63,8 @@ rule ood_shard:
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "ood_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:
@@ -90,6 +95,8 @@ rule ood_split_shard:
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "ood_split_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:

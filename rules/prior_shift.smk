@@ -4,6 +4,9 @@
 # prior_shift.scratch_reference.enabled; and one aggregation of every shard across encoders for the report.
 
 
+include: "prior_shift_helpers.smk"
+
+
 rule prior_shift_shard:
     input:
         unpack(probe_shard_inputs),
@@ -16,14 +19,16 @@ rule prior_shift_shard:
     benchmark:
         f"{RESULTS}/benchmarks/prior_shift_shard/{{task}}/{{encoder}}/{{source_domain}}/{{target_domain}}.tsv"
     params:
-        task=probe_task,
+        task=task_spec,
         prior_shift=prior_shift_shard_settings,
         ece_bins=prior_shift_ece_bins,
         readout=prior_shift_readout,
     threads: 1
     resources:
-        mem_mb=prior_shift_mem_mb,
-        runtime=prior_shift_runtime,
+        mem_mb=shard_mem_mb,
+        runtime=shard_runtime,
+    group:
+        "prior_shift_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:
@@ -41,7 +46,7 @@ rule scratch_reference:
     benchmark:
         f"{RESULTS}/benchmarks/scratch_reference/{{task}}/{{source_domain}}/seed{{seed}}.tsv"
     params:
-        task=probe_task,
+        task=task_spec,
         targets=scratch_targets,
         pools=scratch_pool_settings,
         settings=scratch_settings,

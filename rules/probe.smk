@@ -1,6 +1,9 @@
 # The tile-level probe suite: one shard job per (encoder, task), looping over its runs in-process.
 
 
+include: "probe_helpers.smk"
+
+
 rule probe_shard:
     input:
         unpack(probe_shard_inputs),
@@ -13,7 +16,7 @@ rule probe_shard:
     benchmark:
         f"{RESULTS}/benchmarks/probe_shard/{{task}}/{{encoder}}.tsv"
     params:
-        task=probe_task,
+        task=task_spec,
         probe=probe_settings,
         calibration=calibration_settings,
         bootstrap=bootstrap_settings,
@@ -21,6 +24,8 @@ rule probe_shard:
     resources:
         mem_mb=shard_mem_mb,
         runtime=shard_runtime,
+    group:
+        "probe_shard_{encoder}"
     conda:
         "../envs/analysis.yaml"
     script:

@@ -1,7 +1,10 @@
 # Report: tidy tables (CSV, Markdown, LaTeX), figures, and the captions of `snakemake --report`.
-# Built from the report's sections alone (fmaudit.report): its inputs are what the sections read, its params what
-# they state (each branch's files and settings, registered in rules/common.smk), its outputs every table and
-# figure they write; captions state the settings in use, from this rule's params.
+# Built from the report's chapters alone (fmaudit.report): its inputs are what the chapters read, its params what
+# they state (each branch's files and settings, registered by its rules/<branch>_helpers.smk), its outputs every
+# table and figure they write; captions state the settings in use, from this rule's params.
+
+
+include: "report_helpers.smk"
 
 
 rule report:

@@ -1,4 +1,4 @@
-"""Snakemake adapter: nucleus-anchored features of one (encoder, section, magnification)."""
+"""Snakemake adapter: nucleus-anchored features of one (encoder, section) at every magnification of the config."""
 import sys
 from pathlib import Path
 
@@ -10,11 +10,11 @@ cell_features_job(
     encoder=snakemake.wildcards.encoder,  # noqa: F821
     spec=snakemake.params.encoder,  # noqa: F821
     manifest=snakemake.input.manifest,  # noqa: F821
-    magnification=float(snakemake.wildcards.magnification),  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
+    magnifications=snakemake.params.magnifications,  # noqa: F821
+    outs=list(snakemake.output),  # noqa: F821
     weights=snakemake.params.weights or None,  # noqa: F821
     batch_size=snakemake.params.batch_size,  # noqa: F821
     chunk_size=snakemake.params.chunk_size,  # noqa: F821
     threads=snakemake.threads,  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    logs=list(snakemake.log),  # noqa: F821
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -9,6 +10,16 @@ import numpy as np
 import pytest
 
 from slide_utils import GLASS_RGB, REAL_SLIDE, REPO_ROOT, TISSUE_RGB, glass, halve, write_pyramid_tiff  # noqa: F401
+
+
+@pytest.fixture(autouse=True)
+def _fresh_encoder_cache():
+    """Each test builds its own encoders: the process's encoder cache (fmaudit.encoders.ENCODER_CACHE, which a
+    job uses to load its encoder once for all its outputs) is emptied before it, when something imported it."""
+    cache = sys.modules.get("fmaudit.encoders.cache")
+    if cache is not None:
+        cache.ENCODER_CACHE.clear()
+    yield
 
 
 @pytest.fixture

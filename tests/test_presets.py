@@ -28,7 +28,7 @@ PAPERS = ["prism", "audit", "hema", "cellpath"]
 SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 
-# cell features are one job per (encoder, section, magnification) since issue 10: 2,250 of them in CellPath
+# cell features are one job per (encoder, section), every magnification in the job: 750 of them in CellPath
 FEW_THOUSAND = 4000
 
 
@@ -95,7 +95,9 @@ def test_cellpath_counts(summaries):
     assert {p: count(s, "cells", p) for p in published} == published
     assert sum(published.values()) == 304_920
     assert count(s, "cells", "IS", "jobs") == 30 * 3  # one job per (encoder, magnification, protocol)
-    assert count(s, "cells", "features (section x magnification)") == 30 * 25 * 3
+    features = "features (section x magnification; a job per section)"
+    assert count(s, "cells", features) == 30 * 25 * 3
+    assert count(s, "cells", features, "jobs") == 30 * 25  # a section's magnifications in one job
     # the cell-level taxonomies are not tile tasks: nothing is probed or embedded tile-wise
     assert count(s, "probe", "fits (in-domain)") == 0 and count(s, "embed", "encoder x dataset") == 0
 

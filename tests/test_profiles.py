@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fmaudit.grid import ANALYSES, Analysis, retried_rules
 from fmaudit.io import FmauditInputError
 from fmaudit.profiles import (
     PARTITIONS_FILE, UNKNOWN_GPUS_PER_NODE, check_slurm_names, default_template, install_slurm_profile,
-    render_slurm_profile, snakemake_profile_dir,
+    render_slurm_profile, snakemake_profile_dir, template_retried_rules,
 )
 
 
@@ -41,6 +42,28 @@ def config_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+def test_the_template_retries_the_rules_the_table_of_analyses_says():
+    # a new analysis whose jobs can fail for resources is retried once its rule is in the template's list
+    assert template_retried_rules(default_template().read_text()) == retried_rules()
+    assert set(retried_rules()) == {a.rule for a in ANALYSES.values() if a.rule and a.retried}
+
+
+def test_retried_rules_follow_the_table():
+    table = {**ANALYSES, "toy": Analysis("toy", ANALYSES["probe"].enumerate, ("encoder",), rule="toy_shard"),
+             "cheap": Analysis("cheap", ANALYSES["probe"].enumerate, ("encoder",), rule="cheap", retried=False),
+             "later": Analysis("later", ANALYSES["probe"].enumerate, ("encoder",))}
+    assert retried_rules(table) == [*retried_rules(), "toy_shard"]
+
+
+def test_the_installed_profile_retries_the_tables_rules_whatever_the_template_lists():
+    template = default_template().read_text().replace("  - scratch_reference\n", "")
+    assert "scratch_reference" not in template_retried_rules(template)
+    files = render_slurm_profile(template, "cpu", "gpu", "lab_a", 4)
+    installed = yaml.safe_load(files["config.yaml"])
+    assert installed["preemptible-rules"] == retried_rules()
+    assert installed["preemptible-retries"] == 2 and installed["retries"] == 0  # the lines around it kept
+
+
 def test_default_destination_is_where_snakemake_looks_for_named_profiles(config_home, tmp_path, monkeypatch):
     from snakemake.cli import get_profile_dir
 
@@ -62,8 +85,7 @@ def test_installed_profile_reads_back_through_snakemakes_profile_parser(config_h
         parsed = ProfileConfigFileParser().parse(fh)
     assert "slurm_account=lab_a" in parsed["default-resources"]
     assert parsed["slurm-partition-config"] == str(result.dest / PARTITIONS_FILE)  # resolved in the profile dir
-    assert parsed["preemptible-rules"] == ["embed", "probe_shard", "ood_shard", "prior_shift_shard", "scratch_reference",
-                                           "cell_features", "cell_shard"]
+    assert parsed["preemptible-rules"] == retried_rules()  # the table of analyses' retried rules
     assert parsed["retries"] == "0" and parsed["preemptible-retries"] == "2"
     partitions = yaml.safe_load((result.dest / PARTITIONS_FILE).read_text())["partitions"]
     assert partitions == {"cpu": {"max_gpu": 0}, "gpu": {"max_gpu": 8}}
@@ -168,3 +190,21 @@ def test_bad_names_and_bad_templates(tmp_path, monkeypatch):
         render_slurm_profile("executor: slurm\n", "cpu", "gpu", "lab", 1)
     with pytest.raises(FileNotFoundError, match="profile template not found"):
         install_slurm_profile(tmp_path / "p", "cpu", "gpu", "lab", check=False, template=tmp_path / "nope.yaml")
+
+
+def test_the_sites_gpu_classes_are_written_under_default_resources_and_read_back(tmp_path, monkeypatch):
+    from fmaudit.cluster import GpuClass
+    from fmaudit.profiles import read_profile
+
+    fake_commands(tmp_path, monkeypatch, sinfo="exit 99", sacctmgr="exit 99")
+    result = install_slurm_profile(tmp_path / "site", "cpu", "gpu", "lab", check=False,
+                                   gpu_classes="16:,80:a100_80g|h100")
+    parsed = yaml.safe_load((result.dest / "config.yaml").read_text())
+    assert parsed["default-resources"]["gpu_classes"] == "16:,80:a100_80g|h100"
+    assert parsed["default-resources"]["slurm_account"] == "lab"
+    settings = read_profile([result.dest])
+    assert settings.gpu_classes == (GpuClass(16, ""), GpuClass(80, "a100_80g|h100"))
+    assert settings.group_components["cell_features_{encoder}"] >= 1
+    with pytest.raises(FmauditInputError, match="gpu_classes '80': '80' is not"):
+        install_slurm_profile(tmp_path / "other", "cpu", "gpu", "lab", check=False, gpu_classes="80")
+    assert not (tmp_path / "other").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from toy_analysis import add_toy_analysis
 from workflow_utils import copy_repo, demo_tile_branches, planned_jobs, snakemake
 
 pytestmark = pytest.mark.slow
@@ -218,7 +220,7 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     # the cell branch: this encoder's feature jobs, its feature sets and shards, the merges; no section again
     n_sections = sum(len(v) for v in cells["sections"].values())
     n_mags = len(cells["magnifications"])
-    assert jobs.get("cell_features") == n_sections * n_mags, jobs
+    assert jobs.get("cell_features") == n_sections, jobs  # one job per section, every magnification in it
     assert jobs.get("cell_feature_set") == n_mags, jobs
     assert jobs.get("cell_shard") == len(cells["protocols"]) * n_mags, jobs
     assert set(jobs) == {"embed", "probe_shard", "ood_shard", "ood_split_shard", "prior_shift_shard", "cell_features",
@@ -909,16 +911,65 @@ def test_the_demo_report_checks_its_own_claims(demo_run):
 
 
 def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):
+    """The CellPath plan through the Slurm profile: every feature and shard job, the feature jobs of each encoder
+    a few to a cluster submission (at most 100 GPU submissions for the 30 encoders), each job asking for what
+    `fmaudit grid --estimate` says (the same planner), sized by its encoder."""
+    from fmaudit.cluster import planned_requests
     from fmaudit.config import load_config
     from fmaudit.grid import enumerate_runs, jobs
+    from fmaudit.preflight import check_config
+    from fmaudit.profiles import read_profile
 
     work, _ = demo_run
-    proc = snakemake(work, "-n", "--configfile", "resources/presets/cellpath.yaml")
+    proc = snakemake(work, "-n", "--profile", "profiles/slurm", "--configfile", "resources/presets/cellpath.yaml")
     planned = planned_jobs(proc.stdout)
     config = load_config(work / "resources" / "presets" / "cellpath.yaml")
     runs = enumerate_runs(config, None, "cells")
     assert len(runs) == 304_920
     assert planned["cell_shard"] == len(jobs(runs, "cells")) == 360
-    assert planned["cell_features"] == len(jobs(enumerate_runs(config, None, "cell_features"), "cell_features")) == 2250
+    assert planned["cell_features"] == len(jobs(enumerate_runs(config, None, "cell_features"), "cell_features")) == 750
     assert planned["prepare_cell_section"] == 25 and planned["cell_feature_set"] == 90
-    assert proc.stdout.count("rule cell_features:") == 2250
+    assert proc.stdout.count("rule cell_features:") == 750
+    # the cluster submissions of the feature jobs: one group per encoder, split into components (the profile's)
+    groups = re.findall(r"Group job cell_features_(\S+) \(", proc.stdout)
+    assert len(groups) <= 100 and set(groups) == set(config["encoders"])
+    # each job's request, as the dry run prints it, is the estimate's
+    encoders, datasets = check_config(config)
+    expected = planned_requests(config, encoders, datasets, read_profile([work / "profiles" / "slurm"]),
+                                work / "results" / "cellpath")
+    expected = expected[expected["rule"] == "cell_features"]
+    want = {(r.encoder, r.job.split("/")[1]): (r.request.mem_mb, r.request.runtime_min) for r in expected.itertuples()}
+    seen = {}
+    for block in proc.stdout.split("rule cell_features:")[1:]:
+        wildcards = dict(re.findall(r"(\w+)=([^,\s]+)", re.search(r"wildcards: (.*)", block).group(1)))
+        resources = dict(re.findall(r"(\w+)=([^,\s]+)", re.search(r"resources: (.*)", block).group(1)))
+        seen[(wildcards["encoder"], wildcards["section"])] = (int(resources["mem_mb"]), int(resources["runtime"]))
+    assert seen == want
+    sizes = {enc: seen[(enc, "breast-1")] for enc in ("kaiko-vits16", "h-optimus-1")}
+    assert sizes["h-optimus-1"][0] > sizes["kaiko-vits16"][0] and sizes["h-optimus-1"][1] > sizes["kaiko-vits16"][1]
+
+
+# ---- a new analysis is a short declared path (docs/contributing.md; the toy: tests/toy_analysis.py) ------------
+
+
+def test_a_new_analysis_through_its_declared_path_runs_and_is_reported(demo_run, tmp_path_factory):
+    # tests/test_contributing.py checks the toy's files against the guide and its count in `fmaudit grid`
+    work = _copy(demo_run, tmp_path_factory, "toy")
+    add_toy_analysis(work)
+    planned = planned_jobs(snakemake(work, "-n").stdout)
+    assert set(planned) == {"toy_shard", "report", "all"}, planned  # nothing of the finished demo reruns
+    snakemake(work, "--cores", "2")
+    report = work / DEMO / "report"
+    norms = pd.read_csv(report / "tables" / "toy_norms.csv")
+    assert len(norms) == planned["toy_shard"] and (norms["mean_norm"] > 0).all()
+    assert "## Toy" in (report / "index.md").read_text()
+    # its setting reruns its jobs and the report, nothing else, and shows in its numbers and its caption
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["toy"] = {"scale": 2.0}
+    (work / "toy.yaml").write_text(yaml.safe_dump(cfg))
+    assert set(planned_jobs(snakemake(work, "-n", "--configfile", "toy.yaml").stdout)) == {"toy_shard", "report", "all"}
+    snakemake(work, "--cores", "2", "--configfile", "toy.yaml")
+    doubled = pd.read_csv(report / "tables" / "toy_norms.csv")
+    np.testing.assert_allclose(doubled["mean_norm"], 2 * norms["mean_norm"], rtol=1e-6)
+    snakemake(work, "--configfile", "toy.yaml", "--report", str(DEMO / "report" / "report.html"))
+    assert "times 2.0" in (report / "report.html").read_text(errors="replace")

@@ -61,7 +61,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from fmaudit.datasets.manifest import make_manifest, validate_manifest
 from fmaudit.devices import resolve_device
-from fmaudit.encoders import READOUTS, ResolvedWeights, build_encoder, check_against_hub_config, resolve_weights
+from fmaudit.encoders import ENCODER_CACHE, READOUTS, ResolvedWeights, check_against_hub_config, resolve_weights
 from fmaudit.io import (
     H5_SUFFIXES,
     FmauditInputError,
@@ -486,9 +486,8 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
                     log_every: int) -> float:
     """Embed the pending chunks, writing each as it completes; returns images/s of the full path."""
     name = spec.get("name", "?")
-    t_build = time.perf_counter()
-    encoder = build_encoder(spec, weights_path=weights_path, device=device, resolved=resolved)
-    logger.info("built %s in %.1f s", name, time.perf_counter() - t_build)
+    # built once per process (logged there with the process's load count), reused by a later call of the process
+    encoder = ENCODER_CACHE.get(spec, weights_path=weights_path, device=device, resolved=resolved, logger=logger)
     # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
     dataset = ItemDataset(manifest, encoder.pixel_transform)
     loader, autocast = chunked_loader(dataset, bounds, pending, batch_size, num_workers, device, precision)

@@ -20,7 +20,7 @@ from types import TracebackType
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-__all__ = ["FORMAT", "file_handler", "log_uncaught_exceptions", "setup_logging"]
+__all__ = ["FORMAT", "file_handler", "log_uncaught_exceptions", "setup_logging", "switch_log_file"]
 
 
 def file_handler(path: str | Path, mode: str = "a") -> logging.FileHandler:
@@ -82,4 +82,24 @@ def setup_logging(path: str | Path | None = None, level: int = logging.INFO) -> 
     root.setLevel(level)
     logging.captureWarnings(True)
     log_uncaught_exceptions()
+    _opened.clear()
+    if path:
+        _opened.add(str(Path(path).resolve()))
     return logging.getLogger("fmaudit")
+
+
+_opened: set[str] = set()
+
+
+def switch_log_file(path: str | Path) -> None:
+    """From now on send the records :func:`setup_logging` sends to a file to ``path`` instead (truncated the first
+    time this job switches to it, appended to afterwards); stderr is kept. A job with one ``log:`` file per
+    output (a cell section at each magnification) switches before each output, so each log holds that output's
+    records and, if it fails there, the job's exception."""
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+    key = str(Path(path).resolve())
+    root.addHandler(file_handler(path, mode="a" if key in _opened else "w"))
+    _opened.add(key)

@@ -11,6 +11,9 @@ The installed profile is the repository's template (``profiles/slurm/config.yaml
 each in one place:
 
 - the account, as ``default-resources: slurm_account`` (``sbatch -A`` for every job);
+- the rules whose jobs are resubmitted after a failure (``preemptible-rules``), from the table of analyses
+  (:func:`fmaudit.grid.retried_rules`): the template lists the same rules for a reader, and a test keeps the two
+  equal;
 - the partitions, in ``partitions.yaml`` beside it, named by ``slurm-partition-config``: the Slurm plugin
   (snakemake-executor-plugin-slurm 2.8, ``partitions.py``) scores every job against the listed partitions
   and submits it to the best fit. The CPU partition has ``max_gpu: 0``, so a job that asks for a GPU
@@ -31,9 +34,13 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import platformdirs
 import yaml
 
+from fmaudit.cluster import ClusterSettings, parse_gpu_classes
+from fmaudit.grid import retried_rules
 from fmaudit.io import FmauditInputError, write_text
 from fmaudit.schema import REPO_ROOT
 
@@ -44,6 +51,7 @@ PARTITIONS_FILE = "partitions.yaml"
 UNKNOWN_GPUS_PER_NODE = 64
 COMMAND_TIMEOUT_S = 30
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+RETRIED_RULES_KEY = "preemptible-rules"
 
 
 @dataclass
@@ -71,8 +79,6 @@ class InstalledProfile:
 
 def snakemake_profile_dir(name: str = "slurm") -> Path:
     """The folder ``snakemake --profile <name>`` finds from any working directory (the user config dir)."""
-    import platformdirs
-
     return Path(platformdirs.user_config_dir("snakemake", "snakemake")) / name
 
 
@@ -177,8 +183,9 @@ def check_slurm_names(partition: str, gpu_partition: str, account: str) -> tuple
 
 
 def render_slurm_profile(template: str, partition: str, gpu_partition: str, account: str, gpus_per_node: int,
-                         header: str = "") -> dict[str, str]:
-    """The installed profile's files (name -> text): the template with the account and the partition file."""
+                         header: str = "", gpu_classes: str = "") -> dict[str, str]:
+    """The installed profile's files (name -> text): the template with the account (and the site's GPU classes,
+    :func:`fmaudit.cluster.parse_gpu_classes`) and the partition file."""
     parsed = yaml.safe_load(template) or {}
     defaults = parsed.get("default-resources") or {}
     if "slurm_account" in defaults or "slurm_partition" in defaults or "slurm-partition-config" in parsed:
@@ -192,7 +199,15 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
         "  # Your Slurm account, for every job (sbatch -A); written by fmaudit profile install.",
         f"  slurm_account: {_yaml_scalar(account)}",
     ]
+    if gpu_classes:
+        parse_gpu_classes(gpu_classes)  # an error names the bad item before anything is written
+        account_lines += [
+            "  # Your site's GPU classes (GPU memory in GB: constraint), see gpu_classes below; written by fmaudit",
+            "  # profile install --gpu-classes.",
+            f"  gpu_classes: {_yaml_scalar(gpu_classes)}",
+        ]
     lines[anchors[0] + 1:anchors[0] + 1] = account_lines
+    lines = _with_retried_rules(lines, retried_rules())
     lines += [
         "",
         "# Partitions (written by fmaudit profile install): jobs that ask for a GPU (resources gpu > 0, e.g.",
@@ -213,7 +228,27 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
     rendered = yaml.safe_load(config)
     if rendered.get("default-resources", {}).get("slurm_account") != account:
         raise FmauditInputError("could not place slurm_account under default-resources of the template")
+    if gpu_classes and rendered["default-resources"].get("gpu_classes") != gpu_classes:
+        raise FmauditInputError("could not place gpu_classes under default-resources of the template (it must not "
+                                "set its own)")
     return {"config.yaml": config, PARTITIONS_FILE: partitions}
+
+
+def template_retried_rules(template: str) -> list[str]:
+    """The rules a profile template resubmits (its ``preemptible-rules``)."""
+    return list((yaml.safe_load(template) or {}).get(RETRIED_RULES_KEY) or [])
+
+
+def _with_retried_rules(lines: list[str], rules: list[str]) -> list[str]:
+    """The template's lines with its ``preemptible-rules`` list replaced by ``rules`` (the table of analyses'),
+    so an installed profile retries every rule the workflow's analyses say can fail for resources."""
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(rf"{RETRIED_RULES_KEY}:\s*", line)]
+    if len(starts) != 1:
+        raise FmauditInputError(f"the profile template needs exactly one top-level '{RETRIED_RULES_KEY}:' list")
+    end = starts[0] + 1
+    while end < len(lines) and re.match(r"\s+-\s", lines[end]):
+        end += 1
+    return lines[:starts[0] + 1] + [f"  - {rule}" for rule in rules] + lines[end:]
 
 
 def _yaml_scalar(value: str) -> str:
@@ -223,12 +258,13 @@ def _yaml_scalar(value: str) -> str:
 
 def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition: str, account: str, *,
                           template: str | Path | None = None, force: bool = False,
-                          check: bool = True) -> InstalledProfile:
+                          check: bool = True, gpu_classes: str = "") -> InstalledProfile:
     """Write the Slurm profile to ``dest`` (default: where ``snakemake --profile slurm`` finds it).
 
     Refuses to replace an existing profile unless ``force``. With ``check`` (default), an account or
     partition that ``sacctmgr``/``sshare``/``sinfo`` do not list is an error naming what they list; without
-    it, the names are written as given.
+    it, the names are written as given. ``gpu_classes``: the site's GPU classes (``"16:,80:a100_80g"``, see
+    docs/cluster.md), written under default-resources.
     """
     for what, name in (("--partition", partition), ("--gpu-partition", gpu_partition), ("--account", account)):
         if not _SLURM_NAME.match(name or ""):
@@ -256,10 +292,93 @@ def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition
     header = (f"# Installed by `fmaudit profile install slurm --partition {partition} --gpu-partition "
               f"{gpu_partition} --account {account}`\n# from {template_path}; run it again with --force to "
               "change the names.")
-    files = render_slurm_profile(template_path.read_text(), partition, gpu_partition, account, gpus, header=header)
+    if gpu_classes:
+        header += f"\n# GPU classes: --gpu-classes {gpu_classes!r}"
+    files = render_slurm_profile(template_path.read_text(), partition, gpu_partition, account, gpus, header=header,
+                                 gpu_classes=gpu_classes)
     written = []
     for name, text in files.items():
         write_text(dest_path / name, text)
         written.append(dest_path / name)
     argument = dest_path.name if dest_path == snakemake_profile_dir(dest_path.name) else str(dest_path)
     return InstalledProfile(dest_path, written, checks, profile_argument=argument)
+
+
+# ---- reading a profile back (fmaudit grid --estimate) -------------------------------------------------------
+
+PROFILE_FILES = ("config.yaml", "profile.yaml")
+
+
+def profile_file(profile: str | Path) -> Path:
+    """The config file of a profile given as Snakemake takes it: a folder (or its config file), or a name looked
+    up in the working directory, then the user and the site config directories (``get_profile_dir`` of
+    snakemake/cli.py)."""
+    candidate = Path(profile).expanduser()
+    folders = [candidate] if candidate.is_absolute() or candidate.exists() or "/" in str(profile) else [
+        Path.cwd() / str(profile), snakemake_profile_dir(str(profile)),
+        Path(platformdirs.site_config_dir("snakemake", "snakemake")) / str(profile)]
+    for folder in folders:
+        if folder.is_file():
+            return folder
+        for name in PROFILE_FILES:
+            if (folder / name).is_file():
+                return folder / name
+    raise FmauditInputError(f"profile {str(profile)!r}: no {' or '.join(PROFILE_FILES)} in "
+                            f"{', '.join(str(f) for f in folders)}")
+
+
+def _pairs(value: Any, key: str, where: Path) -> dict[str, Any]:
+    """A profile value Snakemake reads as KEY=VALUE items: a mapping, or a list of 'KEY=VALUE' strings."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        out = {}
+        for item in value:
+            name, sep, text = str(item).partition("=")
+            if not sep:
+                raise FmauditInputError(f"{where}: {key} item {item!r} is not KEY=VALUE")
+            out[name.strip()] = text.strip()
+        return out
+    raise FmauditInputError(f"{where}: {key} must be a mapping or a list of KEY=VALUE")
+
+
+def _number(value: Any) -> float | None:
+    """A resource value at attempt 1: a number, or an arithmetic expression of ``attempt``; None otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().strip("'\"")
+    if not re.fullmatch(r"[0-9attemp\s.*+/()-]+", text):
+        return None
+    try:
+        result = eval(text, {"__builtins__": {}}, {"attempt": 1})  # digits, operators and `attempt` only
+    except (SyntaxError, NameError, TypeError, ZeroDivisionError):
+        return None
+    return float(result) if isinstance(result, (int, float)) else None
+
+
+def read_profile(profiles: list[str | Path] | tuple[str | Path, ...]) -> ClusterSettings:
+    """What the estimate needs of one or more profiles, layered as ``snakemake --profile a --profile b`` does
+    (each top-level key of a later profile replaces the same key of an earlier one): group-components,
+    set-threads, set-resources (numbers: mem_mb, runtime, gpu) and the GPU classes of default-resources."""
+    merged: dict[str, Any] = {}
+    files = []
+    for profile in profiles:
+        path = profile_file(profile)
+        files.append(path)
+        merged.update(yaml.safe_load(path.read_text()) or {})
+    where = files[-1] if files else Path("profile")
+    components = {k: int(v) for k, v in _pairs(merged.get("group-components"), "group-components", where).items()}
+    threads = {k: int(v) for k, v in _pairs(merged.get("set-threads"), "set-threads", where).items()}
+    overrides: dict[str, dict[str, float]] = {}
+    for rule, resources in _pairs(merged.get("set-resources"), "set-resources", where).items():
+        if isinstance(resources, str):  # "rule:resource=value" items
+            resources = dict([resources.split("=", 1)])
+        numbers = {name: _number(value) for name, value in dict(resources).items()
+                   if name in ("mem_mb", "runtime", "gpu")}
+        overrides[rule] = {name: v for name, v in numbers.items() if v is not None}
+    defaults = _pairs(merged.get("default-resources"), "default-resources", where)
+    return ClusterSettings(group_components=components, threads=threads, overrides=overrides,
+                           gpu_classes=parse_gpu_classes(str(defaults.get("gpu_classes") or "")),
+                           source=" + ".join(str(f) for f in files) or "no profile")

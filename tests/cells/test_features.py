@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +21,7 @@ from fmaudit.cells.features import (
     sample_token_grid,
     write_cell_features,
 )
+from fmaudit.encoders import ENCODER_CACHE
 from fmaudit.io import FmauditInputError
 
 from slide_utils import TISSUE_RGB
@@ -320,15 +323,74 @@ def _chunk_of_cells(manifest, chunk_size):
     return patch.reshape(-1) // chunk_size
 
 
-def test_section_job_writes_every_magnification_with_one_encoder(textured_slide, tmp_path, monkeypatch):
-    import fmaudit.encoders as encoders
-
-    built = []
-    real_build = encoders.build_encoder
-    monkeypatch.setattr(encoders, "build_encoder", lambda *a, **k: (built.append(1), real_build(*a, **k))[1])
+def test_section_job_writes_every_magnification_with_one_encoder(textured_slide, tmp_path):
+    before = ENCODER_CACHE.loads["demo-vit-tiny"]
     manifest = cell_manifest(textured_slide, [10.0, 300.0], [10.0, 300.0], 0.25)
     out = cf.extract_section_features(manifest, "demo-vit-tiny", {40: tmp_path / "m40", 20: tmp_path / "m20",
                                                                   10: tmp_path / "m10"}, device="cpu")
-    assert len(built) == 1
+    assert ENCODER_CACHE.loads["demo-vit-tiny"] - before == 1
     assert {m: meta["level"] for m, meta in out.items()} == {40: 0, 20: 1, 10: 2}
     assert all(open_cell_features(tmp_path / f"m{m}").nuc.shape == (2, 64) for m in (40, 20, 10))
+
+
+def test_a_killed_section_job_rebuilds_its_written_magnifications_from_their_chunks(textured_slide, tmp_path,
+                                                                                    monkeypatch):
+    """Snakemake removes every output of a job it reruns: the magnifications a killed section job had written are
+    rebuilt from their kept chunks, without computing them again; the encoder is loaded for the rest only."""
+    rng = np.random.default_rng(6)
+    manifest = cell_manifest(textured_slide, rng.uniform(0, 512, 40), rng.uniform(0, 512, 40), 0.25)
+    kwargs = dict(chunk_size=4, batch_size=2, device="cpu")
+    reference = cf.extract_section_features(manifest, "demo-vit-tiny", {40: tmp_path / "r40", 20: tmp_path / "r20"},
+                                            **kwargs)
+    assert not list(tmp_path.glob("*.chunks")), "a finished job leaves no chunks"
+    real_compute = cf._compute_chunks
+    computed = []
+    kill = [True]
+
+    def compute(*args, **kw):
+        computed.append(kw["section"])
+        if kill[0] and len(computed) == 2:
+            raise Killed("killed while embedding 20x")
+        return real_compute(*args, **kw)
+
+    monkeypatch.setattr(cf, "_compute_chunks", compute)
+    outs = {40: tmp_path / "m40", 20: tmp_path / "m20"}
+    with pytest.raises(Killed):
+        cf.extract_section_features(manifest, "demo-vit-tiny", outs, **kwargs)
+    assert (tmp_path / "m40" / "meta.json").is_file() and not (tmp_path / "m20").exists()
+    assert (tmp_path / "m40.chunks").is_dir(), "the written magnification's chunks are kept until the job is done"
+    shutil.rmtree(tmp_path / "m40")  # what Snakemake does to the outputs of a job it reruns
+
+    computed.clear()
+    kill[0] = False
+    ENCODER_CACHE.clear()  # a new process
+    before = ENCODER_CACHE.loads["demo-vit-tiny"]
+    cf.extract_section_features(manifest, "demo-vit-tiny", outs, **kwargs)
+    assert len(computed) == 1, "only the interrupted magnification computes"
+    assert ENCODER_CACHE.loads["demo-vit-tiny"] - before == 1
+    for m in (40, 20):
+        np.testing.assert_array_equal(open_cell_features(outs[m]).nuc, open_cell_features(tmp_path / f"r{m}").nuc)
+    assert reference[40]["n_cells"] == 40 and not list(tmp_path.glob("*.chunks"))
+
+    # nothing left to compute: the encoder is not loaded at all
+    for folder in outs.values():
+        shutil.rmtree(folder)
+    monkeypatch.setattr(cf, "shutil", _KeepChunks())
+    cf.extract_section_features(manifest, "demo-vit-tiny", {40: tmp_path / "k40"}, **kwargs)
+    shutil.rmtree(tmp_path / "k40")
+    ENCODER_CACHE.clear()
+    computed.clear()
+    before = ENCODER_CACHE.loads["demo-vit-tiny"]
+    cf.extract_section_features(manifest, "demo-vit-tiny", {40: tmp_path / "k40"}, **kwargs)
+    assert computed == [] and ENCODER_CACHE.loads["demo-vit-tiny"] == before
+
+
+class _KeepChunks:
+    """shutil for the features module, with rmtree a no-op (a job killed after writing, before removing chunks)."""
+
+    def __getattr__(self, name):
+        return getattr(shutil, name)
+
+    @staticmethod
+    def rmtree(*args, **kwargs):
+        return None

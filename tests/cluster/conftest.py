@@ -12,9 +12,11 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +95,17 @@ def slurm_cluster() -> str:
             )
 
 
+@dataclass(frozen=True)
+class TargetJob:
+    """One Snakemake job of a submission: its rule and wildcards (the plugin's `--target-jobs RULE:K=V,...`)."""
+
+    rule: str
+    wildcards: tuple[tuple[str, str], ...]
+
+    def __getitem__(self, name: str) -> str:
+        return dict(self.wildcards)[name]
+
+
 @dataclass
 class SlurmSubmission:
     """One sbatch call seen by the wrapper: the Slurm job id and the command line."""
@@ -101,8 +114,28 @@ class SlurmSubmission:
     command_line: str
 
     @property
+    def jobs(self) -> list[TargetJob]:
+        """The Snakemake jobs this submission runs: one, or the jobs of a group (`--target-jobs` of the
+        Snakemake command the plugin wraps)."""
+        tokens = self.command_line.split()
+        if "--target-jobs" not in tokens:
+            return []
+        out = []
+        for token in tokens[tokens.index("--target-jobs") + 1 :]:
+            if token.startswith("--"):
+                break
+            rule, _, wildcards = token.strip("'\"").partition(":")
+            pairs = tuple(tuple(kv.split("=", 1)) for kv in wildcards.split(",") if "=" in kv)
+            out.append(TargetJob(rule, pairs))
+        return out
+
+    @property
     def rule(self) -> str | None:
-        """Rule name from the plugin's `--comment rule_<name>[_wildcards_...]`."""
+        """The rule of the submission's jobs (a group's jobs are of one rule here), else the rule name of the
+        plugin's `--comment rule_<name>[_wildcards_...]`."""
+        rules = {job.rule for job in self.jobs}
+        if len(rules) == 1:
+            return rules.pop()
         for token in self.command_line.split():
             if token.startswith("rule_"):
                 return token[len("rule_") :].split("_wildcards_")[0]
@@ -129,14 +162,49 @@ exit $rc
 """
 
 
+class RunningSnakemake:
+    """A Snakemake run on the cluster, in the background (`run_on_slurm.start`): wait for something it writes,
+    then kill it the way a lost login session or an impatient user does."""
+
+    def __init__(self, process: subprocess.Popen, output: Path, read_submissions):
+        self.process = process
+        self.output = output  # Snakemake's output so far (a file: a pipe nobody reads would stall it)
+        self._read_submissions = read_submissions
+
+    def wait_for(self, condition, timeout_s: float, poll_s: float = 0.5) -> bool:
+        """Poll ``condition()`` until it holds (True), the run ends or ``timeout_s`` passes (False)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return True
+            if self.process.poll() is not None:
+                return bool(condition())
+            time.sleep(poll_s)
+        return False
+
+    def kill(self) -> SlurmRun:
+        """SIGKILL Snakemake (its process group: the run and nothing else) and cancel every job it submitted."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+        output = self.output.read_text()
+        submissions = self._read_submissions()
+        job_ids = [s.job_id.split(";")[0] for s in submissions if s.job_id]
+        if job_ids:
+            subprocess.run(["scancel", *job_ids], capture_output=True, timeout=30, check=False)
+        return SlurmRun(self.process.returncode, output, submissions)
+
+
 @pytest.fixture
 def run_on_slurm(slurm_cluster, tmp_path):
-    """Return `run(workdir, *snakemake_args, timeout_s=..., profiles=..., env=...) -> SlurmRun`.
+    """Return `run(workdir, *snakemake_args, timeout_s=..., profiles=..., env=...) -> SlurmRun`, with
+    `run.start(workdir, *snakemake_args, profiles=..., env=...) -> RunningSnakemake` for a run to interrupt.
 
     `profiles` are the --profile arguments in order (names or folders; default: the template plus the
     test overrides); `env` adds environment variables (e.g. XDG_CONFIG_HOME, where Snakemake looks for
     named profiles). Snakemake ignores SIGTERM while it has jobs out, so the call runs under
-    `timeout -k 10`; jobs left behind by a timed-out run are cancelled.
+    `timeout -k 10`; jobs left behind by a timed-out run are cancelled. The wrapper's record of the
+    submissions spans every run of the test.
     """
     real_sbatch = shutil.which("sbatch")
     assert real_sbatch, "sbatch missing although slurm_up.sh succeeded"
@@ -179,4 +247,21 @@ def run_on_slurm(slurm_cluster, tmp_path):
                 subprocess.run(["scancel", *job_ids], capture_output=True, timeout=30, check=False)
         return SlurmRun(completed.returncode, completed.stdout, submissions)
 
+    def start(workdir: Path, *snakemake_args: str, profiles=SLURM_PROFILES,
+              env: dict[str, str] | None = None) -> RunningSnakemake:
+        profile_args = [arg for profile in profiles for arg in ("--profile", str(profile))]
+        output = wrapper_dir / f"snakemake-{len(list(wrapper_dir.glob('snakemake-*.log')))}.log"
+        with open(output, "w") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "snakemake", *profile_args, *snakemake_args],
+                cwd=workdir,
+                env={**base_env, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,  # its own process group, killed as one
+            )
+        return RunningSnakemake(process, output, read_submissions)
+
+    run.start = start
     return run

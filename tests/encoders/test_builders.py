@@ -113,6 +113,24 @@ def test_real_timm_and_open_clip_entries_build_with_their_declared_sizes(registr
     assert {"uni", "uni2-h", "virchow2", "prov-gigapath", "h-optimus-0", "ctranspath", "clip-vit-b16"} <= set(checked)
 
 
+def test_params_m_is_the_image_towers_parameter_count(registry):
+    """The cluster requests are sized from params_m (fmaudit.cluster): every entry built on the meta device has
+    the parameters it declares, within 10 % (the image tower of a vision-language model; a CNN without its
+    classifier head)."""
+    checked = []
+    for name in registry:
+        spec = get_encoder_spec(name, registry)
+        if spec["loader"] == "transformers" or name in ("conch", "biomedclip", "musk"):
+            continue
+        with torch.device("meta"):
+            model = build_network(spec)
+        tower = getattr(model, "visual", model)
+        built = sum(p.numel() for p in tower.parameters()) / 1e6
+        assert built == pytest.approx(spec["params_m"], rel=0.1), (name, built)
+        checked.append(name)
+    assert {"uni", "h-optimus-0", "clip-vit-l14", "omiclip", "resnet50-in1k", "demo-vit-tiny"} <= set(checked)
+
+
 def test_conch_without_its_config_fails_clearly(registry):
     with pytest.raises(FmauditInputError, match="open_clip has no model config 'conch_ViT-B-16'"):
         build_network(get_encoder_spec("conch", registry))

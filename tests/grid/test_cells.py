@@ -53,7 +53,8 @@ def test_the_plan_has_the_grids_jobs():
     plan = cell_plan(config, {"cellpath-xenium": None})
     features = jobs(enumerate_runs(config, None, "cell_features"), "cell_features")
     shards = jobs(enumerate_runs(config, None, "cells"), "cells")
-    assert sorted(plan.feature_jobs) == sorted((e, s, float(m)) for e, s, m in features.itertuples(index=False))
+    assert sorted(plan.feature_jobs) == sorted((e, s) for e, s in features.itertuples(index=False))
+    assert len(plan.feature_jobs) == 30 * 25  # one job per (encoder, section): its three magnifications in one
     assert sorted(plan.shard_jobs) == sorted((e, float(m), p) for e, m, p in shards.itertuples(index=False))
     assert set(plan.dataset_of.values()) == {"cellpath-xenium"} and len(plan.organ_of) == 25
 
@@ -68,9 +69,9 @@ def test_adding_an_encoder_adds_only_its_feature_and_shard_jobs():
     new_features = set(after.feature_jobs) - set(before.feature_jobs)
     new_shards = set(after.shard_jobs) - set(before.shard_jobs)
     assert set(before.feature_jobs) <= set(after.feature_jobs) and set(before.shard_jobs) <= set(after.shard_jobs)
-    assert {e for e, _, _ in new_features} == {"uni2-h-copy"} and len(new_features) == 25 * 3
+    assert {e for e, _ in new_features} == {"uni2-h-copy"} and len(new_features) == 25
     assert {e for e, _, _ in new_shards} == {"uni2-h-copy"} and len(new_shards) == 3 * 4
-    # what a shard's parameters hold (rules/common.smk: cell_shard_settings) does not name the encoders
+    # what a shard's parameters hold (rules/cells_helpers.smk: cell_shard_settings) does not name the encoders
     assert before.cells == after.cells
 
 

@@ -39,7 +39,7 @@ def test_the_cellpath_preset_totals_304920_runs():
 
     s = grid.summarize(load_config(REPO_ROOT / "resources" / "presets" / "cellpath.yaml"), totals=True)
     cells = s[(s["analysis"] == "cells") & (s["protocol"] == "total")].iloc[0]
-    assert cells["runs"] == 304_920 and cells["jobs"] == 2250 + 360 and bool(cells["planned"])
+    assert cells["runs"] == 304_920 and cells["jobs"] == 750 + 360 and bool(cells["planned"])
     assert s.iloc[-1]["runs"] == 304_920
 
 

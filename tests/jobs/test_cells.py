@@ -17,6 +17,7 @@ from fmaudit.io import FmauditInputError, dataframe_hash, read_json, read_proven
 from fmaudit.jobs.cells import (
     aggregate_cells_job,
     cell_feature_set_job,
+    cell_features_job,
     cell_shard_job,
     excluded_sections,
     prepare_section_job,
@@ -178,3 +179,28 @@ def test_a_demo_section_is_generated_registered_and_checked(tmp_path):
     with pytest.raises(FmauditInputError, match="demo sections"):
         prepare_section_job("organ-b-1", "organ-b", "demo-x", {"demo": demo}, str(tmp_path / "data"),
                             str(tmp_path / "b.parquet"), str(tmp_path / "b.png"))
+
+
+def test_a_feature_job_embeds_every_magnification_with_one_load_and_a_log_each(tmp_path):
+    """The (encoder, section) job: a folder and a log per magnification, the encoder loaded once for both (one
+    `loaded encoder` line, in the log of the first magnification), every log ending with the process's count."""
+    from fmaudit.cells.features import open_cell_features
+    from fmaudit.registry import embedding_spec, get_encoder_spec
+
+    demo = {"n_sections": 1, "organs": ["organ-a"], "seed": 0, "window_px": 512, "max_cells": 60}
+    manifest = tmp_path / "organ-a-1.parquet"
+    prepare_section_job("organ-a-1", "organ-a", "demo-x", {"sections": {}, "demo": demo, "min_cells_per_class": 2},
+                        str(tmp_path / "data"), str(manifest), str(tmp_path / "qc.png"))
+    outs = [str(tmp_path / "10x" / "organ-a-1"), str(tmp_path / "20x" / "organ-a-1")]
+    logs = [str(tmp_path / "logs" / "10x.log"), str(tmp_path / "logs" / "20x.log")]
+    spec = embedding_spec(get_encoder_spec("demo-vit-tiny"))
+    cell_features_job("demo-vit-tiny", spec, str(manifest), [10, 20], outs, None, batch_size=8, chunk_size=16,
+                      threads=1, logs=logs)
+    texts = [Path(p).read_text() for p in logs]
+    assert [t.count("loaded encoder demo-vit-tiny") for t in texts] == [1, 0]
+    for text, m in zip(texts, (10, 20)):
+        assert f"at {m}x" in text and f"at {30 - m}x" not in text, "each log holds its own magnification's records"
+        assert ": demo-vit-tiny 1 time(s) for the 2 magnification(s) of this section (10x, 20x)" in text
+    assert [open_cell_features(o).meta["magnification"] for o in outs] == [10.0, 20.0]
+    with pytest.raises(FmauditInputError, match="2 magnifications, 1 output folders"):
+        cell_features_job("demo-vit-tiny", spec, str(manifest), [10, 20], outs[:1], None, 8, 16, 1, logs=logs)

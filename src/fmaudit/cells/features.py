@@ -47,7 +47,12 @@ Resuming: the patches are processed in chunks of ``chunk_size`` patches; each fi
 precision, patch geometry and the chunk's cells (ids and coordinates). A rerun reuses every chunk whose key
 matches and recomputes the others; batches never straddle chunks. A killed run leaves no ``<out>`` folder.
 An existing complete folder with the same provenance is kept; one with other provenance raises unless
-``overwrite``.
+``overwrite``. The encoder is built (:data:`fmaudit.encoders.ENCODER_CACHE`, once per process) only when a chunk
+is to be computed.
+
+The section job (:func:`extract_section_features`) writes one folder per magnification and keeps every
+magnification's chunks until all its folders are written: Snakemake removes the outputs of a job it reruns, so a
+job killed after some of its magnifications were written rebuilds those from their chunks, without the encoder.
 """
 
 from __future__ import annotations
@@ -538,16 +543,19 @@ def extract_cell_features(
     overwrite: bool = False,
     logger: logging.Logger | None = None,
     encoder: Any = None,
+    keep_chunks: bool = False,
 ) -> dict[str, Any]:
     """Nucleus-anchored features of one section at one magnification (module doc); returns the provenance.
 
     ``manifest``: the section's cell manifest (a frame or a parquet path). ``spec``: an encoder registry entry
     or slug. ``chunk_size``: patches per resumable chunk. ``device``: ``auto`` uses CUDA when present.
-    ``encoder``: an already built :class:`fmaudit.encoders.Encoder` of ``spec`` on ``device`` to reuse (see
-    :func:`extract_section_features`); built here when None.
+    ``encoder``: an already built :class:`fmaudit.encoders.Encoder` of ``spec`` on ``device`` to reuse; when
+    None it comes from the process's cache (:data:`fmaudit.encoders.ENCODER_CACHE`), and only if a chunk is to
+    be computed. ``keep_chunks``: leave ``<out>.chunks`` in place once the folder is written (the section job
+    removes them when all its magnifications are done).
     """
     from fmaudit.embed import resolve_device
-    from fmaudit.encoders import build_encoder, check_against_hub_config, resolve_data_config
+    from fmaudit.encoders import ENCODER_CACHE, check_against_hub_config, resolve_data_config
     from fmaudit.registry import encoder_config_hash, get_encoder_spec
     from fmaudit.slides import open_slide, slide_mpp
 
@@ -641,7 +649,7 @@ def extract_cell_features(
         images_per_s = None
         if pending:
             if encoder is None:
-                encoder = build_encoder(spec, weights_path=weights_path, device=dev)
+                encoder = ENCODER_CACHE.get(spec, weights_path=weights_path, device=dev, logger=logger)
             images_per_s = _compute_chunks(
                 encoder, slide_path, data_config["interpolation"], geometry, x0, y0, cell_patch, uv, bounds,
                 cells_of_chunk, keys, pending, chunk_dir, chunk_size=chunk_size, batch_size=batch_size,
@@ -657,7 +665,8 @@ def extract_cell_features(
                           precision=precision, chunk_size=chunk_size)
         _assemble(out, chunk_dir, bounds, manifest["item_id"].astype(str).tolist(), cell_patch, uv, patches,
                   n_patches, embed_dim, has_cls, meta, overwrite)
-        shutil.rmtree(chunk_dir, ignore_errors=True)
+        if not keep_chunks:
+            shutil.rmtree(chunk_dir, ignore_errors=True)
         logger.info("wrote %s (%d cells, %d patches, width %d, class token %s)", out, len(manifest), n_patches,
                     embed_dim, has_cls)
         return meta
@@ -673,32 +682,44 @@ def extract_section_features(
     device: str | torch.device = "auto",
     weights_path: PathLike | None = None,
     logger: logging.Logger | None = None,
+    on_output: Any = None,
     **kwargs: Any,
 ) -> dict[float, dict[str, Any]]:
     """The (encoder, section) job of :func:`fmaudit.grid.cell_feature_runs`: every magnification of
-    ``out_dirs`` (magnification -> feature folder), the encoder built once; returns the provenance per
-    magnification. ``kwargs`` go to :func:`extract_cell_features` (chunk_size, batch_size, overwrite, ...)."""
+    ``out_dirs`` (magnification -> feature folder), with the encoder built at most once (by the process's cache,
+    when a chunk is to be computed); returns the provenance per magnification. Every magnification's chunks are
+    kept until all its folders are written (see the module doc). ``on_output(magnification)``: called before each
+    magnification's records (the job switches its log file there); each magnification's records end with how many
+    times this process loaded the encoder for the section. ``kwargs`` go to :func:`extract_cell_features`
+    (chunk_size, batch_size, overwrite, ...)."""
     from fmaudit.embed import resolve_device
-    from fmaudit.encoders import build_encoder
+    from fmaudit.encoders import ENCODER_CACHE
     from fmaudit.registry import get_encoder_spec
 
     if isinstance(spec, str):
         spec = get_encoder_spec(spec)
     if isinstance(manifest, (str, os.PathLike)):
         manifest = validate_cell_manifest(read_table(manifest), str(manifest))
-    dev = resolve_device(device, logger or log)
-    encoder = None
+    logger = logger or log
+    dev = resolve_device(device, logger)
+    name = spec.get("name", "?")
+    before = ENCODER_CACHE.loads[name]
     out: dict[float, dict[str, Any]] = {}
     for magnification, folder in out_dirs.items():
-        if encoder is None and not _complete(Path(folder)):
-            encoder = build_encoder(spec, weights_path=weights_path, device=dev)
+        if on_output is not None:
+            on_output(magnification)
         out[magnification] = extract_cell_features(manifest, spec, magnification, folder, device=dev,
-                                                   weights_path=weights_path, logger=logger, encoder=encoder, **kwargs)
+                                                   weights_path=weights_path, logger=logger, keep_chunks=True,
+                                                   **kwargs)
+    for folder in out_dirs.values():
+        shutil.rmtree(f"{folder}.chunks", ignore_errors=True)
+    loads = ENCODER_CACHE.loads[name] - before
+    for magnification in out_dirs:
+        if on_output is not None:
+            on_output(magnification)
+        logger.info("encoder loads in process %d: %s %d time(s) for the %d magnification(s) of this section (%s)",
+                    os.getpid(), name, loads, len(out_dirs), ", ".join(f"{float(m):g}x" for m in out_dirs))
     return out
-
-
-def _complete(folder: Path) -> bool:
-    return (folder / "meta.json").exists()
 
 
 def _weights_identity(weights_path: PathLike | None) -> dict[str, Any] | None:

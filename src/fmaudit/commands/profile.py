@@ -29,12 +29,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     install.add_argument("--force", action="store_true", help="replace a profile already installed there")
     install.add_argument("--no-check", action="store_true",
                          help="write the names without checking them against sinfo/sacctmgr")
+    install.add_argument("--gpu-classes", default="",
+                         help="your GPU classes by GPU memory, e.g. '16:,80:a100_80g' (GB:constraint; an empty "
+                              "constraint means any GPU): a GPU job gets the smallest class that holds its encoder")
     install.set_defaults(func=run_install)
 
 
 def run_install(args: argparse.Namespace) -> int:
     result = install_slurm_profile(args.dest, args.partition, args.gpu_partition, args.account,
-                                   template=args.template, force=args.force, check=not args.no_check)
+                                   template=args.template, force=args.force, check=not args.no_check,
+                                   gpu_classes=args.gpu_classes)
     for check in result.checks:
         print(check.line())
     for path in result.files:

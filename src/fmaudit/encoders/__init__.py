@@ -3,7 +3,8 @@ carried by the entry), :mod:`~fmaudit.encoders.weights` (weight files, the hub, 
 dicts), :mod:`~fmaudit.encoders.builders` (timm / transformers / open_clip architectures, backbone adapters,
 :class:`Encoder`, :func:`build_encoder`), :mod:`~fmaudit.encoders.readouts` (cls, mean, cls_mean, pooled,
 patch_grid), :mod:`~fmaudit.encoders.hub` (encoders named by their hub repo; entries compared with their hub
-config) and :mod:`~fmaudit.encoders.checks` (pre-flight checks before any embedding job). Every public name is
+config), :mod:`~fmaudit.encoders.checks` (pre-flight checks before any embedding job) and
+:mod:`~fmaudit.encoders.cache` (an encoder built once per process, for a job over several outputs). Every public name is
 re-exported here: ``from fmaudit.encoders import build_encoder``.
 """
 
@@ -17,6 +18,7 @@ from fmaudit.encoders.builders import (
     network_state,
     save_weights,
 )
+from fmaudit.encoders.cache import ENCODER_CACHE, LOADED_MESSAGE, EncoderCache
 from fmaudit.encoders.checks import PreflightRecord, check_encoder_before_embedding, local_weight_files
 from fmaudit.encoders.hub import (
     HubConfig,
@@ -53,8 +55,11 @@ from fmaudit.encoders.weights import (
 __all__ = [
     "CTransPathConvStem",
     "ConvertRGB",
+    "ENCODER_CACHE",
     "Encoder",
+    "EncoderCache",
     "HubConfig",
+    "LOADED_MESSAGE",
     "NormalizeUint8",
     "PILToUint8Tensor",
     "PreflightRecord",

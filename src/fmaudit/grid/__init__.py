@@ -34,10 +34,9 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
 - ``cells``: one cell-level probe (unit x seed x readout x taxonomy at one magnification and protocol); a
   job per (encoder, magnification, protocol).
 
-``embed``, ``probe``, the OOD analyses, ``prior_shift`` and ``scratch_reference`` have rules; the others are
-*declared*: their config sections are validated and counted now, and their rules plan exactly these jobs when they
-land. The one table of analyses (name,
-enumerator, job keys, ruled or declared) is :data:`fmaudit.grid.analyses.ANALYSES`.
+``head_sweep`` and ``cross_dataset`` are *declared*: their config blocks are validated and counted now, and their
+rules plan exactly these jobs when they land; the others have rules. The one table of analyses (name, enumerator,
+job keys, the rule that runs its jobs, whether a cluster retries them) is :data:`fmaudit.grid.analyses.ANALYSES`.
 
 Tasks named by ``cells.taxonomies`` are label spaces of cells, not of tiles: they leave the tile probe grid,
 and a data set used only by them is not embedded tile-wise.
@@ -53,15 +52,15 @@ grid, its shards and embeddings, head sweep, cross-data-set pairs), :mod:`~fmaud
 (``fmaudit grid``). Every function takes a config filled from its schema (:func:`fmaudit.config.fill_config`).
 """
 
-# Each submodule's __all__ is the one list of its public names; the package re-exports them all.
-from fmaudit.grid import analyses, cells, ood, prior_shift, probe, studies, summary
-from fmaudit.grid.analyses import *  # noqa: F401,F403
-from fmaudit.grid.cells import *  # noqa: F401,F403
-from fmaudit.grid.ood import *  # noqa: F401,F403
-from fmaudit.grid.prior_shift import *  # noqa: F401,F403
-from fmaudit.grid.probe import *  # noqa: F401,F403
-from fmaudit.grid.studies import *  # noqa: F401,F403
-from fmaudit.grid.summary import *  # noqa: F401,F403
+# The package re-exports the public names (each module's __all__) of every module that holds an analysis's run
+# enumerator (fmaudit.grid.analyses.analysis_modules, from the table of analyses), of the table itself, of the
+# studies and of the summary: a new analysis's module is exported by its line in ANALYSES, with no edit here.
+from fmaudit.grid import analyses, studies, summary
+from fmaudit.grid.analyses import analysis_modules
 
-__all__ = sorted([*analyses.__all__, *cells.__all__, *ood.__all__, *prior_shift.__all__, *probe.__all__,
-                  *studies.__all__, *summary.__all__])
+_EXPORTED = list(dict.fromkeys([analyses, *analysis_modules(), studies, summary]))
+for _module in _EXPORTED:
+    globals().update({_name: getattr(_module, _name) for _name in _module.__all__})
+
+__all__ = sorted({name for module in _EXPORTED for name in module.__all__})
+del _module

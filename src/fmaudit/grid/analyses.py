@@ -1,16 +1,20 @@
-"""The one place that declares the analyses: name, run enumerator, job keys, and whether a rule runs it yet.
+"""The one table of analyses: name, run enumerator, job keys, the rule that runs its jobs, and whether the cluster
+profile resubmits them.
 
-An analysis is *declared* when its config section is validated and its runs are counted (``fmaudit grid``)
-ahead of its Snakemake rule; *ruled* once the workflow plans its jobs. A branch that lands a rule replaces the
-declared entry with a ruled one in one line, e.g. ``"ood": ruled(declared["ood"])``, or by setting ``ruled=True``
-below. Everything else (``enumerate_runs``, ``jobs``, ``check_grid``, the ``planned`` column of the summary) reads
-this table.
+An analysis is *declared* when its config block is validated and its runs are counted (``fmaudit grid``) ahead of
+its Snakemake rule (``rule=None``); *ruled* once the workflow plans its jobs (``rule`` names the rule). Everything
+else reads this table: ``enumerate_runs``, ``jobs``, ``check_grid``, the ``planned`` column of the summary, the
+names :mod:`fmaudit.grid` exports (every module that holds an analysis's enumerator, :func:`analysis_modules`) and
+the rules a cluster profile retries (:func:`retried_rules`: ``preemptible-rules`` of ``profiles/slurm/config.yaml``,
+which ``fmaudit profile install`` writes from this table and a test checks against it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Callable, Mapping
 
 import pandas as pd
@@ -24,7 +28,8 @@ from fmaudit.io import FmauditInputError
 
 Enumerator = Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame]
 
-__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "check_grid", "enumerate_runs", "jobs", "ruled"]
+__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "analysis_modules", "check_grid", "enumerate_runs",
+           "jobs", "retried_rules", "ruled"]
 
 
 @dataclass(frozen=True)
@@ -32,55 +37,79 @@ class Analysis:
     """One analysis of the grid.
 
     ``enumerate(config, dataset_registry)`` returns its run table (one row per run; ``embed``: per pair);
-    ``job_keys`` are the columns that name the job a run is batched into; ``ruled`` says whether the workflow
-    has a rule for it (the summary's ``planned``). :func:`check_grid` runs the enumerator on every dry-run,
-    or ``check`` instead where the run table is large; ``checked=False`` where another analysis's check
-    covers this one."""
+    ``job_keys`` are the columns that name the job a run is batched into; ``rule`` is the workflow rule that runs
+    those jobs (None while the analysis is declared only; several analyses may share one: the OOD gate runs in
+    the OOD shard, the blurred copies are embedding jobs); ``retried``: a job of it can fail for lack of memory
+    or time, or on a lost node, so the cluster profile resubmits it (:func:`retried_rules`). :func:`check_grid`
+    runs the enumerator on every dry-run, or ``check`` instead where the run table is large; ``checked=False``
+    where another analysis's check covers this one."""
 
     name: str
     enumerate: Enumerator
     job_keys: tuple[str, ...]
-    ruled: bool = False
+    rule: str | None = None
+    retried: bool = True
     check: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = dataclasses.field(default=None)
     checked: bool = True
+
+    @property
+    def ruled(self) -> bool:
+        """Whether the workflow has a rule for it (the summary's ``planned``)."""
+        return self.rule is not None
 
     def run_check(self, config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None) -> None:
         if self.checked:
             (self.check or self.enumerate)(config, dataset_registry)
 
 
-def ruled(analysis: Analysis) -> Analysis:
-    """The same analysis, now planned by a rule of the workflow."""
-    return dataclasses.replace(analysis, ruled=True)
+def ruled(analysis: Analysis, rule: str) -> Analysis:
+    """The same analysis, now planned by the workflow's rule ``rule``."""
+    return dataclasses.replace(analysis, rule=rule)
 
 
 def _cells_check(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None) -> None:
     check_cell_protocols(config)
 
 
-#: Every analysis, in summary order (``ruled``: the workflow has its rules).
+#: Every analysis, in summary order (``rule``: the workflow rule that runs its jobs; none: declared only).
 ANALYSES: dict[str, Analysis] = {a.name: a for a in (
-    Analysis("embed", embed_runs, ("encoder", "dataset"), ruled=True),
-    Analysis("probe", probe_runs, ("encoder", "task"), ruled=True),
+    Analysis("embed", embed_runs, ("encoder", "dataset"), rule="embed"),
+    Analysis("probe", probe_runs, ("encoder", "task"), rule="probe_shard"),
     Analysis("head_sweep", head_sweep_runs, ("encoder", "task")),
     Analysis("cross_dataset", cross_dataset_runs, ("encoder", "source_task", "target_task")),
-    Analysis("ood", ood_runs, ("encoder", "task"), ruled=True),
-    Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), ruled=True),  # in the task's OOD shard
-    Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), ruled=True),  # embed jobs of copies
-    Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), ruled=True),
-    Analysis("ood_splits", ood_split_runs, ("encoder", "task"), ruled=True),  # seed 003's further splits
-    Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"), ruled=True),
-    Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"), ruled=True,
-             checked=False),  # checked with prior_shift
-    Analysis("cell_features", cell_feature_runs, ("encoder", "section", "magnification"), ruled=True,
+    Analysis("ood", ood_runs, ("encoder", "task"), rule="ood_shard"),
+    Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), rule="ood_shard"),  # in the task's OOD shard
+    Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), rule="embed"),  # embed jobs of copies
+    Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), rule="embed"),
+    Analysis("ood_splits", ood_split_runs, ("encoder", "task"), rule="ood_split_shard"),  # seed 003's further splits
+    Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"),
+             rule="prior_shift_shard"),
+    Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"),
+             rule="scratch_reference", checked=False),  # checked with prior_shift
+    # one job per (encoder, section): every magnification of the section with the encoder loaded once
+    Analysis("cell_features", cell_feature_runs, ("encoder", "section"), rule="cell_features",
              checked=False),  # checked with cells
-    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), ruled=True, check=_cells_check),
+    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), rule="cell_shard", check=_cells_check),
 )}
 
 #: Analyses the workflow plans today (their rules exist).
 RULED_ANALYSES = frozenset(name for name, a in ANALYSES.items() if a.ruled)
 #: Columns of a run table that name the job it runs in.
 JOB_KEYS: dict[str, tuple[str, ...]] = {name: a.job_keys for name, a in ANALYSES.items()}
+
+
+def retried_rules(analyses: Mapping[str, Analysis] | None = None) -> list[str]:
+    """The rules whose jobs a cluster profile resubmits (``preemptible-rules``): each ruled analysis's rule where
+    it is ``retried``, once, in table order."""
+    table = ANALYSES if analyses is None else analyses
+    return list(dict.fromkeys(a.rule for a in table.values() if a.rule is not None and a.retried))
+
+
+def analysis_modules(analyses: Mapping[str, Analysis] | None = None) -> list[ModuleType]:
+    """The modules that hold the analyses' enumerators, once, in table order: :mod:`fmaudit.grid` re-exports their
+    public names (``__all__``), so a new analysis's module is exported by its line in :data:`ANALYSES`."""
+    table = ANALYSES if analyses is None else analyses
+    return [sys.modules[name] for name in dict.fromkeys(a.enumerate.__module__ for a in table.values())]
 
 
 def enumerate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None,

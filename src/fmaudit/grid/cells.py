@@ -101,9 +101,10 @@ class CellPlan:
     """The cell branch of a config as the workflow plans it.
 
     ``cells``: the (filled) ``cells`` section; ``encoders``: the study's encoders; ``organ_of`` and
-    ``dataset_of``: section -> organ and -> the data set listing it; ``feature_jobs``: (encoder, section,
-    magnification) of every feature job; ``shard_jobs``: (encoder, magnification, protocol) of every shard
-    job, both in grid order (:data:`fmaudit.grid.JOB_KEYS`)."""
+    ``dataset_of``: section -> organ and -> the data set listing it; ``feature_jobs``: (encoder, section) of
+    every feature job (one job embeds a section at every magnification, the encoder loaded once);
+    ``shard_jobs``: (encoder, magnification, protocol) of every shard job, both in grid order
+    (:data:`fmaudit.grid.JOB_KEYS`)."""
 
     where: str
     cells: Mapping[str, Any]
@@ -111,7 +112,7 @@ class CellPlan:
     taxonomy_tasks: Mapping[str, str]
     organ_of: Mapping[str, str]
     dataset_of: Mapping[str, str]
-    feature_jobs: tuple[tuple[str, str, float], ...]
+    feature_jobs: tuple[tuple[str, str], ...]
     shard_jobs: tuple[tuple[str, float, str], ...]
 
     @property
@@ -158,7 +159,7 @@ def cell_plan(config: Mapping[str, Any], section_lists: Mapping[str, Sequence[st
             raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by several data sets {listing}")
     mags = [float(m) for m in cells["magnifications"]]
     encoders = tuple(part["encoders"])
-    features = tuple((e, s, m) for e in encoders for s in organ_of for m in mags)
+    features = tuple((e, s) for e in encoders for s in organ_of)
     protocols = [p for p in CELL_PROTOCOLS if (cells.get("protocols") or {}).get(p) is not None]
     shard_jobs = tuple((e, m, p) for p in protocols for e in encoders for m in mags)
     return CellPlan(where=where, cells=cells, encoders=encoders, taxonomy_tasks=tasks, organ_of=organ_of,

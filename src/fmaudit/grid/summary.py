@@ -13,6 +13,11 @@ from fmaudit.grid.probe import shards
 
 __all__ = ["summarize"]
 
+#: Analyses whose rows :func:`summarize` itemises (by protocol, fits and evaluations ...); any other analysis of
+#: the table gets one row of its runs and jobs.
+ITEMISED = frozenset({"embed", "probe", "head_sweep", "cross_dataset", "ood", "ood_gate", "ood_blur",
+                      "ood_image_artefact", "prior_shift", "scratch_reference", "cell_features", "cells"})
+
 
 def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None,
               totals: bool = False) -> pd.DataFrame:
@@ -75,12 +80,15 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
             len(jobs(splits, "ood_splits")) if first else 0)
     add_table("prior_shift", "source seed x target x prior x draw", "prior_shift")
     add_table("scratch_reference", "ResNet-18 from scratch (source x seed)", "scratch_reference")
-    add_table("cells", "features (section x magnification)", "cell_features", in_total=False)
+    add_table("cells", "features (section x magnification; a job per section)", "cell_features", in_total=False)
     cells = tables["cells"]
     for protocol in CELL_PROTOCOLS:
         sub = cells[cells["protocol"] == protocol] if len(cells) else cells
         if len(sub):
             add("cells", protocol, len(sub), len(jobs(sub, "cells")))
+    for analysis in ANALYSES:  # an analysis without rows of its own above: its runs and jobs on one row
+        if analysis not in ITEMISED:
+            add_table(analysis, "runs", analysis)
     if not totals:
         return pd.DataFrame(rows, columns=["analysis", "protocol", "runs", "jobs", "planned"])
     return _with_totals(rows, counted)

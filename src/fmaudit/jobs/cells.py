@@ -18,7 +18,7 @@ import pandas as pd
 
 from fmaudit.cells.table import prepare_table_section
 from fmaudit.io import FmauditInputError, provenance, read_provenance, read_table, write_table
-from fmaudit.logs import setup_logging
+from fmaudit.logs import setup_logging, switch_log_file
 
 __all__ = ["aggregate_cells_job", "cell_feature_set_job", "cell_features_job", "cell_shard_job", "excluded_sections", "prepare_section_job",
            "section_source_spec", "shard_runs", "validate_cells_job"]
@@ -136,23 +136,37 @@ def validate_cells_job(manifests: Mapping[str, str], cells: Mapping[str, Any],
 # features
 # --------------------------------------------------------------------------------------------------------
 
-def cell_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, magnification: float, out: str,
-                      weights: str | None, batch_size: int, chunk_size: int, threads: int,
-                      log: str | None = None) -> None:
-    """Nucleus-anchored features of one (encoder, section, magnification)
-    (:func:`fmaudit.cells.features.extract_cell_features`): a folder written under a temporary name and
-    renamed into place, resumable in chunks of ``chunk_size`` patches."""
-    from fmaudit.cells.features import extract_cell_features
+def cell_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, magnifications: Sequence[float],
+                      outs: Sequence[str], weights: str | None, batch_size: int, chunk_size: int, threads: int,
+                      logs: Sequence[str] | None = None) -> None:
+    """Nucleus-anchored features of one (encoder, section) at every one of ``magnifications``
+    (:func:`fmaudit.cells.features.extract_section_features`): a folder per magnification (``outs``, in the same
+    order), each written under a temporary name and renamed into place and resumable in chunks of ``chunk_size``
+    patches, with the encoder loaded once for all of them (and not at all when every chunk is reused). Each
+    magnification's records go to its own log (``logs``, same order: a failure's exception lands in the log of
+    the magnification it failed on), and every log ends with the process's count of encoder loads."""
+    from fmaudit.cells.features import extract_section_features
     from fmaudit.devices import resolve_device
 
-    logger = setup_logging(log)
+    magnifications = [float(m) for m in magnifications]
+    if len(outs) != len(magnifications) or (logs and len(logs) != len(magnifications)):
+        raise FmauditInputError(f"cell features of {encoder!r}: {len(magnifications)} magnifications, {len(outs)} "
+                                f"output folders and {len(logs or [])} logs; the workflow must give one of each")
+    log_of = dict(zip(magnifications, logs or []))
+    logger = setup_logging(logs[0] if logs else None)
     spec = dict(spec)
     spec.setdefault("name", encoder)
     device = resolve_device("auto", logger)
     workers = max(0, int(threads) - 1) if device.type == "cuda" else 0
-    extract_cell_features(manifest, spec, float(magnification), out, batch_size=int(batch_size),
-                          chunk_size=int(chunk_size), num_workers=workers, device=device, weights_path=weights or None,
-                          num_threads=int(threads), overwrite=True, logger=logger)
+
+    def on_output(magnification: float) -> None:
+        if log_of:
+            switch_log_file(log_of[magnification])
+
+    extract_section_features(manifest, spec, dict(zip(magnifications, outs)), batch_size=int(batch_size),
+                             chunk_size=int(chunk_size), num_workers=workers, device=device,
+                             weights_path=weights or None, num_threads=int(threads), overwrite=True, logger=logger,
+                             on_output=on_output)
 
 
 def cell_feature_set_job(features: Mapping[str, str], manifests: Mapping[str, str], out: str,
