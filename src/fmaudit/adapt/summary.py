@@ -57,7 +57,7 @@ def scenario_gains(rows: pd.DataFrame, value: str = "gain_macro_f1") -> tuple[pd
 
 
 def gain_intervals(rows: pd.DataFrame, by: Sequence[str] = ("method",), value: str = "gain_macro_f1",
-                   levels: Sequence[str] = BOOTSTRAP_LEVELS, n_boot: int = 2000, random_state: int = 0,
+                   levels: Sequence[str] = BOOTSTRAP_LEVELS, *, n_boot: int, random_state: int = 0,
                    alpha: float = 0.05) -> pd.DataFrame:
     """Mean ``value`` per ``by`` group with a hierarchical-bootstrap percentile interval
     (:func:`fmaudit.stats.hierarchical_bootstrap_mean`, levels ``levels``, outermost first).

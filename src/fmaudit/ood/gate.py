@@ -397,7 +397,7 @@ def _validation_rows(gate: AbstentionGate) -> dict[str, float]:
 
 
 def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: Sequence[GateSet], *,
-                          gate_params: Mapping[str, Any] | None = None, n_splits: int = 5, n_boot: int = 300,
+                          gate_params: Mapping[str, Any] | None = None, n_splits: int = 5, n_boot: int,
                           bootstrap_seed: int = 0, ordinal: bool = False, alpha: float = 0.05,
                           unit: str = "group", strata: Any = None, encoder: str | None = None,
                           readout: str | None = None) -> tuple[pd.DataFrame, AbstentionGate]:
@@ -439,7 +439,7 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
                 groups = None
             decided = gate.decide_arrays(X)
             point = _set_quantities(np.ones((1, X.shape[0])), decided, labels, gate.n_classes_, ordinal)
-            counts = bootstrap_counts(X.shape[0], groups, int(n_boot), int(bootstrap_seed) + i)
+            counts = bootstrap_counts(X.shape[0], groups, n_boot=int(n_boot), random_state=int(bootstrap_seed) + i)
             boot = _set_quantities(counts.astype(np.float64), decided, labels, gate.n_classes_, ordinal)
             for q in point:
                 values.setdefault((s.name, q), []).append(float(point[q][0]))

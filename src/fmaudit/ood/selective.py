@@ -124,7 +124,7 @@ def _summary_values(y: np.ndarray, pred: np.ndarray, conf: np.ndarray, k: int, o
 
 def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes: int | None = None, *,
                        ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                       n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int = 0,
+                       n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int,
                        random_state: int = 0, alpha: float = 0.05, unit: str = "group") -> dict[str, Any]:
     """Selective-prediction summary of predictions with a confidence each (tile probes or slide aggregators).
 
@@ -138,7 +138,7 @@ def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes
     point = _summary_values(y, pred, conf, k, ordinal, coverages, int(n_bins))
     out: dict[str, Any] = {"n": int(y.size), **point}
     if n_boot and int(n_boot) > 0:
-        counts = bootstrap_counts(y.size, groups, int(n_boot), random_state)
+        counts = bootstrap_counts(y.size, groups, n_boot=int(n_boot), random_state=random_state)
         draws = {key: np.empty(counts.shape[0]) for key in point}
         for b, row in enumerate(counts):
             idx = np.repeat(np.arange(y.size), row)
@@ -156,7 +156,7 @@ def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes
 
 def selective_summary(probs: Any, labels: Any, *, ordinal: bool = False,
                       coverages: Sequence[float] = DEFAULT_COVERAGES, n_bins: int = metrics.DEFAULT_N_BINS,
-                      groups: Any = None, n_boot: int = 0, random_state: int = 0, alpha: float = 0.05,
+                      groups: Any = None, n_boot: int, random_state: int = 0, alpha: float = 0.05,
                       unit: str = "group") -> dict[str, Any]:
     """:func:`prediction_summary` of a probe's probabilities: prediction = argmax (ties to the lowest class),
     confidence = max probability."""
@@ -167,7 +167,7 @@ def selective_summary(probs: Any, labels: Any, *, ordinal: bool = False,
 
 
 def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None, *, ordinal: bool = False,
-                        n_boot: int = 0, random_state: int = 0, alpha: float = 0.05,
+                        n_boot: int, random_state: int = 0, alpha: float = 0.05,
                         unit: str = "group") -> pd.DataFrame:
     """Accuracy (and QWK for ordinal tasks) of one probe against blur strength.
 
@@ -200,7 +200,7 @@ def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None,
         if "group" in df.columns:
             first = df.drop_duplicates("item_id").set_index(df.drop_duplicates("item_id")["item_id"].astype(str))
             groups = first.loc[items, "group"].astype(str).to_numpy()
-        counts = bootstrap_counts(len(items), groups, int(n_boot), random_state)
+        counts = bootstrap_counts(len(items), groups, n_boot=int(n_boot), random_state=random_state)
         n_units = len(np.unique(groups)) if groups is not None else len(items)
     rows, acc_draws = [], {}
     for s in sigmas:

@@ -256,7 +256,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
                       n_classes: int, ordinal: bool = True, groups_train: Any = None, slide_groups_test: Any = None,
                       probe_C: float | None = None, aggregators: Sequence[str] = AGGREGATORS,
                       mil_params: Mapping[str, Any] | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                      n_boot: int = 0, bootstrap_seed: int = 0, random_state: int = 0,
+                      n_boot: int, bootstrap_seed: int = 0, random_state: int = 0,
                       n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Slide-level grading from tile embeddings (seed 003 ``slide_aggregation``) on one train/test split.
 
@@ -315,7 +315,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
 
 def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any, *, n_classes: int,
                      ordinal: bool = True, probe_C: float | None = None, mil_params: Mapping[str, Any] | None = None,
-                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
+                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                      random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Seed 003's SICAPv2 control: the probe under region-level tile labels and under labels coarsened to
     the slide (the most severe grade among all the slide's tiles, train and test together).
@@ -365,7 +365,7 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
 
 def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, y_test: Any, groups_test: Any, *,
                     class_names: Sequence[str], removed: Sequence[str] = ("NC",), ordinal: bool = True,
-                    probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0,
+                    probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int,
                     bootstrap_seed: int = 0, random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> dict[str, Any]:
     """The task with ``removed`` classes dropped from both splits (seed 003: SICAPv2 without its benign class
     NC); the probe is refitted on the remaining classes (renumbered in order). Returns the

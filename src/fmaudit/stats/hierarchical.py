@@ -20,7 +20,8 @@ def two_way_cluster_bootstrap(
     model_col: str = "model",
     source_col: str = "source",
     target_col: str = "target",
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
@@ -101,7 +102,8 @@ def hierarchical_bootstrap_draws(
     df: pd.DataFrame,
     levels: Sequence[str],
     value: str,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
 ) -> np.ndarray:
     """(n_boot,) resampled means of ``value`` under the nested bootstrap of
@@ -152,7 +154,8 @@ def hierarchical_bootstrap_mean(
     df: pd.DataFrame,
     levels: Sequence[str],
     value: str,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
@@ -165,7 +168,7 @@ def hierarchical_bootstrap_mean(
     multiplicity); the point estimate is the plain mean. Returns dict(point, ci_lo, ci_hi, n_boot, n_valid,
     levels); :func:`hierarchical_bootstrap_draws` gives the resampled means themselves.
     """
-    draws = hierarchical_bootstrap_draws(df, levels, value, n_boot, random_state)
+    draws = hierarchical_bootstrap_draws(df, levels, value, n_boot=n_boot, random_state=random_state)
     lo, hi, n_valid = percentile_interval(draws, alpha)
     return {
         "point": float(df[value].to_numpy(dtype=np.float64).mean()),
