@@ -52,11 +52,11 @@ rule ood_shard:
     benchmark:
         f"{RESULTS}/benchmarks/ood_shard/{{task}}/{{encoder}}.tsv"
     params:
-        task=task_spec,
+        task=ood_task,
         plan=ood_plan,
         settings=ood_settings,
         bootstrap=bootstrap_settings,
-        calibration=calibration_settings,
+        ece_bins=task_ece_bins,
         derived=ood_derived_embeddings,
     threads: 1
     resources:
