@@ -1,4 +1,4 @@
-"""The two-threshold abstention gate of seed 003 (METHODS 4), its evaluation, and its export.
+"""The two-threshold abstention gate of seed 003 (docs/methods.md#the-abstention-gate), its evaluation, and its export.
 
 Fitting (:class:`AbstentionGate`):
 
@@ -8,7 +8,7 @@ Fitting (:class:`AbstentionGate`):
    each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``. Other
    fractions use :func:`fmaudit.probes.split_train_val` (group-disjoint when groups are given).
 2. The probe (standardised features, multinomial logistic; C chosen by grouped 3-fold CV on log-loss over
-   ``logspace(-6, 0, 7)`` as seed 003, METHODS 9, or a given C) and the novelty scorer (Mahalanobis with a
+   ``logspace(-6, 0, 7)`` as seed 003, docs/methods.md#heads, or a given C) and the novelty scorer (Mahalanobis with a
    Ledoit-Wolf pooled covariance by default) are fitted on the fit part.
 3. Novelty threshold: the ``1 - id_reject`` quantile (numpy linear interpolation) of the validation novelty
    scores; an item is rejected as novel when its score *exceeds* it.

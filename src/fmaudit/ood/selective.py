@@ -1,5 +1,5 @@
-"""Selective prediction (METHODS 4): risk-coverage curves, AURC / E-AURC, selective accuracy, QWK, and
-accuracy against blur strength.
+"""Selective prediction (docs/methods.md#selective-prediction): risk-coverage curves, AURC / E-AURC, selective
+accuracy, QWK, and accuracy against blur strength.
 
 Conventions (those of :mod:`fmaudit.metrics`): uncertainty ``u = 1 - confidence``; predictions are ranked
 from the most to the least confident and tied confidences share their mean correctness (the expectation over

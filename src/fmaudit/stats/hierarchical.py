@@ -1,5 +1,5 @@
 """Structured bootstraps: the two-way (models x hospitals) cluster bootstrap of PRISM's transfer grid and the
-nested (hierarchical) bootstrap of seed 000, level by level (METHODS 7)."""
+nested (hierarchical) bootstrap of seed 000, level by level (docs/methods.md#hierarchical-bootstrap)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def two_way_cluster_bootstrap(
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """Two-way (models x hospitals) cluster bootstrap of a transfer-grid statistic (METHODS 7, PRISM).
+    """Two-way (models x hospitals) cluster bootstrap of a transfer-grid statistic
+    (docs/methods.md#two-way-cluster-bootstrap, PRISM).
 
     ``table`` has one or more rows per (model, source hospital, target hospital) cell. Each resample draws
     the models and the hospitals (the union of sources and targets) independently with replacement
@@ -159,7 +160,8 @@ def hierarchical_bootstrap_mean(
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """Nested bootstrap of the mean of ``value``, resampling level by level (METHODS 7, seed 000).
+    """Nested bootstrap of the mean of ``value``, resampling level by level (docs/methods.md#hierarchical-bootstrap,
+    seed 000).
 
     ``levels`` run from the outermost cluster inwards, e.g. ["encoder", "source_seed", "draw"]: each resample
     draws the units of ``levels[0]`` with replacement (``default_rng(random_state)``), then, within each

@@ -1,6 +1,6 @@
 """Confidence intervals from bootstrap draws: percentile intervals, cluster-bootstrap CIs of one metric, paired
 model differences, per-model tables on one shared resample set, and the seed-mean bootstrap of a prediction
-cell that the report's leaderboards and paired tables use (METHODS 7).
+cell that the report's leaderboards and paired tables use (docs/methods.md#confidence-intervals).
 
 Percentile intervals use ``np.percentile`` (linear interpolation) of the finite draws at ``alpha/2`` and
 ``1 - alpha/2``; resamples where a metric is undefined (e.g. AUROC with a class missing) are NaN and left
