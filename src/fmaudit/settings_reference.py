@@ -216,7 +216,7 @@ def settings_reference(schema: Mapping[str, Any] | None = None) -> str:
             if block == TOP_LEVEL:
                 title, about = "Top-level keys", "What the study runs on: its name, data, encoders, data sets and tasks."
             else:
-                title, about = f"`{block}`", " ".join(str(schema["properties"][block].get("description", "")).split())
+                title, about = f"`{block}`", _node_description(schema, block)
             lines += [f"### {title}", "", _cell(about), "",
                       "| key | type | default | description | reruns |", "| --- | --- | --- | --- | --- |"]
         lines.append(f"| `{setting.path}` | {setting.type} | {_cell(_default(setting))} | "
