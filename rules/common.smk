@@ -97,11 +97,6 @@ def config_name(kind, name, key):
     return name
 
 
-def all_targets():
-    """The default target (the Snakefile's `all`): the report, which reads every branch's aggregates."""
-    return [f"{REPORT}/index.md"]
-
-
 # ---- before the first job ------------------------------------------------------------------------------
 
 # Rules that build an encoder (and so may run its remote code): a rule family that builds encoders adds its
