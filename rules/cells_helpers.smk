@@ -126,10 +126,16 @@ def cell_taxonomies(wildcards):
                       for name, task in CELL_PLAN.taxonomy_tasks.items()})
 
 
+# The keys of cells.probe the cell checks read: they draw each partition as the shards do (fmaudit.split_checks.
+# validate_cell_panel), so a change of C, tol or max_iter reruns the shards but not the checks.
+CELL_VALIDATION_PROBE_KEYS = ("val_fraction", "max_train_cells", "max_val_cells")
+
+
 def cell_validation_settings(wildcards):
     """What the cell checks depend on: sections, protocols and the probe's draw sizes (no encoder)."""
     cells = CELL_PLAN.cells
-    return canonical({k: cells[k] for k in ("sections", "protocols", "probe")})
+    return canonical({"sections": cells["sections"], "protocols": cells["protocols"],
+                      "probe": {k: cells["probe"][k] for k in CELL_VALIDATION_PROBE_KEYS}})
 
 
 def cell_encoder(wildcards):

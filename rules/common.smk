@@ -3,6 +3,7 @@
 # beside its rules, in rules/<branch>_helpers.smk (included at the top of rules/<branch>.smk); rules hold no Python.
 
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ try:  # the hook of Snakemake's own path helpers (see record_signatures)
     from snakemake.common import overwrite_function_params
 except ImportError:  # another Snakemake: only the dry run's speed depends on it
     overwrite_function_params = None
+from snakemake.dag import DAG
 
 min_version("9.0")
 
@@ -103,11 +105,6 @@ def config_name(kind, name, key):
     return name
 
 
-def all_targets():
-    """The default target (the Snakefile's `all`): the report, which reads every branch's aggregates."""
-    return [f"{REPORT}/index.md"]
-
-
 # ---- before the first job ------------------------------------------------------------------------------
 
 # Rules that build an encoder (and so may run its remote code): a rule family that builds encoders adds its
@@ -178,16 +175,16 @@ def embedding_path(encoder, dataset):
 
 # ---- settings several branches read --------------------------------------------------------------------
 
-# Keys of a task that decide its shards' numbers (split: which split column; ordinal: QWK and the grading
-# tables of the OOD chapter); the others (description, label_map, allow_missing_classes) change no number:
-# allow_missing_classes only changes what the validate stage accepts.
-TASK_SPEC_KEYS = ("datasets", "domains", "transfer", "split", "ordinal")
+# A task's keys read by every analysis of its items: its data sets, its domains (resolved) and which split column
+# it uses. Each branch adds the keys its own shards read (transfer: the probe grid; ordinal: the OOD chapter's
+# QWK and grading tables); description, label_map and allow_missing_classes change no shard's number (the last
+# only what the validate stage accepts).
+TASK_KEYS = ("datasets", "domains", "split")
 
 
-def task_spec(wildcards):
-    """The task's config entry (the keys that decide its runs) with its resolved domains: what the probe, OOD and
-    prior-shift shards and the scratch reference read of their task."""
-    spec = {k: v for k, v in config["tasks"][wildcards.task].items() if k in TASK_SPEC_KEYS}
+def task_spec(wildcards, keys=()):
+    """The task's config entry, its TASK_KEYS and ``keys``, with its resolved domains."""
+    spec = {k: v for k, v in config["tasks"][wildcards.task].items() if k in TASK_KEYS or k in keys}
     spec["domains"] = task_domains(config, wildcards.task, DATASETS)
     return canonical(spec)
 
@@ -197,8 +194,10 @@ def resolved_readout(readout, encoder):
     return ENCODERS[encoder].get("default_readout", "cls") if readout == "default" else readout
 
 
-def calibration_settings(wildcards):
-    return canonical(config_block(config, "calibration", task=wildcards.task))
+def task_ece_bins(wildcards):
+    """The task's ECE bins: all the OOD and prior-shift shards and the scratch reference read of its calibration
+    block (the probe shards read all of it), so a K-shot or temperature setting reruns none of them."""
+    return config_block(config, "calibration", task=wildcards.task)["ece_bins"]
 
 
 def bootstrap_settings(wildcards):
@@ -279,6 +278,49 @@ def fixed_mem_mb(wildcards, attempt, rulename):
 
 def fixed_runtime(wildcards, attempt, rulename):
     return FIXED_REQUESTS[rulename][1] * attempt
+
+
+# ---- Snakemake internals -------------------------------------------------------------------------------
+
+# Every spending job depends on the data checks as ancient() (validated_splits): a rerun of the checks alone
+# reruns nothing after them. Snakemake 9 (DAG.update_needrun) first walks the DAG from the top and, when a
+# job must run, skips the checks of every job downstream of it ("masked": they will run because their input
+# is rebuilt); its second pass then does not start the jobs behind an ancient() input. A job behind the data
+# checks was therefore never checked at all when the checks reran: a task edit (domains, transfer, a class
+# name) or any edit made together with one (probe.C and allow_missing_classes) reran the checks and nothing
+# else, leaving stale shards. The walk that masks stops at ancient() inputs here, so those jobs are checked on
+# their own parameters, inputs and code like any other. tests/test_workflow.py edits every setting of the demo
+# and checks what `snakemake -n` plans.
+MASKING_SOURCE = "masked.update(self.bfs(self.depending, job))"
+
+
+class NotBehindAncient:
+    """``dag.depending`` without the edges where every file is an ancient() input that exists."""
+
+    def __init__(self, depending):
+        self.depending = depending
+
+    def __getitem__(self, job):
+        return {job_: files for job_, files in self.depending[job].items()
+                if not all(f.is_ancient and os.path.exists(f) for f in files)}
+
+
+def stop_masking_at_ancient_inputs():
+    """Patch DAG.bfs for the one call that masks (see above); a Snakemake without that call is left as it is."""
+    if MASKING_SOURCE not in inspect.getsource(DAG.update_needrun) or getattr(DAG.bfs, "fmaudit_patched", False):
+        return
+    bfs = DAG.bfs
+
+    def bfs_masking_stops_at_ancient(self, direction, *jobs, **kwargs):
+        if direction is self.depending and sys._getframe(1).f_code.co_name == "update_needrun":
+            direction = NotBehindAncient(direction)
+        return bfs(self, direction, *jobs, **kwargs)
+
+    bfs_masking_stops_at_ancient.fmaudit_patched = True
+    DAG.bfs = bfs_masking_stops_at_ancient
+
+
+stop_masking_at_ancient_inputs()
 
 
 # ---- the dry run's speed -------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ rule ood_shard:
         plan=ood_plan,
         settings=ood_settings,
         bootstrap=bootstrap_settings,
-        calibration=calibration_settings,
+        ece_bins=task_ece_bins,
         derived=ood_derived_embeddings,
     threads: 1
     resources:

@@ -19,6 +19,11 @@ OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(
 DERIVED = derived_datasets(config)
 
 
+def ood_task(wildcards):
+    """The task as an OOD shard reads it: ordinal adds QWK and puts its rows under the grading tasks."""
+    return task_spec(wildcards, keys=("ordinal",))
+
+
 def derived_spec(wildcards):
     """The perturbation spec of a derived data set (a change to it re-derives and re-embeds only that copy)."""
     name = f"{wildcards.dataset}__{wildcards.tag}"

@@ -19,9 +19,9 @@ rule prior_shift_shard:
     benchmark:
         f"{RESULTS}/benchmarks/prior_shift_shard/{{task}}/{{encoder}}/{{source_domain}}/{{target_domain}}.tsv"
     params:
-        task=task_spec,
+        task=prior_shift_task,
         prior_shift=prior_shift_shard_settings,
-        ece_bins=prior_shift_ece_bins,
+        ece_bins=task_ece_bins,
         readout=prior_shift_readout,
     threads: 1
     resources:
@@ -46,11 +46,11 @@ rule scratch_reference:
     benchmark:
         f"{RESULTS}/benchmarks/scratch_reference/{{task}}/{{source_domain}}/seed{{seed}}.tsv"
     params:
-        task=task_spec,
+        task=prior_shift_task,
         targets=scratch_targets,
         pools=scratch_pool_settings,
         settings=scratch_settings,
-        ece_bins=prior_shift_ece_bins,
+        ece_bins=task_ece_bins,
     threads: 2
     resources:
         gpu=scratch_gpus,

@@ -17,6 +17,11 @@ SCRATCH_JOBS = list(scratch_reference_runs(config, DATASETS)[["task", "source_do
 NOT_SHARD_SETTINGS = ("model_selection", "scratch_reference")
 
 
+def prior_shift_task(wildcards):
+    """The task as the prior-shift shards and the scratch reference read it (its data, domains and split)."""
+    return task_spec(wildcards)
+
+
 def prior_shift_shard_path(task, encoder, source, target, kind):
     return f"{RESULTS}/shards/prior_shift/{task}/{encoder}/{source}/{target}.{kind}.parquet"
 
@@ -34,10 +39,6 @@ def prior_shift_shard_settings(wildcards):
     """The task's prior_shift block, without the settings that change none of a shard's numbers."""
     ps = PRIOR_SHIFT[wildcards.task]
     return canonical({k: v for k, v in ps.items() if k not in NOT_SHARD_SETTINGS})
-
-
-def prior_shift_ece_bins(wildcards):
-    return config_block(config, "calibration", task=wildcards.task)["ece_bins"]
 
 
 def prior_shift_readout(wildcards):

@@ -16,7 +16,7 @@ rule probe_shard:
     benchmark:
         f"{RESULTS}/benchmarks/probe_shard/{{task}}/{{encoder}}.tsv"
     params:
-        task=task_spec,
+        task=probe_task,
         probe=probe_settings,
         calibration=calibration_settings,
         bootstrap=bootstrap_settings,

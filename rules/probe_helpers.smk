@@ -1,7 +1,12 @@
 # Helpers of rules/probe.smk: a probe shard's inputs and settings, every shard's path, and what the probe
-# chapters of the report read. The task spec, calibration and bootstrap settings are shared (rules/common.smk).
+# chapters of the report read. The task spec, ECE bins and bootstrap settings are shared (rules/common.smk).
 
 from fmaudit.grid import settings_by_task, shards, task_group_units
+
+
+def probe_task(wildcards):
+    """The task as a probe shard reads it: transfer decides whether each fit is evaluated on the other domains."""
+    return task_spec(wildcards, keys=("transfer",))
 
 
 def probe_shard_inputs(wildcards):
@@ -19,6 +24,11 @@ def probe_settings(wildcards):
     probe = config_block(config, "probe", task=wildcards.task)
     probe["readout"] = resolved_readout(probe["readout"], wildcards.encoder)
     return canonical(probe)
+
+
+def calibration_settings(wildcards):
+    """The task's whole calibration block: the probe shards read every key of it (the ladder, K-shot, ECE)."""
+    return canonical(config_block(config, "calibration", task=wildcards.task))
 
 
 def shard_path(analysis, task, encoder, kind="runs"):

@@ -42,6 +42,13 @@ def report_figures():
             for name, category in REPORT_OUTPUTS["figures"].items()]
 
 
+def all_targets():
+    """The default target (the Snakefile's `all`): every file the report writes, not its index.md alone, so that a
+    table or figure the report does not have yet (a new analysis's chapter) reruns it on a finished study."""
+    return [f"{REPORT}/index.md", *[f"{REPORT}/tables/{name}.csv" for name in REPORT_OUTPUTS["tables"]],
+            *report_table_formats(), *[f"{REPORT}/figures/{name}.png" for name in REPORT_OUTPUTS["figures"]]]
+
+
 def report_inputs():
     """Every report input some report chapter reads (fmaudit.report.report_reads), by name: the files the branches
     registered under it in REPORT_INPUTS, none where the config plans nothing of it."""

@@ -13,7 +13,7 @@ ood_shard_job(
     plan=snakemake.params.plan,  # noqa: F821
     settings=snakemake.params.settings,  # noqa: F821
     bootstrap=snakemake.params.bootstrap,  # noqa: F821
-    ece_bins=snakemake.params.calibration["ece_bins"],  # noqa: F821
+    ece_bins=snakemake.params.ece_bins,  # noqa: F821
     manifests=list(snakemake.input.manifests),  # noqa: F821
     embeddings=list(snakemake.input.embeddings),  # noqa: F821
     far_manifests=list(snakemake.input.far_manifests),  # noqa: F821

@@ -26,7 +26,8 @@ def toy_copy(tmp_path_factory):
 def test_the_guide_lists_exactly_the_files_a_new_analysis_touches(toy_copy):
     work, touched = toy_copy
     listed = contributing_files(work / "docs" / "contributing.md")
-    assert touched == listed, {"touched, not listed": sorted(touched - listed), "listed, untouched": sorted(listed - touched)}
+    assert touched == listed, {"touched, not listed": sorted(touched - listed),
+                               "listed, untouched": sorted(listed - touched)}
     assert contributing_files(REPO / "docs" / "contributing.md") == listed
 
 
@@ -47,3 +48,9 @@ def test_the_toy_analysis_is_planned_counted_and_retried(toy_copy):
     assert RULE in retried
     template = yaml.safe_load((work / "profiles" / "slurm" / "config.yaml").read_text())
     assert template["preemptible-rules"][-1] == RULE
+
+
+def test_the_toy_analysis_keeps_the_workflow_lint_clean(toy_copy):
+    work, _ = toy_copy
+    proc = snakemake(work, "--lint", check=False)
+    assert proc.returncode == 0 and "Congratulations" in proc.stdout + proc.stderr, proc.stdout[-3000:]

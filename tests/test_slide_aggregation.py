@@ -95,17 +95,17 @@ def test_slide_aggregation_table():
     assert slide_rows["accuracy"].max() > 0.6
     assert np.isfinite(table["qwk"]).all() and (table["aurc"] >= 0).all()
     with pytest.raises(FmauditInputError, match="both sides"):
-        slide_aggregation(X, y, slides, X[test], y[test], slides[test], n_classes=3, aggregators=["majority_vote"])
+        slide_aggregation(X, y, slides, X[test], y[test], slides[test], n_classes=3, aggregators=["majority_vote"], n_boot=0)
     with pytest.raises(FmauditInputError, match="unknown aggregator"):
         slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
-                          aggregators=["transformer"])  # seed 003's name; fmaudit's is transformer_mil
+                          aggregators=["transformer"], n_boot=0)  # the paper's name; fmaudit's is transformer_mil
 
 
 def test_majority_vote_row_matches_a_direct_computation():
     X, y, slides = graded_slides(n_slides=48, seed=1)
     test = np.isin(slides, [f"s{s:03d}" for s in range(36, 48)])
     table = slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
-                              aggregators=["majority_vote"], probe_C=1.0)
+                              aggregators=["majority_vote"], probe_C=1.0, n_boot=0)
     from fmaudit.probes import LogisticProbe
 
     pred = LogisticProbe(C=1.0, max_iter=10000, tol=1e-6, n_classes=3).fit(X[~test], y[~test]).predict(X[test])
@@ -124,18 +124,18 @@ def test_label_coarsening_and_without_benign():
         np.r_[[np.flatnonzero(slides == s)[0] for s in np.unique(slides)]]]  # one tile carries the slide grade
     patients = np.char.add("p", (np.char.lstrip(slides, "s").astype(int) // 2).astype(str))
     is_test = np.char.lstrip(slides, "s").astype(int) >= 36
-    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, neural_params=SMALL, probe_C=1.0)
+    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, neural_params=SMALL, probe_C=1.0, n_boot=0)
     assert list(zip(table["arm"], table["evaluation"])) == [("patch", "patch_labels"), ("slide", "slide_labels"),
                                                             ("slide", "patch_labels"), ("slide_mil", "slide_labels")]
     assert table["relabelled_share"].iloc[0] == pytest.approx((coarsen_to_slide(region, slides) != region).mean())
     assert table.loc[3, "n"] == 12 and table.loc[0, "n"] == is_test.sum()
     names = ["NC", "G3", "G4"]
     out = without_classes(X[~is_test], region[~is_test], patients[~is_test], X[is_test], region[is_test],
-                          patients[is_test], class_names=names, removed=("NC",), probe_C=1.0)
+                          patients[is_test], class_names=names, removed=("NC",), probe_C=1.0, n_boot=0)
     assert out["n_train"] == (region[~is_test] != 0).sum() and out["n_test"] == (region[is_test] != 0).sum()
     assert out["removed"] == "NC" and out["removed_patients"] == np.unique(patients[region == 0]).size
     with pytest.raises(FmauditInputError, match="not classes of the task"):
-        without_classes(X, region, patients, X, region, patients, class_names=names, removed=("benign",))
+        without_classes(X, region, patients, X, region, patients, class_names=names, removed=("benign",), n_boot=0)
 
 
 def test_transformer_mil_learns_seeded_on_cpu_and_leaves_the_torch_rng_alone():
@@ -167,7 +167,7 @@ def test_max_embedding_is_the_probe_on_per_slide_maxima():
     X, y, slides = graded_slides(n_slides=48, seed=4)
     test = np.isin(slides, [f"s{s:03d}" for s in range(36, 48)])
     table = slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
-                              aggregators=["max_embedding"], probe_C=1.0).set_index("aggregator")
+                              aggregators=["max_embedding"], probe_C=1.0, n_boot=0).set_index("aggregator")
     _, idx_tr, lab_tr = make_bags(slides[~test], y[~test])
     _, idx_te, lab_te = make_bags(slides[test], y[test])
     Xtr, Xte = X[~test], X[test]

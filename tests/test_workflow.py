@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -973,3 +975,151 @@ def test_a_new_analysis_through_its_declared_path_runs_and_is_reported(demo_run,
     np.testing.assert_allclose(doubled["mean_norm"], 2 * norms["mean_norm"], rtol=1e-6)
     snakemake(work, "--configfile", "toy.yaml", "--report", str(DEMO / "report" / "report.html"))
     assert "times 2.0" in (report / "report.html").read_text(errors="replace")
+
+
+# ---- every setting of the demo reruns what docs/settings.md says (fmaudit.settings_reference, the schema's x-reruns)
+
+#: One other valid value for each setting the demo's config.yaml sets (and a few of the defaults it keeps).
+DEMO_EDITS = {
+    "study": "demo-b",
+    "data_root": "results/demo_data_b",
+    "dataset_params.demo-tiles.seed": 1,
+    "dataset_params.demo-tiles.n_patients_per_domain": 24,
+    "dataset_params.demo-tiles.tiles_per_patient_per_class": 3,
+    "dataset_params.demo-tiles.tissue_mixing": 0.4,
+    "dataset_params.demo-tiles.patient_variability": 1.4,
+    "dataset_params.demo-tiles.shift_strength": 0.6,
+    "tasks.demo-tissue.description": "Another sentence.",
+    "tasks.demo-tissue.domains": ["scanner-c", "scanner-b", "scanner-a"],
+    "tasks.demo-tissue.transfer": False,
+    "tasks.demo-tissue.ordinal": True,
+    "tasks.demo-tissue.allow_missing_classes": ["mucus"],
+    "tasks.demo-cells-fine.description": "Another sentence.",
+    "tasks.demo-cells-fine.allow_missing_classes": ["T cell"],
+    "probe.heads": ["logistic", "nearest_centroid"],
+    "probe.C": 0.5,
+    "probe.fractions": [0.2, 1.0],
+    "probe.seeds": [0, 2],
+    "probe.val_fraction": 0.3,
+    "probe.readout": "mean",
+    "probe.standardize": False,
+    "calibration.ece_bins": 10,
+    "calibration.kshot_k": [4, 8],
+    "calibration.kshot_draws": 4,
+    "calibration.validation_labels": "proportional",
+    "calibration.include_bound_temperatures": True,
+    "bootstrap.n_boot": 150,
+    "bootstrap.seed": 1,
+    "bootstrap.paired_n_boot": 500,
+    "ood.scorers": ["maha", "knn"],
+    "ood.far": {},
+    "ood.blur.sigmas": [2.0],
+    "ood.blur.tasks": [],
+    "ood.near.demo-tissue": ["stroma"],
+    "ood.artefact.demo-tissue": ["stroma"],
+    "ood.image_artefact.specs": [{"kind": "bubble"}],
+    "ood.probe.C": 0.5,
+    "ood.gate.n_splits": 3,
+    "ood.gate.near": False,
+    "ood.gate.retain": 0.7,
+    "ood.knn_k": 20,
+    "prior_shift.source_domains": ["scanner-b"],
+    "prior_shift.target_domains": ["scanner-c"],
+    "prior_shift.seeds": [0],
+    "prior_shift.draws": 2,
+    "prior_shift.sample_size": 50,
+    "prior_shift.priors": {"balanced": {"tumour": 0.2, "stroma": 0.2, "lymphocytes": 0.2, "adipose": 0.2, "mucus": 0.2},
+                           "stroma-rich": {"tumour": 0.15, "stroma": 0.4, "lymphocytes": 0.2, "adipose": 0.15,
+                                           "mucus": 0.1}},
+    "prior_shift.methods": ["none", "bbse"],
+    "prior_shift.model_selection": ["max_marginal_entropy"],
+    "prior_shift.C": 0.5,
+    "cells.taxonomies": {"fine-types": "demo-cells-fine", "coarse": "demo-cells-coarse"},
+    "cells.sections": {"organ-a": ["organ-a-1", "organ-a-2"], "organ-b": ["organ-b-1"]},
+    "cells.magnifications": [10, 20],
+    "cells.readouts": ["nuc", "mean"],
+    "cells.probe.C": [1.0],
+    "cells.probe.max_train_cells": 100,
+    "cells.probe.max_val_cells": 50,
+    "cells.protocols.IS.seeds": [0, 1],
+    "cells.protocols.LOOO.seeds": [1],
+}
+#: Lists of what the study holds; adding or removing one plans its own jobs (test_adding_an_encoder_plans_only_its_jobs,
+#: test_removing_an_encoder_reaggregates_only, test_adding_an_ood_tier_embeds_only_its_copies ...).
+NOT_EDITED = {"encoders", "datasets", "tasks.<task>.datasets",
+              "prior_shift.task"}  # the demo has one tile task
+#: Where the demo's edit reruns a part of what the setting can rerun: settings declared for tiles and cells at once
+#: (an edit of one data set or task reruns its own kind), and edits that remove something (no new job to make).
+PARTLY = {"dataset_params": "a tile data set's parameters", "tasks.<task>.allow_missing_classes": "a tile task's",
+          "ood.far": "the far tier removed: nothing to embed", "ood.blur.tasks": "the blur tier removed",
+          "cells.sections": "a section removed: nothing to prepare"}
+
+
+def _demo_settings(node, prefix=""):
+    """Dotted paths of every value config.yaml sets (a mapping of names, such as ood.near, down to its names)."""
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _demo_settings(value, path + ".")
+        else:
+            yield path
+
+
+def _edited(cfg, path, value):
+    cfg = copy.deepcopy(cfg)
+    node = cfg
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return cfg
+
+
+def test_every_setting_of_the_demo_reruns_what_the_settings_page_says(demo_run):
+    from fmaudit.settings_reference import EVERYTHING, reruns_of, settings
+
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    declared_at = {s.path: s.declared_at for s in settings()}
+
+    def setting_of(path):  # the schema's key of a config path (tasks.demo-tissue.ordinal -> tasks.<task>.ordinal)
+        parts = path.split(".")
+        if parts[0] in ("tasks", "dataset_params"):
+            parts[1] = "<task>" if parts[0] == "tasks" else "<dataset>"
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in declared_at:
+                return ".".join(parts[:n])
+        raise KeyError(path)
+
+    covered = {setting_of(p) for p in DEMO_EDITS}
+    missing = {setting_of(p) for p in _demo_settings(cfg)} - covered - NOT_EDITED
+    assert not missing, f"add an edit of these demo settings to DEMO_EDITS: {sorted(missing)}"
+
+    def plan(item):
+        n, (path, value) = item
+        (work / f"setting-{n}.yaml").write_text(yaml.safe_dump(_edited(cfg, path, value)))
+        return path, set(planned_jobs(snakemake(work, "-n", "--configfile", f"setting-{n}.yaml").stdout)) - {"all"}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        planned = dict(pool.map(plan, enumerate(DEMO_EDITS.items())))
+    every_rule = planned["study"]  # a new results folder: every rule the demo has
+    wrong = {}
+    for path, rules in planned.items():
+        declared = reruns_of(path)
+        expected = every_rule if declared == (EVERYTHING,) else set(declared) & every_rule
+        partly = setting_of(path) in PARTLY
+        if (partly and not (rules <= expected and bool(rules) == bool(expected))) or (not partly and rules != expected):
+            wrong[path] = {"planned": sorted(rules), "docs/settings.md": sorted(expected)}
+    assert not wrong, wrong
+
+
+def test_an_edit_made_with_a_task_edit_reruns_its_own_jobs_too(demo_run):
+    # the data checks rerun (allow_missing_classes): the probe shards behind them are still checked on their params
+    work, _ = demo_run
+    cfg = yaml.safe_load((work / "config.yaml").read_text())
+    cfg["tasks"]["demo-tissue"]["allow_missing_classes"] = ["mucus"]
+    cfg["probe"]["C"] = 0.5
+    (work / "two-edits.yaml").write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "two-edits.yaml").stdout)
+    assert set(jobs) == {"validate", "probe_shard", "aggregate_probe", "report", "all"}, jobs
+    assert jobs["probe_shard"] == len(cfg["encoders"])

@@ -1,7 +1,7 @@
 """A toy analysis added to a copy of the repository through the path docs/contributing.md ("A new analysis")
 lists, file by file: its config block, run grid, computation, job, script, rules and helpers, report chapter
-and caption, and one line or a few in each shared table (analyses, Snakefile, report chapters, report
-summaries, the cluster profile's retried rules).
+and caption, one line or a few in each shared table (analyses, Snakefile, report chapters, report summaries,
+the cluster profile's retried rules), and the settings page regenerated.
 
 The toy: the mean L2 norm of one encoder's embeddings of a task's data sets (its default readout), times
 ``toy.scale``; one job per (encoder, task), one report table. :func:`add_toy_analysis` writes it into a
@@ -10,7 +10,10 @@ repository copy and returns the files it touched (paths relative to the copy).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 NAME = "toy"
@@ -24,6 +27,7 @@ SCHEMA_BLOCK = """\
     additionalProperties: false
     default: {}
     description: the toy analysis of tests/toy_analysis.py - the mean embedding norm of each encoder on each task.
+    x-reruns: [toy_shard, report]
     properties:
       scale:
         type: number
@@ -232,8 +236,14 @@ def add_toy_analysis(work: Path) -> set[str]:
         "    return summarize_toy(inputs.table(\"toy_shards\"))\n\n\n"))
     _insert(summaries, '    "embeddings": _embeddings,\n', '    "toy": _toy,\n', after=True)
     _insert(work / "profiles/slurm/config.yaml", "  - cell_shard\n", "  - toy_shard\n", after=True)
+    settings_page = work / "docs/settings.md"
+    before = settings_page.read_text()
+    subprocess.run([sys.executable, "-m", "fmaudit.cli", "docs", "settings"], cwd=work, check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(work / "src")})
+    assert "`toy.scale`" in settings_page.read_text() and settings_page.read_text() != before
     return {*NEW_FILES, "resources/schemas/config.schema.yaml", "src/fmaudit/grid/analyses.py", "Snakefile",
-            "src/fmaudit/report/__init__.py", "src/fmaudit/jobs/report.py", "profiles/slurm/config.yaml"}
+            "src/fmaudit/report/__init__.py", "src/fmaudit/jobs/report.py", "profiles/slurm/config.yaml",
+            "docs/settings.md"}
 
 
 def contributing_files(doc: Path, heading: str = "## A new analysis") -> set[str]:

@@ -1,4 +1,4 @@
-"""Temperature scaling and the calibration ladder (METHODS 2).
+"""Temperature scaling and the calibration ladder (docs/methods.md#temperature-scaling).
 
 ``p = softmax(z / T)``; T minimises the mean NLL on a fitting split, found by a bounded scalar search on
 ``log T`` within ``bounds`` (default [0.05, 20]). Accuracy, F1 and AUROC do not change for T > 0, so the

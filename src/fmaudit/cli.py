@@ -8,6 +8,7 @@
     fmaudit check-claims --preset hema --results results/hema
     fmaudit download SLUG --data-root DIR
     fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
+    fmaudit docs settings                      # docs/settings.md from the config schema
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
 module only dispatches. A new command is a module there and one entry in :data:`COMMANDS`.
@@ -24,6 +25,7 @@ from fmaudit.commands import (
     cells,
     check_claims,
     check_config,
+    docs,
     download,
     embed,
     gate,
@@ -36,7 +38,7 @@ from fmaudit.commands import (
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (init, check_config, listing, probe, embed, grid, download, check_claims, profile, cells, gate, adapt)
+COMMANDS = (init, check_config, listing, probe, embed, grid, download, check_claims, profile, cells, gate, adapt, docs)
 
 
 def build_parser() -> argparse.ArgumentParser:

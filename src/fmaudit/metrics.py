@@ -2,7 +2,9 @@
 
 Every public metric takes ``probs`` of shape (N, K) (rows are probability vectors) and integer ``labels``
 of shape (N,) with values in 0..K-1, validates them and returns a float. The conventions follow
-METHODS.md sections 1-4 and 8; :data:`CONVENTIONS` states them in words for report captions.
+docs/methods.md (docs/methods.md#calibration, docs/methods.md#discrimination-metrics,
+docs/methods.md#selective-prediction, docs/methods.md#composite-indices-cri-cra-and-crt); :data:`CONVENTIONS`
+states them in words for report captions.
 
 Notation: ``conf = probs.max(1)``; ``pred = probs.argmax(1)`` (ties go to the lowest class index, as numpy);
 ``correct = pred == labels``.
@@ -17,7 +19,7 @@ Project defaults, and where other implementations differ:
 - ECE is top-label for binary tasks too (confidence ``max(p, 1-p)``), unlike torchmetrics
   ``BinaryCalibrationError`` and netcal, which use p(class 1).
 - Adaptive ECE is equal-mass: the confidences are sorted (stable) and split into ``n_bins`` near-equal
-  parts with ``np.array_split`` (METHODS 1 (a)).
+  parts with ``np.array_split`` (docs/methods.md#adaptive-ece).
 - NLL is not clipped: a zero probability on the true class gives ``inf``. sklearn ``log_loss`` clips.
 - Brier is the multiclass sum form, range [0, 2]; for binary tasks it is twice sklearn's binary Brier.
 - AUROC is the macro mean of one-vs-rest AUCs with ties counted 1/2; binary tasks use ``probs[:, 1]``.
@@ -25,7 +27,7 @@ Project defaults, and where other implementations differ:
 - AURC averages the correctness of tied confidences (expected value over a random order within a tie);
   E-AURC subtracts the discrete optimum (every correct prediction ranked first).
 - Novelty detection (``detection_auroc``, ``fpr_at_tpr``) takes two 1-D score arrays, ID and OOD; OOD is the
-  positive class and a higher score means more out-of-distribution (METHODS 5).
+  positive class and a higher score means more out-of-distribution (docs/methods.md#novelty-scorers).
 """
 
 from __future__ import annotations
@@ -220,7 +222,8 @@ def softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
 
 
 def binary_logits_from_decision(decision: Any) -> np.ndarray:
-    """Two-class logits ``(-d/2, d/2)`` from a binary decision value d (METHODS 2, seed 003 convention).
+    """Two-class logits ``(-d/2, d/2)`` from a binary decision value d (docs/methods.md#binary-logits, seed 003
+    convention).
 
     ``softmax`` of the result equals ``sigmoid(d)``, i.e. sklearn ``predict_proba``, so a fitted temperature
     is that of ``sigmoid(d / T)``. PRISM's ``(-d, d)`` would double it.
@@ -338,7 +341,7 @@ def _mce_from_top_label(conf: np.ndarray, correct: np.ndarray, n_bins: int, clos
 
 
 def adaptive_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float:
-    """Equal-mass top-label ECE (METHODS 1 (a)).
+    """Equal-mass top-label ECE (docs/methods.md#adaptive-ece).
 
     Confidences are sorted (stable sort, so tied items keep their input order) and split into ``n_bins``
     near-equal-count parts with ``np.array_split``; each part is weighted by its share of N.
@@ -689,8 +692,8 @@ def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, prism
 
 
 # --------------------------------------------------------------------------------------------------
-# novelty detection (METHODS 5): OOD is the positive class, a higher score means more out-of-distribution
-# --------------------------------------------------------------------------------------------------
+# novelty detection (docs/methods.md#novelty-scorers): OOD is the positive class, a higher score means more
+# out-of-distribution --------------------------------------------------------------------------------------------------
 def _novelty_scores(values: Any, name: str) -> np.ndarray:
     arr = float_array(values, name, 1, "array of novelty scores")
     if arr.size == 0:

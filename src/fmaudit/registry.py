@@ -379,7 +379,7 @@ def encoder_config_hash(spec: Mapping[str, Any]) -> str:
 def embedding_key(spec: Mapping[str, Any], weights_override: str | None = None, length: int = 12) -> str:
     """The key of an encoder's embeddings as a config sets them: :func:`encoder_config_hash` and the config's
     local weights override (``encoder_weights``), if any. The workflow puts it in the embedding's path, so that
-    embeddings of another key never replace these (see README, "No lost work")."""
+    embeddings of another key never replace these (docs/design.md#runs-you-can-trust, "No lost work")."""
     return stable_hash({"encoder_config_hash": encoder_config_hash(spec), "weights_override": weights_override or None},
                        length=length)
 

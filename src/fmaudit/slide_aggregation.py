@@ -475,7 +475,7 @@ def without_classes_predictions(X_train: Any, y_train: Any, groups_train: Any, X
 # summaries: one split, or several pooled
 # --------------------------------------------------------------------------------------------------
 def summarize_predictions(arms: Sequence[ArmPredictions], *, ordinal: bool = True,
-                          coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
+                          coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                           n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """One row per arm of one split: its key, the :func:`prediction_summary` metrics (intervals with
     ``n_boot > 0``) and its constant columns."""
@@ -489,7 +489,7 @@ def summarize_predictions(arms: Sequence[ArmPredictions], *, ordinal: bool = Tru
 
 
 def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal: bool = True,
-                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
+                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                      n_bins: int = DEFAULT_N_BINS, alpha: float = 0.05,
                      median_columns: Sequence[str] = ("probe_C", "slide_probe_C")) -> pd.DataFrame:
     """Seed 003's summary of the same arms over several train/test splits (``splits``: split seed -> the arms
@@ -533,7 +533,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
                       n_classes: int, ordinal: bool = True, groups_train: Any = None, slide_groups_test: Any = None,
                       probe_C: float | None = None, aggregators: Sequence[str] = AGGREGATORS,
                       neural_params: Mapping[str, Mapping[str, Any]] | None = None,
-                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
+                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                       random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Slide-level grading from tile embeddings (seed 003 ``slide_aggregation``) on one train/test split.
 
@@ -557,7 +557,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
 def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any, *, n_classes: int,
                      ordinal: bool = True, probe_C: float | None = None,
                      neural_params: Mapping[str, Mapping[str, Any]] | None = None,
-                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0, bootstrap_seed: int = 0,
+                     coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                      random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """Seed 003's SICAPv2 control: the probe under region-level tile labels and under labels coarsened to
     the slide (the most severe grade among all the slide's tiles, train and test together).
@@ -575,7 +575,7 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
 
 def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, y_test: Any, groups_test: Any, *,
                     class_names: Sequence[str], removed: Sequence[str] = ("NC",), ordinal: bool = True,
-                    probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int = 0,
+                    probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int,
                     bootstrap_seed: int = 0, random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> dict[str, Any]:
     """The task with ``removed`` classes dropped from both splits (seed 003: SICAPv2 without its benign class
     NC); the probe is refitted on the remaining classes (renumbered in order). Returns the

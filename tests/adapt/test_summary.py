@@ -104,7 +104,7 @@ def test_per_class_recall_and_calibration_tables():
     with pytest.raises(FmauditInputError, match="recall_"):
         s.per_class_recall(df.drop(columns=["recall_a", "recall_b"]))
     with pytest.raises(FmauditInputError, match="missing"):
-        s.gain_intervals(df.drop(columns="seed"))
+        s.gain_intervals(df.drop(columns="seed"), n_boot=2000)
 
 
 def test_reference_rows_are_scored_against_the_line_they_do_not_enter():

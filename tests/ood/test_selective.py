@@ -57,7 +57,7 @@ def test_tied_confidences_average_over_every_order_within_the_tie():
 
 def test_summary_matches_library_metrics_and_sklearn_qwk():
     p, y = random_probs(1)
-    s = selective_summary(p, y, ordinal=True, coverages=(0.5, 0.9))
+    s = selective_summary(p, y, ordinal=True, coverages=(0.5, 0.9), n_boot=0)
     assert s["aurc"] == pytest.approx(metrics.aurc(p, y))
     assert s["eaurc"] == pytest.approx(metrics.eaurc(p, y))
     assert s["selective_accuracy_c0.5"] == pytest.approx(metrics.selective_accuracy(p, y, 0.5))
@@ -68,7 +68,7 @@ def test_summary_matches_library_metrics_and_sklearn_qwk():
     correct = (p.argmax(1) == y).astype(float)
     oracle = plain_risks(-np.arange(60.0), np.sort(correct)[::-1]).mean()
     assert s["eaurc_random"] == pytest.approx(1 - correct.mean() - oracle)
-    assert "qwk" not in selective_summary(p, y)
+    assert "qwk" not in selective_summary(p, y, n_boot=0)
 
 
 def test_summary_bootstrap_names_its_unit_and_brackets_the_point():
@@ -84,20 +84,20 @@ def test_summary_bootstrap_names_its_unit_and_brackets_the_point():
 
 def test_degenerate_predictions():
     y = np.array([0, 1, 0, 1])
-    s = prediction_summary(y, y, [0.9, 0.8, 0.7, 0.6], 2)
+    s = prediction_summary(y, y, [0.9, 0.8, 0.7, 0.6], 2, n_boot=0)
     assert s["aurc"] == 0 and s["eaurc"] == 0
-    s = prediction_summary(y, 1 - y, [0.9, 0.8, 0.7, 0.6], 2)
+    s = prediction_summary(y, 1 - y, [0.9, 0.8, 0.7, 0.6], 2, n_boot=0)
     assert s["aurc"] == 1 and s["eaurc"] == 0
 
 
 def test_selective_input_errors():
     p, y = random_probs(3)
     with pytest.raises(FmauditInputError, match="coverages"):
-        selective_summary(p, y, coverages=(0.0,))
+        selective_summary(p, y, coverages=(0.0,), n_boot=0)
     with pytest.raises(FmauditInputError, match="one entry per item"):
-        prediction_summary(y, y[:-1], p.max(1))
+        prediction_summary(y, y[:-1], p.max(1), n_boot=0)
     with pytest.raises(FmauditInputError, match="NaN"):
-        prediction_summary(y, y, np.full(y.size, np.nan))
+        prediction_summary(y, y, np.full(y.size, np.nan), n_boot=0)
     with pytest.raises(FmauditInputError, match="confidence and correct"):
         risk_coverage_curve()
 
@@ -134,8 +134,8 @@ def test_blur_accuracy_curve():
 def test_blur_accuracy_curve_errors():
     table = blur_table()
     with pytest.raises(FmauditInputError, match="missing column"):
-        blur_accuracy_curve(table.drop(columns="prediction"))
+        blur_accuracy_curve(table.drop(columns="prediction"), n_boot=0)
     with pytest.raises(FmauditInputError, match="occurs twice at sigma 1"):
-        blur_accuracy_curve(pd.concat([table, table[table["sigma"] == 1.0].head(1)]))
+        blur_accuracy_curve(pd.concat([table, table[table["sigma"] == 1.0].head(1)]), n_boot=0)
     with pytest.raises(FmauditInputError, match="sigma must be >= 0"):
-        blur_accuracy_curve(table.assign(sigma=-1.0))
+        blur_accuracy_curve(table.assign(sigma=-1.0), n_boot=0)

@@ -52,11 +52,11 @@ def test_grouped_counts_keep_groups_whole():
 
 def test_counts_bad_input():
     with pytest.raises(FmauditInputError, match="groups"):
-        stats.bootstrap_counts(5, groups=[0, 1, 2])
+        stats.bootstrap_counts(5, groups=[0, 1, 2], n_boot=2000)
     with pytest.raises(FmauditInputError, match="n_boot"):
         stats.bootstrap_counts(5, n_boot=0)
     with pytest.raises(FmauditInputError, match="groups"):
-        stats.bootstrap_counts(2, groups=np.array([0.0, np.nan]))
+        stats.bootstrap_counts(2, groups=np.array([0.0, np.nan]), n_boot=2000)
 
 
 # ------------------------------------------------------------------------------------------ kernels

@@ -56,7 +56,7 @@ def test_two_way_cluster_bootstrap(transfer_grid):
 
 def test_two_way_cluster_bootstrap_bad_input(transfer_grid):
     with pytest.raises(FmauditInputError, match="'hospital'"):
-        stats.two_way_cluster_bootstrap(transfer_grid, len, source_col="hospital")
+        stats.two_way_cluster_bootstrap(transfer_grid, len, source_col="hospital", n_boot=2000)
 
 
 def test_hierarchical_bootstrap_variance_matches_closed_form():
@@ -92,6 +92,6 @@ def test_hierarchical_bootstrap_mean_summary():
     flat = stats.hierarchical_bootstrap_mean(constant, ["encoder", "source_seed"], "gain", n_boot=50)
     assert flat["ci_lo"] == pytest.approx(0.5) and flat["ci_hi"] == pytest.approx(0.5)
     with pytest.raises(FmauditInputError, match="missing"):
-        stats.hierarchical_bootstrap_mean(df, ["encoder", "hospital"], "gain")
+        stats.hierarchical_bootstrap_mean(df, ["encoder", "hospital"], "gain", n_boot=2000)
     with pytest.raises(FmauditInputError, match="NaN"):
-        stats.hierarchical_bootstrap_mean(df.assign(gain=np.nan), ["encoder"], "gain")
+        stats.hierarchical_bootstrap_mean(df.assign(gain=np.nan), ["encoder"], "gain", n_boot=2000)

@@ -100,7 +100,7 @@ def test_seed_mean_bootstrap_equals_recomputation_on_resampled_items():
                                   "label": labels, "logits": list(logits), "temperature_source": 1.5}))
     preds = pd.concat(rows[::-1], ignore_index=True)  # item order of the cell comes from its first rows
     order, y, counts = stats.cell_resample_counts(preds, n_boot=25, random_state=4)
-    np.testing.assert_array_equal(counts, stats.bootstrap_counts(n, groups, 25, 4))
+    np.testing.assert_array_equal(counts, stats.bootstrap_counts(n, groups, n_boot=25, random_state=4))
     point, boot = stats.seed_mean_bootstrap(preds, "ece", counts, order, y, temperature_col="temperature_source",
                                             n_bins=10)
     expected_point, expected = [], []

@@ -1,4 +1,5 @@
-"""Class-prior shift and label-free adaptation on frozen features (seed 000; METHODS 6).
+"""Class-prior shift and label-free adaptation on frozen features (seed 000;
+docs/methods.md#prior-shift-and-label-free-adaptation).
 
 - ``priors``: prior scenarios and largest-remainder resampling of a target to them, vectorised over draws.
 - ``methods``: the adaptation methods as pure functions (global standardisation, CBR, the oracle, BBSE,

@@ -1,11 +1,12 @@
 """The source probe and the evaluation of every adaptation method on resampled target draws (seed 000).
 
-Pipeline (METHODS 6 and 9). The *source probe* is the project's default probe: a StandardScaler fitted on the
-source training split (ddof 0) and an L2 multinomial logistic regression with C = 1 on the standardised
-features (:func:`fmaudit.probes.fit_logistic_batch`). A group-disjoint (or stratified, without groups)
-hold-out of the source, ``val_fraction`` of it drawn with ``split_train_val(random_state=seed)``, gives what the
-label-free methods may know about the source: the source temperature (:class:`fmaudit.calibration.
-TemperatureScaler` on the hold-out logits), the BBSE joint confusion, and the in-domain macro-F1. The source
+Pipeline (docs/methods.md#adaptation-methods, docs/methods.md#linear-probes). The *source probe* is the project's
+default probe: a StandardScaler fitted on the source training split (ddof 0) and an L2 multinomial logistic regression
+with C = 1 on the standardised features (:func:`fmaudit.probes.fit_logistic_batch`). A group-disjoint (or stratified,
+without groups) hold-out of the source, ``val_fraction`` of it drawn with ``split_train_val(random_state=seed)``,
+gives what the label-free methods may know about the source: the source temperature
+(:class:`fmaudit.calibration.TemperatureScaler` on the hold-out logits), the BBSE joint confusion, and the in-domain
+macro-F1. The source
 label prior is the training split's class shares.
 
 Methods, on a target draw (``fmaudit.adapt.methods``):

@@ -1,4 +1,5 @@
-"""Label-free adaptation of a source probe on frozen features, and what label-free selection reads (METHODS 6).
+"""Label-free adaptation of a source probe on frozen features, and what label-free selection reads
+(docs/methods.md#adaptation-methods).
 
 Every function is pure and takes arrays with optional leading batch dimensions: features ``Z`` of shape
 (..., n, D), labels (..., n), probabilities ``P`` (..., n, K). A batch dimension is one resampled target
@@ -18,8 +19,8 @@ draw, so R draws are adapted in one call; statistics are always taken over the n
   the head is what can move).
 - :func:`marginal_entropy`, :func:`mean_entropy`, :func:`mean_max_probability`: label-free selection scores.
 
-The space CBR standardises in is not stated by the seed; the project's assumption (METHODS 6) is raw feature
-space, with pseudo-labels from the unadapted pipeline (source scaler + source probe).
+The space CBR standardises in is not stated by the seed; the project's assumption (docs/methods.md#adaptation-methods)
+is raw feature space, with pseudo-labels from the unadapted pipeline (source scaler + source probe).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from fmaudit.io import FmauditInputError
 
 log = logging.getLogger(__name__)
 
-STD_EPS = 1e-8  # METHODS 6: global and class-balanced standardisation, (z - mean) / (std + eps)
+# docs/methods.md#adaptation-methods: global and class-balanced standardisation, (z - mean) / (std + eps)
+STD_EPS = 1e-8
 SHOT_EPS = 1e-5  # tim-learn/SHOT adds this inside its logarithms
-EM_TOL = 1e-12  # METHODS 6: stop when the prior moves less than this (max norm)
+EM_TOL = 1e-12  # docs/methods.md#adaptation-methods: stop when the prior moves less than this (max norm)
 EM_MAX_ITER = 10_000
 
 
@@ -83,7 +85,8 @@ def global_statistics(Z: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def global_standardize(Z: Any, eps: float | np.ndarray = STD_EPS) -> np.ndarray:
-    """``(Z - mean_t) / (std_t + eps)`` with the batch's own mean and std (ddof 0); METHODS 6."""
+    """``(Z - mean_t) / (std_t + eps)`` with the batch's own mean and std (ddof 0);
+    docs/methods.md#adaptation-methods."""
     mean, std = global_statistics(Z)
     return (np.asarray(Z, dtype=np.float64) - mean[..., None, :]) / (std[..., None, :] + eps)
 
@@ -160,7 +163,7 @@ def bbse_confusion(y_val: Any, pred_val: Any, n_classes: int) -> np.ndarray:
 
 
 def bbse_weights(y_val: Any, pred_val: Any, pred_target: Any, n_classes: int) -> np.ndarray:
-    """BBSE importance weights ``w = C^-1 mu_t`` clipped at 0 (METHODS 6; Lipton 2018).
+    """BBSE importance weights ``w = C^-1 mu_t`` clipped at 0 (docs/methods.md#adaptation-methods; Lipton 2018).
 
     ``C`` is :func:`bbse_confusion` of the source hold-out and ``mu_t[i]`` the share of target predictions
     equal to i. A singular ``C`` (e.g. a class never predicted on the hold-out) is solved by least squares.
@@ -239,8 +242,8 @@ def saerens_em(P_target: Any, source_prior: Any, tol: float = EM_TOL,
     """EM re-estimation of the target prior (Saerens et al. 2002): ``(target_prior, posteriors)``.
 
     Iterates ``p'_i ∝ p_i * q / p_s`` and ``q <- mean_i p'_i`` from ``q = p_s`` until ``max|Δq| < tol``
-    (METHODS 6: 1e-12). The posteriors returned are those at the returned prior. EM can drift to degenerate
-    priors on small or overconfident batches; calibrating the probabilities first helps (Alexandari 2020).
+    (docs/methods.md#adaptation-methods: 1e-12). The posteriors returned are those at the returned prior. EM can drift
+    to degenerate priors on small or overconfident batches; calibrating the probabilities first helps (Alexandari 2020).
     A batch that has not converged after ``max_iter`` iterations is logged.
     """
     P = _probabilities(P_target, "P_target")
@@ -453,14 +456,16 @@ def _entropy(p: np.ndarray) -> np.ndarray:
 
 
 def marginal_entropy(P: Any) -> np.ndarray | float:
-    """``H(mean_i p_i)``, natural log: the entropy of the mean prediction of each batch (METHODS 6)."""
+    """``H(mean_i p_i)``, natural log: the entropy of the mean prediction of each batch
+    (docs/methods.md#label-free-encoder-selection)."""
     P = _probabilities(P)
     out = _entropy(P.mean(axis=-2))
     return float(out) if np.ndim(out) == 0 else out
 
 
 def mean_entropy(P: Any) -> np.ndarray | float:
-    """``mean_i H(p_i)``: mean per-item entropy (the argmin alternative of METHODS 6)."""
+    """``mean_i H(p_i)``: mean per-item entropy (the argmin alternative of
+    docs/methods.md#label-free-encoder-selection)."""
     P = _probabilities(P)
     out = _entropy(P).mean(axis=-1)
     return float(out) if np.ndim(out) == 0 else out

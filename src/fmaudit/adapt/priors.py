@@ -1,4 +1,5 @@
-"""Class-prior scenarios and the resampling of a labelled target pool to them (seed 000; METHODS 6).
+"""Class-prior scenarios and the resampling of a labelled target pool to them (seed 000;
+docs/methods.md#resampling-to-a-class-prior).
 
 A *scenario* is a class prior pi (shares over the task's classes, >= 0, summing to 1). A target with
 per-class pools is resampled to a fixed size n with class counts ``round(n * pi)`` by largest-remainder

@@ -1,4 +1,5 @@
-"""Label-free encoder selection on an unlabelled target, and its regret (seed 000; METHODS 6).
+"""Label-free encoder selection on an unlabelled target, and its regret (seed 000;
+docs/methods.md#label-free-encoder-selection).
 
 On each target draw a user without labels must pick one encoder. A *rule* scores every encoder from its own
 predictions on the draw and picks the best score; the *oracle* picks the encoder with the best macro-F1.
@@ -7,9 +8,10 @@ adaptation method (the pipeline whose predictions are scored and whose F1 is com
 
 Rules (:data:`SELECTION_RULES`); each names the column of the prior-shift rows it reads:
 
-- ``max_marginal_entropy`` (the project default, METHODS 6): ``argmax_m H(mean_i p_i)``; a balanced,
-  uncollapsed marginal looks good on a balanced target, which is exactly what fails under clinical priors.
-- ``min_mean_entropy``: ``argmin_m mean_i H(p_i)``, the alternative METHODS 6 names.
+- ``max_marginal_entropy`` (the project default, docs/methods.md#label-free-encoder-selection): ``argmax_m H(mean_i
+  p_i)``; a balanced, uncollapsed marginal looks good on a balanced target, which is exactly what fails under clinical
+  priors.
+- ``min_mean_entropy``: ``argmin_m mean_i H(p_i)``, the alternative docs/methods.md#label-free-encoder-selection names.
 - ``max_mean_max_prob``: ``argmax_m mean_i max_k p_ik`` (mean confidence).
 - ``max_bbse_macro_f1`` / ``max_bbse_accuracy``: the macro-F1 / accuracy of the unadapted probe that BBSE
   predicts for the target from the source hold-out confusion reweighted by the estimated label shift; defined

@@ -1,4 +1,4 @@
-"""Summaries of the prior-shift rows in the seed's shapes (seed 000; METHODS 7).
+"""Summaries of the prior-shift rows in the seed's shapes (seed 000; docs/methods.md#hierarchical-bootstrap).
 
 Input everywhere: the per-draw x method rows of the prior-shift shards (``fmaudit.analyses.prior_shift``),
 concatenated over encoders, with at least ``encoder``, ``target_domain``, ``prior``, ``seed``, ``draw``,
@@ -11,9 +11,9 @@ Definitions (the seed reports these without formulas; these are the project's):
   *negative* when that mean gain is below 0.
 - *scenario mean*: the mean gain of a method over every encoder, seed and draw of a scenario ("positive in all
   18 target x prior scenario means").
-- *hierarchical bootstrap* (METHODS 7): encoders, then source seeds within each encoder, then draws within each
-  seed, resampled with replacement; the statistic is the mean gain of the resampled rows. A draw unit holds
-  every target x prior of that draw index, so each resample keeps the scenario design.
+- *hierarchical bootstrap* (docs/methods.md#hierarchical-bootstrap): encoders, then source seeds within each encoder,
+  then draws within each seed, resampled with replacement; the statistic is the mean gain of the resampled rows. A draw
+  unit holds every target x prior of that draw index, so each resample keeps the scenario design.
 - *relative gap* = ``(F1_in - F1_target) / F1_in`` ("macro-F1 drops 34-72%"), with F1_in the in-domain
   (source hold-out) macro-F1 of the same encoder.
 - *effective robustness* (Taori et al. 2020): the target macro-F1 above what the encoders' common trend
@@ -57,7 +57,7 @@ def scenario_gains(rows: pd.DataFrame, value: str = "gain_macro_f1") -> tuple[pd
 
 
 def gain_intervals(rows: pd.DataFrame, by: Sequence[str] = ("method",), value: str = "gain_macro_f1",
-                   levels: Sequence[str] = BOOTSTRAP_LEVELS, n_boot: int = 2000, random_state: int = 0,
+                   levels: Sequence[str] = BOOTSTRAP_LEVELS, *, n_boot: int, random_state: int = 0,
                    alpha: float = 0.05) -> pd.DataFrame:
     """Mean ``value`` per ``by`` group with a hierarchical-bootstrap percentile interval
     (:func:`fmaudit.stats.hierarchical_bootstrap_mean`, levels ``levels``, outermost first).

@@ -132,7 +132,7 @@ def _detection_row(s_id: np.ndarray, s_ood: np.ndarray, g_id: np.ndarray, g_ood:
                            "n_id": int(s_id.size), "n_ood": int(s_ood.size)}
     if n_boot > 0:
         units = np.r_[g_id, g_ood]
-        draws = bootstrap_detection_auroc(s_id, s_ood, bootstrap_counts(units.size, units, n_boot, seed))
+        draws = bootstrap_detection_auroc(s_id, s_ood, bootstrap_counts(units.size, units, n_boot=n_boot, random_state=seed))
         row["auroc_ci_lo"], row["auroc_ci_hi"], row["n_valid"] = percentile_interval(draws, alpha)
         row["ci_unit"], row["ci_n_units"], row["n_boot"] = unit, int(np.unique(units).size), int(n_boot)
     return row
@@ -234,7 +234,7 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                   readout: str = "default", scorers: Sequence[str] = ("maha", "knn", "energy", "msp"),
                   ordinal: bool = False, probe_C: float | None = None, knn_k: int = 50,
                   covariance: str = "ledoit_wolf", coverages: Sequence[float] = DEFAULT_COVERAGES,
-                  n_boot: int = 300, bootstrap_seed: int = 0, alpha: float = 0.05,
+                  n_boot: int, bootstrap_seed: int = 0, alpha: float = 0.05,
                   gate_params: Mapping[str, Any] | None = None, gate_splits: int = 5, gate_near: bool = False,
                   hist_bins: int = 30, random_state: int = 0, probe: ProbeSettings | None = None,
                   ece_bins: int = DEFAULT_N_BINS, strata: Any = None, strata_name: str = "label"

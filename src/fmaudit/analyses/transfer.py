@@ -1,5 +1,6 @@
 """Across-encoder summaries of the transfer grid: OOD_Stability, CRI, target-ECE slopes, rank transfer,
-AUROC/ECE rank decoupling and paired encoder differences (METHODS.md 7 and 8).
+AUROC/ECE rank decoupling and paired encoder differences (docs/methods.md#statistics,
+docs/methods.md#composite-indices-cri-cra-and-crt).
 
 All functions take the aggregated run rows (one per run × target × calibration stage, as written by the
 probe shards) and average over seeds first, so every statistic is computed on seed means. ``ece_bins`` is the
@@ -58,7 +59,8 @@ def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
 
 def ood_stability(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
     """Per (task, head, encoder): mean over pairs s→t, s≠t, of min(AUROC(s→t) / AUROC_id(s), 1) at the
-    largest label fraction (PRISM's definition as corrected in the rebuttal; METHODS 8).
+    largest label fraction (PRISM's definition as corrected in the rebuttal;
+    docs/methods.md#composite-indices-cri-cra-and-crt).
 
     Pairs with AUROC_id ≤ 0 or a non-finite ratio are skipped; no pair -> NaN.
     """

@@ -3,9 +3,9 @@
 Per run (one probe evaluated once on its test partition):
 - ``macro_f1``: macro-F1 over the classes present in the test labels, in [0, 1]
   (``f1_score(y, pred, labels=present, average="macro", zero_division=0)``, from
-  :func:`fmaudit.metrics.confusion_counts`). The project default (METHODS 3) averages over all K classes;
-  cell units often lack a class (a section without one of the nine fine types), and a class that is neither
-  true nor predicted would then score 0 for every encoder alike, so here it is left out.
+  :func:`fmaudit.metrics.confusion_counts`). The project default (docs/methods.md#discrimination-metrics) averages over
+  all K classes; cell units often lack a class (a section without one of the nine fine types), and a class that is
+  neither true nor predicted would then score 0 for every encoder alike, so here it is left out.
 - ``macro_auroc``: macro one-vs-rest AUROC of the softmax scores over the classes present in the test labels
   (:func:`fmaudit.metrics.auroc` when every class is present; the same Mann-Whitney statistic, ties 1/2,
   averaged over the present classes otherwise); NaN with fewer than two present classes.

@@ -1,4 +1,5 @@
-"""Out-of-distribution detection, selective prediction and the abstention gate (seed 003; METHODS 4-5).
+"""Out-of-distribution detection, selective prediction and the abstention gate (seed 003;
+docs/methods.md#selective-prediction, docs/methods.md#novelty-scorers).
 
 - ``scorers``: novelty scorers (Mahalanobis, relative Mahalanobis, kNN distance, energy, MSP).
 - ``selective``: risk-coverage curves, selective accuracy, accuracy against blur strength.

@@ -1,4 +1,4 @@
-"""The two-threshold abstention gate of seed 003 (METHODS 4), its evaluation, and its export.
+"""The two-threshold abstention gate of seed 003 (docs/methods.md#the-abstention-gate), its evaluation, and its export.
 
 Fitting (:class:`AbstentionGate`):
 
@@ -9,7 +9,7 @@ Fitting (:class:`AbstentionGate`):
    class's items sit in fewer groups than folds (small data) the groups are dealt by ``KFold`` instead. Other
    fractions use :func:`fmaudit.probes.split_train_val` (group-disjoint when groups are given).
 2. The probe (standardised features, multinomial logistic; C chosen by grouped 3-fold CV on log-loss over
-   ``logspace(-6, 0, 7)`` as seed 003, METHODS 9, or a given C) and the novelty scorer (Mahalanobis with a
+   ``logspace(-6, 0, 7)`` as seed 003, docs/methods.md#heads, or a given C) and the novelty scorer (Mahalanobis with a
    Ledoit-Wolf pooled covariance by default) are fitted on the fit part.
 3. Novelty threshold: the ``1 - id_reject`` quantile (numpy linear interpolation) of the validation novelty
    scores; an item is rejected as novel when its score *exceeds* it.
@@ -408,7 +408,7 @@ def _validation_rows(gate: AbstentionGate) -> dict[str, float]:
 
 
 def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: Sequence[GateSet], *,
-                          gate_params: Mapping[str, Any] | None = None, n_splits: int = 5, n_boot: int = 300,
+                          gate_params: Mapping[str, Any] | None = None, n_splits: int = 5, n_boot: int,
                           bootstrap_seed: int = 0, ordinal: bool = False, alpha: float = 0.05,
                           unit: str = "group", strata: Any = None, encoder: str | None = None,
                           readout: str | None = None) -> tuple[pd.DataFrame, AbstentionGate]:
@@ -452,7 +452,7 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
                 groups = None
             decided = gate.decide_arrays(X)
             point = _set_quantities(np.ones((1, X.shape[0])), decided, labels, gate.n_classes_, ordinal)
-            counts = bootstrap_counts(X.shape[0], groups, int(n_boot), int(bootstrap_seed) + i)
+            counts = bootstrap_counts(X.shape[0], groups, n_boot=int(n_boot), random_state=int(bootstrap_seed) + i)
             boot = _set_quantities(counts.astype(np.float64), decided, labels, gate.n_classes_, ordinal)
             for q in point:
                 values.setdefault((s.name, q), []).append(float(point[q][0]))

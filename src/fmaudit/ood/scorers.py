@@ -1,4 +1,5 @@
-"""Novelty scorers on frozen embeddings and on probe logits (METHODS 5). Higher = more out-of-distribution.
+"""Novelty scorers on frozen embeddings and on probe logits (docs/methods.md#novelty-scorers). Higher = more
+out-of-distribution.
 
 Feature-space scorers are estimator-style (``fit`` returns self, fitted attributes end in ``_``):
 
@@ -15,7 +16,7 @@ Feature-space scorers are estimator-style (``fit`` returns self, fitted attribut
   with a warning). A query that is itself in the bank counts as its own neighbour: score a disjoint set.
 
 Logit scorers are functions of the probe's logits (N, K); a 1-D array is a binary decision value d and is
-turned into the (-d/2, d/2) logit pair first (METHODS 2; softmax then equals sigmoid(d)):
+turned into the (-d/2, d/2) logit pair first (docs/methods.md#binary-logits; softmax then equals sigmoid(d)):
 
 - :func:`energy_score` ``-T * logsumexp(logits / T)`` (Liu et al. 2020 at T = 1; the ID score is -E).
 - :func:`msp_score` ``1 - max softmax`` (Hendrycks & Gimpel 2017).

@@ -1,5 +1,5 @@
-"""Selective prediction (METHODS 4): risk-coverage curves, AURC / E-AURC, selective accuracy, QWK, and
-accuracy against blur strength.
+"""Selective prediction (docs/methods.md#selective-prediction): risk-coverage curves, AURC / E-AURC, selective
+accuracy, QWK, and accuracy against blur strength.
 
 Conventions (those of :mod:`fmaudit.metrics`): uncertainty ``u = 1 - confidence``; predictions are ranked
 from the most to the least confident and tied confidences share their mean correctness (the expectation over
@@ -143,7 +143,7 @@ class PredictionDraws:
 
 def prediction_draws(labels: Any, predictions: Any, confidence: Any, n_classes: int | None = None, *,
                      ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                     n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int = 0,
+                     n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int,
                      random_state: int = 0, unit: str = "group") -> PredictionDraws:
     """The metrics of :func:`prediction_summary` and, with ``n_boot > 0``, their draws over ``n_boot``
     (cluster, when ``groups`` are given) bootstrap resamples seeded by ``random_state``."""
@@ -152,7 +152,7 @@ def prediction_draws(labels: Any, predictions: Any, confidence: Any, n_classes: 
     point = _summary_values(y, pred, conf, k, ordinal, coverages, int(n_bins))
     draws: dict[str, np.ndarray] = {}
     if n_boot and int(n_boot) > 0:
-        counts = bootstrap_counts(y.size, groups, int(n_boot), random_state)
+        counts = bootstrap_counts(y.size, groups, n_boot=int(n_boot), random_state=random_state)
         draws = {key: np.empty(counts.shape[0]) for key in point}
         for b, row in enumerate(counts):
             idx = np.repeat(np.arange(y.size), row)
@@ -166,7 +166,7 @@ def prediction_draws(labels: Any, predictions: Any, confidence: Any, n_classes: 
 
 def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes: int | None = None, *,
                        ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
-                       n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int = 0,
+                       n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int,
                        random_state: int = 0, alpha: float = 0.05, unit: str = "group") -> dict[str, Any]:
     """Selective-prediction summary of predictions with a confidence each (tile probes or slide aggregators).
 
@@ -213,7 +213,7 @@ def pooled_summary(parts: Sequence[PredictionDraws], alpha: float = 0.05) -> dic
 
 def selective_summary(probs: Any, labels: Any, *, ordinal: bool = False,
                       coverages: Sequence[float] = DEFAULT_COVERAGES, n_bins: int = metrics.DEFAULT_N_BINS,
-                      groups: Any = None, n_boot: int = 0, random_state: int = 0, alpha: float = 0.05,
+                      groups: Any = None, n_boot: int, random_state: int = 0, alpha: float = 0.05,
                       unit: str = "group") -> dict[str, Any]:
     """:func:`prediction_summary` of a probe's probabilities: prediction = argmax (ties to the lowest class),
     confidence = max probability."""
@@ -224,7 +224,7 @@ def selective_summary(probs: Any, labels: Any, *, ordinal: bool = False,
 
 
 def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None, *, ordinal: bool = False,
-                        n_boot: int = 0, random_state: int = 0, alpha: float = 0.05,
+                        n_boot: int, random_state: int = 0, alpha: float = 0.05,
                         unit: str = "group") -> pd.DataFrame:
     """Accuracy (and QWK for ordinal tasks) of one probe against blur strength.
 
@@ -257,7 +257,7 @@ def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None,
         if "group" in df.columns:
             first = df.drop_duplicates("item_id").set_index(df.drop_duplicates("item_id")["item_id"].astype(str))
             groups = first.loc[items, "group"].astype(str).to_numpy()
-        counts = bootstrap_counts(len(items), groups, int(n_boot), random_state)
+        counts = bootstrap_counts(len(items), groups, n_boot=int(n_boot), random_state=random_state)
         n_units = len(np.unique(groups)) if groups is not None else len(items)
     rows, acc_draws = [], {}
     for s in sigmas:

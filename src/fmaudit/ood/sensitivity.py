@@ -104,7 +104,7 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
         P = fixed.predict_proba(Xte, c)
         rows.append({"analysis": "fixed_C", "C": float(C), "folds": "", "criterion": "", "selected_C": np.nan,
                      **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages,
-                                         n_bins=n_bins)})
+                                         n_bins=n_bins, n_boot=0)})
     for folds, criterion in protocols:
         if folds not in ("grouped", "ungrouped"):
             raise FmauditInputError(f"protocol folds={folds!r}: expected 'grouped' or 'ungrouped'")
@@ -115,7 +115,7 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
         P = LogisticProbe(C=C, max_iter=10000, tol=1e-6, n_classes=k, device=device).fit(Xtr, ytr).predict_proba(Xte)
         rows.append({"analysis": "selection", "C": np.nan, "folds": folds, "criterion": criterion, "selected_C": C,
                      **prediction_summary(yte, P.argmax(1), P.max(1), k, ordinal=ordinal, coverages=coverages,
-                                         n_bins=n_bins)})
+                                         n_bins=n_bins, n_boot=0)})
     out = pd.DataFrame(rows)
     out["n_train"], out["n_test"] = ytr.size, yte.size
     return out

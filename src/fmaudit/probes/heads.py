@@ -16,7 +16,7 @@ Conventions
   gives it its natural vote share, 0.
 - ``standardize=True`` (default) fits a StandardScaler-equivalent (ddof 0, near-constant features scale 1)
   on the training rows only and applies it inside the head, before any normalisation of the head's own.
-- Binary logistic and SVM decision values d become the two logits (-d/2, d/2) (METHODS section 2), so the
+- Binary logistic and SVM decision values d become the two logits (-d/2, d/2) (docs/methods.md#binary-logits), so the
   softmax equals sigmoid(d), the head's own probability.
 """
 

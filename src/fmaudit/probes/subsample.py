@@ -2,7 +2,7 @@
 
 Conventions
 - ``label_fraction_subsample`` keeps ``max(1, int(n_c * fraction))`` items of every class c present (PRISM,
-  METHODS section 8). Each class is shuffled once by ``numpy.random.default_rng(random_state)`` in sorted
+  docs/methods.md#label-fractions). Each class is shuffled once by ``numpy.random.default_rng(random_state)`` in sorted
   class order and its first items are kept, so for one seed a smaller fraction's subset is contained in a
   larger fraction's subset (nested label fractions, as in a learning curve).
 - ``prism_subsample`` reproduces PRISM's own draw exactly (numpy's legacy seeded generator and ``choice`` per

@@ -1,5 +1,5 @@
-"""Statistics of fmaudit (METHODS 7): bootstrap resampling and metric kernels, confidence intervals, rankings,
-meta-analysis and structured (two-way, hierarchical) bootstraps.
+"""Statistics of fmaudit (docs/methods.md#statistics): bootstrap resampling and metric kernels, confidence intervals,
+rankings, meta-analysis and structured (two-way, hierarchical) bootstraps.
 
 - :mod:`fmaudit.stats.bootstrap`: resample counts and vectorised metric kernels (``bootstrap_counts``,
   ``bootstrap_metric``, ``bootstrap_metric_models``).

@@ -57,7 +57,7 @@ def _group_codes(groups: Any, n_items: int) -> tuple[np.ndarray, int]:
 
 
 def bootstrap_counts(
-    n_items: int, groups: Any = None, n_boot: int = 2000, random_state: int = 0
+    n_items: int, groups: Any = None, *, n_boot: int, random_state: int = 0
 ) -> np.ndarray:
     """(n_boot, n_items) int32 multiplicity matrix of an item or cluster bootstrap.
 

@@ -1,5 +1,5 @@
 """Structured bootstraps: the two-way (models x hospitals) cluster bootstrap of PRISM's transfer grid and the
-nested (hierarchical) bootstrap of seed 000, level by level (METHODS 7)."""
+nested (hierarchical) bootstrap of seed 000, level by level (docs/methods.md#hierarchical-bootstrap)."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ def two_way_cluster_bootstrap(
     model_col: str = "model",
     source_col: str = "source",
     target_col: str = "target",
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """Two-way (models x hospitals) cluster bootstrap of a transfer-grid statistic (METHODS 7, PRISM).
+    """Two-way (models x hospitals) cluster bootstrap of a transfer-grid statistic
+    (docs/methods.md#two-way-cluster-bootstrap, PRISM).
 
     ``table`` has one or more rows per (model, source hospital, target hospital) cell. Each resample draws
     the models and the hospitals (the union of sources and targets) independently with replacement
@@ -101,7 +103,8 @@ def hierarchical_bootstrap_draws(
     df: pd.DataFrame,
     levels: Sequence[str],
     value: str,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
 ) -> np.ndarray:
     """(n_boot,) resampled means of ``value`` under the nested bootstrap of
@@ -152,11 +155,13 @@ def hierarchical_bootstrap_mean(
     df: pd.DataFrame,
     levels: Sequence[str],
     value: str,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, Any]:
-    """Nested bootstrap of the mean of ``value``, resampling level by level (METHODS 7, seed 000).
+    """Nested bootstrap of the mean of ``value``, resampling level by level (docs/methods.md#hierarchical-bootstrap,
+    seed 000).
 
     ``levels`` run from the outermost cluster inwards, e.g. ["encoder", "source_seed", "draw"]: each resample
     draws the units of ``levels[0]`` with replacement (``default_rng(random_state)``), then, within each
@@ -165,7 +170,7 @@ def hierarchical_bootstrap_mean(
     multiplicity); the point estimate is the plain mean. Returns dict(point, ci_lo, ci_hi, n_boot, n_valid,
     levels); :func:`hierarchical_bootstrap_draws` gives the resampled means themselves.
     """
-    draws = hierarchical_bootstrap_draws(df, levels, value, n_boot, random_state)
+    draws = hierarchical_bootstrap_draws(df, levels, value, n_boot=n_boot, random_state=random_state)
     lo, hi, n_valid = percentile_interval(draws, alpha)
     return {
         "point": float(df[value].to_numpy(dtype=np.float64).mean()),

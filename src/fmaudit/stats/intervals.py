@@ -1,6 +1,6 @@
 """Confidence intervals from bootstrap draws: percentile intervals, cluster-bootstrap CIs of one metric, paired
 model differences, per-model tables on one shared resample set, and the seed-mean bootstrap of a prediction
-cell that the report's leaderboards and paired tables use (METHODS 7).
+cell that the report's leaderboards and paired tables use (docs/methods.md#confidence-intervals).
 
 Percentile intervals use ``np.percentile`` (linear interpolation) of the finite draws at ``alpha/2`` and
 ``1 - alpha/2``; resamples where a metric is undefined (e.g. AUROC with a class missing) are NaN and left
@@ -54,7 +54,8 @@ def cluster_bootstrap_ci(
     probs: Any,
     labels: Any,
     groups: Any = None,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     alpha: float = 0.05,
     **metric_kwargs: Any,
@@ -65,7 +66,7 @@ def cluster_bootstrap_ci(
     """
     name, metric_kwargs = resolve_metric(metric_name, metric_kwargs)
     p, y = metrics.validate_probs_labels(probs, labels)
-    counts = bootstrap_counts(len(y), groups, n_boot, random_state)
+    counts = bootstrap_counts(len(y), groups, n_boot=n_boot, random_state=random_state)
     draws = bootstrap_metric(name, p, y, counts, **metric_kwargs)
     lo, hi, n_valid = percentile_interval(draws, alpha)
     return {
@@ -95,7 +96,7 @@ def _shared_draws(metric_name: str, probs_by_model: Mapping[str, Any], labels: A
     name, metric_kwargs = resolve_metric(metric_name, metric_kwargs)
     models, y = validated_models(probs_by_model, labels)
     if counts is None:
-        counts = bootstrap_counts(len(y), groups, n_boot, random_state)
+        counts = bootstrap_counts(len(y), groups, n_boot=n_boot, random_state=random_state)
     return name, metric_kwargs, models, y, counts, bootstrap_metric_models(name, models, y, counts, **metric_kwargs)
 
 
@@ -104,7 +105,8 @@ def paired_bootstrap_diff(
     probs_a: Any,
     probs_b: Any,
     labels: Any,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     groups: Any = None,
     alpha: float = 0.05,
@@ -133,7 +135,8 @@ def bootstrap_ci_table(
     metric_name: str,
     probs_by_model: Mapping[str, Any],
     labels: Any,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     groups: Any = None,
     alpha: float = 0.05,
@@ -169,7 +172,8 @@ def paired_bootstrap_matrix(
     metric_name: str,
     probs_by_model: Mapping[str, Any],
     labels: Any,
-    n_boot: int = 2000,
+    *,
+    n_boot: int,
     random_state: int = 0,
     groups: Any = None,
     alpha: float = 0.05,

@@ -1,4 +1,5 @@
-"""Meta-analysis: DerSimonian-Laird random-effects pooling of correlations on the Fisher-z scale (METHODS 7)."""
+"""Meta-analysis: DerSimonian-Laird random-effects pooling of correlations on the Fisher-z scale
+(docs/methods.md#rank-transfer-and-meta-analysis)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ __all__ = ["fisher_z_meta"]
 
 
 def fisher_z_meta(rhos: Sequence[float], ns: Sequence[int], z_crit: float = 1.96) -> dict[str, float]:
-    """DerSimonian-Laird random-effects pooling of correlations on the Fisher-z scale (METHODS 7).
+    """DerSimonian-Laird random-effects pooling of correlations on the Fisher-z scale
+    (docs/methods.md#rank-transfer-and-meta-analysis).
 
     ``z_i = arctanh(clip(rho_i, -0.999, 0.999))``, ``v_i = 1/(n_i - 3)``. Returns pooled_rho
     (``tanh(mu_RE)``), ci_lo/ci_hi (``tanh(mu_RE -/+ z_crit * SE)``), Q, df, tau2, I2

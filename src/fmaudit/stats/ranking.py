@@ -1,6 +1,6 @@
 """Rankings of models across domains: rank transfer (Spearman, Kendall, dethroning), Spearman ρ of many
 resampled score pairs at once (for bootstrap intervals of ρ), and the paired Wilcoxon "significant win" of
-CellPath-Bench (METHODS 7)."""
+CellPath-Bench (docs/methods.md#significant-wins)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def spearman_rows(x: Any, y: Any) -> np.ndarray:
 
 
 def wilcoxon_win(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
-    """CellPath "significant win" of a over b on paired units (METHODS 7).
+    """CellPath "significant win" of a over b on paired units (docs/methods.md#significant-wins).
 
     Pairs where either value is NaN are dropped. ``scipy.stats.wilcoxon(a, b)`` with its defaults
     (two-sided, zero_method="wilcox": zero differences are dropped). win = p < alpha and median(a - b) > 0.
