@@ -136,7 +136,7 @@ def test_engine_unscaled_features_of_very_different_scales_and_warm_start(monkey
 
 
 def test_engine_torch_matmul_path_used_on_gpu_gives_the_same_fit(monkeypatch):
-    import fmaudit.probes.logistic_batch as engine
+    import fmaudit.probes._logistic_loss as engine
 
     X, y = mixture(200, 10, 3, seed=25)
     subsets = [label_fraction_subsample(y, f, 1) for f in (0.2, 0.6)]
