@@ -83,7 +83,8 @@ class SharedRowsObjective:
     _LAYOUT_CACHE = 32
 
     def __init__(
-        self, store, blocks, mu, sigma, present, l2, n_features, n_classes, penalty_weight, n_threads, free=None
+        self, store, blocks, mu, sigma, present, l2, n_features, n_classes, penalty_weight, n_threads, free=None,
+        grad_scale=None,
     ):
         self.store = store  # (T, D), float32 or float64
         self.blocks = blocks
@@ -97,6 +98,8 @@ class SharedRowsObjective:
         # (U, D) float64 or None: 0 for features constant within a subset, whose weights stay exactly 0 (their
         # gradient is 0 up to the rounding of x' - mu', which float32 products would otherwise feed in).
         self.free = free
+        # (1, (D+1) K) float64 or None: the stopping measure's coordinates (the raw features' W, not V)
+        self.grad_scale = grad_scale
         self.device = mu.device
         self.n_threads = n_threads if self.device.type == "cpu" else 1
         self._pool = None
@@ -176,9 +179,11 @@ class SharedRowsObjective:
             return [fn(share) for share in shares]
         return list(self._pool.map(fn, shares))
 
-    def __call__(self, theta: torch.Tensor, ids: torch.Tensor, product_dtype: torch.dtype):
-        """theta (A, D+1, K) float64 for problems ``ids`` (A,) -> objective (A,) and gradient like theta."""
+    def __call__(self, points: torch.Tensor, ids: np.ndarray, product_dtype: torch.dtype):
+        """points (A, (D+1) K) float64 for problems ``ids`` (A,) -> objective (A,) and gradient like points."""
         D, K = self.D, self.K
+        ids = torch.as_tensor(ids, device=self.device)
+        theta = points.view(ids.shape[0], D + 1, K)
         A = ids.shape[0]
         device = self.device
         layout = self._layout(ids, product_dtype)
@@ -231,6 +236,194 @@ class SharedRowsObjective:
             grad[:, :D] *= self.free[ids][:, :, None]
         grad[:, D] = grad_b
         value = loss + 0.5 * l2 * (W * W_penalised).sum(dim=(1, 2))
-        return value, grad
+        return value, grad.view(A, -1)
 
 
+
+    def gradient_max_abs(self, grads: torch.Tensor, ids: np.ndarray, exact: bool = False) -> np.ndarray:
+        """Stopping measure per problem: the max-abs gradient in W's coordinates (intercepts included)."""
+        grads = grads if self.grad_scale is None else grads * self.grad_scale
+        return grads.abs().amax(dim=1).cpu().numpy()
+
+    def gradient_bounds(self, grads: torch.Tensor, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        measure = self.gradient_max_abs(grads, ids)
+        return measure, measure
+
+
+class GroupedObjective:
+    """The objective over problems laid out in :class:`~fmaudit.probes._row_store.Group` s: per group one
+    product for the logits and one for the gradient, each as wide as the group's requested problems.
+
+    Parameters of problem u are theta (width + 1, K): rows 0..p_g-1 are its coefficients on its group's
+    ``features`` (p_g = D dense, n_g row-space; rows past p_g are padding and stay exactly 0), the last row its
+    intercept. Logits are computed transposed, (problems x classes, rows), so the softmax reductions run over
+    a leading axis. Per group: products in the asked dtype, the softmax and weighting in that dtype, the sums
+    over rows (loss, intercept gradient) in float64; groups are spread over ``n_threads`` threads on CPU.
+    ``penalty_weight`` (width,) and ``grad_scale`` (width + 1, K): the raw-feature problems' rescaled
+    coordinates (see the shared objective). Stopping measure: the max-abs gradient in W's coordinates; for
+    row-space groups W's gradient is Q_W g_B (Q_W = Z^T L^-T), bounded above by the columns' norms of g_B
+    and below by those norms less Q's constant row, over sqrt(D): the exact value is computed only where the
+    bounds straddle tol (:func:`fmaudit.probes._lbfgs.lbfgs` asks).
+    """
+
+    def __init__(self, groups, present, l2, width, n_classes, n_threads, penalty_weight=None, grad_scale=None):
+        self.groups = groups
+        self.present = present  # (U, K) bool tensor
+        self.l2 = l2  # (U,) float64 tensor
+        self.width = width
+        self.K = n_classes
+        self.penalty_weight = penalty_weight
+        self.grad_scale = grad_scale
+        self.device = l2.device
+        n_problems = l2.shape[0]
+        self.group_of = np.full(n_problems, -1, dtype=np.int64)
+        for gi, group in enumerate(groups):
+            self.group_of[group.problems] = gi
+        self.row_space = any(group.row_space for group in groups)
+        self.n_threads = n_threads if self.device.type == "cpu" else 1
+        self._pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
+        self._onehot: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def _onehot_of(self, gi: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (gi, dtype)
+        if key not in self._onehot:
+            group = self.groups[gi]
+            onehot = torch.zeros((self.K, group.y.shape[0]), dtype=dtype, device=self.device)
+            onehot[group.y, torch.arange(group.y.shape[0], device=self.device)] = 1
+            self._onehot[key] = onehot
+        return self._onehot[key]
+
+    def _tasks(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """(group, positions in ``ids``) per group touched, dealt to threads by modelled cost."""
+        gid = self.group_of[ids]
+        order = np.argsort(gid, kind="stable")
+        cuts = np.flatnonzero(np.diff(gid[order])) + 1
+        return [(int(gid[part[0]]), part) for part in np.split(order, cuts)]
+
+    def _shares(self, tasks) -> list[list]:
+        if self.n_threads == 1 or len(tasks) == 1:
+            return [tasks]
+        costs = [self.groups[gi].features.shape[0] * self.groups[gi].width * (len(pos) + 1) for gi, pos in tasks]
+        loads = [0.0] * self.n_threads
+        shares: list[list] = [[] for _ in range(self.n_threads)]
+        for i in np.argsort(costs, kind="stable")[::-1]:
+            t = loads.index(min(loads))
+            shares[t].append(tasks[i])
+            loads[t] += costs[i]
+        return [share for share in shares if share]
+
+    def __call__(self, points: torch.Tensor, ids: np.ndarray, product_dtype: torch.dtype):
+        """points (A, P) float64 for problems ``ids`` (A,) -> objective (A,) and gradient (A, P)."""
+        A = points.shape[0]
+        K, width = self.K, self.width
+        theta = points.view(A, width + 1, K)
+        values = torch.empty(A, dtype=torch.float64, device=self.device)
+        grads = torch.zeros((A, width + 1, K), dtype=torch.float64, device=self.device)
+        ids_t = torch.as_tensor(ids, device=self.device)
+
+        def run(share):
+            for gi, positions in share:
+                self._evaluate(gi, torch.as_tensor(positions, device=self.device), theta, ids_t, product_dtype,
+                               values, grads)
+
+        shares = self._shares(self._tasks(ids))
+        if self._pool is None or len(shares) == 1:
+            for share in shares:
+                run(share)
+        else:
+            list(self._pool.map(run, shares))
+        return values, grads.view(A, -1)
+
+    def _evaluate(self, gi, positions, theta, ids, dtype, values, grads) -> None:
+        group = self.groups[gi]
+        K, width = self.K, self.width
+        c = positions.shape[0]
+        p = group.width
+        n = group.y.shape[0]
+        problems = ids[positions]
+        params = theta[positions]
+        W = params[:, :p]  # (c, p, K)
+        X = group.factor if (group.row_space and dtype == torch.float64) else group.features.to(dtype)
+        Wt = W.transpose(1, 2).reshape(c * K, p).to(dtype)
+        Z = _matmul(Wt, X.T)  # (c*K, n)
+        Z += params[:, width].reshape(c * K, 1).to(dtype)
+        Z3 = Z.view(c, K, n)
+        onehot = self._onehot_of(gi, dtype)
+        true_logit = (Z3 * onehot).sum(dim=1)  # (c, n)
+        absent = ~self.present[problems]
+        if bool(absent.any()):
+            Z3.masked_fill_(absent[:, :, None], float("-inf"))
+        top = Z3.amax(dim=1, keepdim=True)
+        Z3 -= top
+        Z3.exp_()
+        total = Z3.sum(dim=1, keepdim=True)
+        pair_loss = total[:, 0].log() + top[:, 0] - true_logit  # (c, n): lse - z_true
+        weight = group.weight
+        loss = pair_loss.double() @ weight
+        Z3 /= total
+        Z3 -= onehot
+        Z3 *= weight.to(dtype)
+        grad_W = _matmul(Z, X).double().view(c, K, p).transpose(1, 2)  # (c, p, K)
+        grad_b = Z.sum(dim=1, dtype=torch.float64).view(c, K)
+        l2 = self.l2[problems]
+        W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p, None]
+        grads[positions, :p] = grad_W + l2[:, None, None] * W_penalised
+        grads[positions, width] = grad_b
+        values[positions] = loss + 0.5 * l2 * (W * W_penalised).sum(dim=(1, 2))
+
+    def gradient_max_abs(self, grads: torch.Tensor, ids: np.ndarray, exact: bool = True) -> np.ndarray:
+        """Stopping measure per problem: the max-abs gradient in W's coordinates (intercepts included)."""
+        A = grads.shape[0]
+        g = grads.view(A, self.width + 1, self.K)
+        if self.grad_scale is not None:
+            g = g * self.grad_scale
+        if not self.row_space:
+            return g.abs().amax(dim=(1, 2)).cpu().numpy()
+        out = g[:, self.width].abs().amax(dim=1).cpu().numpy()
+        for gi, positions in self._tasks(ids):
+            group = self.groups[gi]
+            pos = torch.as_tensor(positions, device=self.device)
+            if not group.row_space:
+                out[positions] = np.maximum(out[positions], g[pos].abs().amax(dim=(1, 2)).cpu().numpy())
+                continue
+            n = group.width
+            coefficients = g[pos, :n]  # (c, n, K)
+            c = positions.size
+            # W's gradient Z^T L^-T g_B, all problems of the group in one solve and one product
+            turned = torch.linalg.solve_triangular(group.factor.T, coefficients.permute(1, 0, 2).reshape(n, -1),
+                                                   upper=True)
+            grad_W = group.basis.T.double() @ turned  # (D, c*K)
+            out[positions] = np.maximum(out[positions], grad_W.abs().view(-1, c, self.K).amax(dim=(0, 2)).cpu().numpy())
+        return out
+
+    def gradient_bounds(self, grads: torch.Tensor, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) bounds of :meth:`gradient_max_abs`, equal for dense groups."""
+        if not self.row_space:
+            measure = self.gradient_max_abs(grads, ids)
+            return measure, measure
+        A = grads.shape[0]
+        g = grads.view(A, self.width + 1, self.K)
+        intercept = g[:, self.width].abs().amax(dim=1).cpu().numpy()
+        lower, upper = intercept.copy(), intercept.copy()
+        for gi, positions in self._tasks(ids):
+            group = self.groups[gi]
+            pos = torch.as_tensor(positions, device=self.device)
+            if not group.row_space:
+                dense = g[pos].abs().amax(dim=(1, 2)).cpu().numpy()
+                lower[positions] = upper[positions] = np.maximum(intercept[positions], dense)
+                continue
+            coefficients = g[pos, : group.width]  # (c, n, K)
+            norms2 = (coefficients * coefficients).sum(dim=1)  # (c, K)
+            along_constant = torch.einsum("n,cnk->ck", group.constant_direction, coefficients)
+            # rows of Q = [Q_W; q_c^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q_c . g)^2 over <= D_free entries
+            up = norms2.sqrt().amax(dim=1).cpu().numpy()
+            low = ((norms2 - along_constant**2).clamp_min(0).sqrt() / np.sqrt(max(self._free_features[gi], 1)))
+            upper[positions] = np.maximum(upper[positions], up)
+            lower[positions] = np.maximum(lower[positions], low.amax(dim=1).cpu().numpy())
+        return lower, upper

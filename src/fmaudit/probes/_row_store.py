@@ -1,9 +1,17 @@
-"""How the batched logistic engine lays out its rows: blocks of rows shared by sets of problems.
+"""How the batched logistic engine lays out its rows: shared blocks, or one group per distinct subset.
 
-Rows with the same membership pattern (the set of problems containing them) form blocks evaluated for all
-their problems in one pair of wide products; rows of rare patterns are chunked (:func:`build_blocks`). The
-store holds the rows globally standardised, and every problem's own scaler is computed in the same pass
-(:func:`standardised_store`).
+Two layouts (the engine picks one per call, :func:`grouped_layout_pays`):
+- *Shared rows*: rows with the same membership pattern (the set of problems containing them) form blocks
+  evaluated for all their problems in one pair of wide products; rows of rare patterns are chunked
+  (:func:`build_blocks`). The store holds the rows once, globally standardised, and every problem's own
+  scaler is computed in the same pass (:func:`standardised_store`) and folded into its weights. Best where
+  subsets nest and overlap heavily (label fractions of one training set).
+- *Groups*: the problems fitted on one subset (the C values of a grid) form a group holding that subset's
+  distinct rows, standardised on the subset itself (:func:`build_groups`): one pair of products per group,
+  no folding, rows copied once per subset. Best for many small, weakly overlapping subsets (cell units,
+  folds, seeds). Where a subset has fewer distinct rows n than features D, its group can hold the exact
+  row-space form instead (:class:`Group`): the optimum's weights lie in the span of the subset's rows, so
+  the problem is solved in n coordinates per class on an n x n factor of the rows' Gram matrix.
 """
 
 from __future__ import annotations
@@ -187,5 +195,153 @@ def standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
 
 
 
+@dataclass
+class Group:
+    """One distinct subset (its distinct rows, each once, weighted by multiplicity / subset size) and the
+    problems fitted on it.
+
+    Dense: ``features`` (n, D) are the rows standardised on the subset (``standardize``; a feature constant
+    within the subset is a zero column) or globally (centre, spread; without ``standardize``). Row-space:
+    with A = [Z, sqrt(c) 1] (Z the standardised rows, c their mean squared norm) and A A^T = L L^T (Cholesky),
+    the problem on features L with coefficients B (n, K) and the same penalty ||B||^2 is the original one
+    turned by the orthonormal Q = A^T L^-T: W = Z^T L^-T B, and the constant column's weight, 0 at the
+    optimum (the free intercept absorbs it), folds into the intercept as c 1^T L^-T B. L-BFGS is invariant
+    under that turn (its iterates from 0 stay in the span), so it takes the same steps in n instead of D
+    coordinates per class.
+    """
+
+    problems: np.ndarray  # (c,) problem ids (local to the objective that evaluates the group)
+    rows: np.ndarray  # (n,) distinct row ids of X
+    weight: torch.Tensor  # (n,) float64: multiplicity / subset size
+    y: torch.Tensor  # (n,) int64 labels
+    features: torch.Tensor  # (n, p) in the store dtype: standardised rows (p = D) or the factor L (p = n)
+    mean: np.ndarray  # (D,) the subset's scaler (0 and 1 without standardize)
+    scale: np.ndarray
+    constant: np.ndarray  # (D,) bool: features constant within the subset
+    basis: torch.Tensor | None = None  # row-space: (n, D) standardised rows Z, store dtype
+    factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
+    augment: float = 0.0  # row-space: c
+    constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 sqrt(c) L^-1 1 (Q's last row)
+
+    @property
+    def row_space(self) -> bool:
+        return self.factor is not None
+
+    @property
+    def width(self) -> int:
+        return int(self.features.shape[1])
+
+
+# Row-space form: a subset of n distinct rows uses it where its modelled cost is lower than the dense
+# form's, in float32 product flops. Per evaluation the two products cost 4 n D w flops dense and 4 n n w in
+# the row-space form (w = problems x classes columns), and the two-loop recursion ~4 m flops per coordinate
+# (D or n per class and problem), memory-bound, weighted _STATE_COST. Once per subset the row-space form pays
+# the float64 Gram matrix and Cholesky factor (2 n^2 D + n^3 / 3 flops) and, near convergence, exact checks
+# of the stopping gradient (a float64 n x D product each, about _ROW_SPACE_CHECKS per problem); float64 flops
+# weigh _FLOAT64_COST. _EXPECTED_EVALUATIONS: about the median evaluations per problem on the benchmark
+# shards (benchmarks/bench_cell_shard.py); the weights were measured on the 2-core benchmark machine.
+_EXPECTED_EVALUATIONS = 100
+_ROW_SPACE_CHECKS = 15
+_FLOAT64_COST = 2.2
+_STATE_COST = 4.0
+_HISTORY = 10
+
+
+def row_space_pays(n: int, D: int, n_problems: int, n_classes: int) -> bool:
+    """Whether a subset of ``n`` distinct rows and ``D`` features is cheaper in the row-space form."""
+    if n >= D:
+        return False
+    width = n_problems * n_classes
+    saving = _EXPECTED_EVALUATIONS * (D - n) * width * (4 * n + _STATE_COST * 4 * _HISTORY)
+    one_off = _FLOAT64_COST * (2 * n * n * D + n**3 / 3 + _ROW_SPACE_CHECKS * n_problems * 2 * n * D * n_classes)
+    return saving > one_off
+
+
+def group_subsets(index_sets) -> list[tuple[np.ndarray, list[int]]]:
+    """Distinct subsets (sorted indices, repeats kept) and the problems on each, in first-seen order."""
+    groups: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for u, idx in enumerate(index_sets):
+        key = np.sort(idx)
+        entry = groups.setdefault(key.tobytes(), (key, []))
+        entry[1].append(u)
+    return list(groups.values())
+
+
+def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True):
+    """One :class:`Group` per distinct subset of ``index_sets`` (a list per unique problem); returns
+    (groups, centre, spread): without ``standardize`` the rows are globally standardised by (centre,
+    spread) as in the shared layout; with it centre 0 and spread 1. The row-space form is used where
+    ``row_space`` and :func:`row_space_pays` say so (``standardize`` only: the raw-feature problems are
+    solved in globally rescaled coordinates, which a turn of the rows does not preserve)."""
+    D = X.shape[1]
+    eps = np.finfo(np.float64).eps
+    numpy_store = numpy_dtype(store_dtype)
+    if standardize:
+        centre, spread = np.zeros(D), np.ones(D)
+    else:
+        used = np.unique(np.concatenate(index_sets))
+        centre, spread = subset_scaler(X[used[:: max(1, used.size // 4096)]])
+    groups = []
+    for idx, problems in group_subsets(index_sets):
+        rows, counts = np.unique(idx, return_counts=True)
+        n = idx.size
+        weight = counts / n
+        Xr = X[rows].astype(np.float64)
+        if standardize:
+            mean = weight @ Xr
+            Z = Xr - mean
+            var = weight @ (Z * Z)
+            constant = (Xr.max(axis=0) <= Xr.min(axis=0)) | (var <= n * eps * var + (n * mean * eps) ** 2)
+            scale = np.sqrt(var)
+            scale[constant] = 1.0
+            Z /= scale
+            Z[:, constant] = 0.0
+        else:
+            Z = (Xr - centre) / spread
+            mean, scale, constant = np.zeros(D), np.ones(D), np.zeros(D, dtype=bool)
+        group = Group(
+            problems=np.asarray(problems),
+            rows=rows,
+            weight=torch.as_tensor(weight, dtype=torch.float64, device=device),
+            y=torch.as_tensor(y[rows], device=device),
+            features=torch.as_tensor(Z.astype(numpy_store), device=device),
+            mean=mean,
+            scale=scale,
+            constant=constant,
+        )
+        if standardize and row_space and row_space_pays(rows.size, D, len(problems), n_classes):
+            _to_row_space(group, Z, numpy_store, device)
+        groups.append(group)
+    return groups, centre, spread
+
+
+def _to_row_space(group: Group, Z: np.ndarray, numpy_store, device) -> None:
+    """Turn a dense group into its row-space form (:class:`Group`); leave it dense where the Cholesky
+    factor does not exist or is too ill-conditioned to map the coefficients back accurately."""
+    n = Z.shape[0]
+    augment = float((Z * Z).sum() / n) or 1.0
+    gram = Z @ Z.T + augment
+    try:
+        L = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError:
+        return
+    diagonal = np.diag(L)
+    if diagonal.min() ** 2 < 1e-10 * diagonal.max() ** 2:
+        return
+    L_t = torch.as_tensor(L, device=device)
+    ones = torch.ones((n, 1), dtype=torch.float64, device=device)
+    group.constant_direction = np.sqrt(augment) * torch.linalg.solve_triangular(L_t, ones, upper=False)[:, 0]
+    group.basis = group.features
+    group.features = torch.as_tensor(L.astype(numpy_store), device=device)
+    group.factor = L_t
+    group.augment = augment
+
+
 def numpy_dtype(dtype: torch.dtype):
     return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def grouped_layout_pays(index_sets, n_rows: int, D: int) -> bool:
+    """Whether the grouped layout is the cheaper one for these problems (module doc)."""
+    sizes = np.array([np.unique(idx).size for idx in index_sets])
+    return bool(np.median(sizes) < 4096)

@@ -48,16 +48,25 @@ against scikit-learn at equal accuracy: benchmarks/bench_probe_engine.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 import torch
+from scipy import linalg as scipy_linalg
 
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
 from fmaudit.probes._lbfgs import lbfgs
-from fmaudit.probes._logistic_loss import SharedRowsObjective, cpu_threads
-from fmaudit.probes._row_store import build_blocks, numpy_dtype, standardised_store, subset_scaler
+from fmaudit.probes._logistic_loss import GroupedObjective, SharedRowsObjective, cpu_threads
+from fmaudit.probes._row_store import (
+    build_blocks,
+    build_groups,
+    grouped_layout_pays,
+    numpy_dtype,
+    standardised_store,
+    subset_scaler,
+)
 
 # adapt.methods runs its own torch work under the engine's thread settings.
 _cpu_threads = cpu_threads
@@ -211,6 +220,7 @@ def fit_logistic_batch(
     history_size: int = 10,
     init: tuple[np.ndarray, np.ndarray] | None = None,
     n_threads: int | None = None,
+    layout: str = "auto",
 ) -> BatchLogistic:
     """Fit R L2 multinomial logistic problems at once (objective and conventions: module docstring).
 
@@ -280,43 +290,6 @@ def fit_logistic_batch(
         l2[u] = (2.0 if present[u].sum() == 2 else 1.0) / (Cs[r] * idx.size)
         log_p = np.log(np.maximum(counts, 1) / idx.size)
         log_prior[u] = np.where(present[u], log_p - log_p[present[u]].mean(), 0.0)
-
-    store_rows, blocks = build_blocks(unique_sets, y, X.shape[0], device)
-    store, centre, spread, mean, scale, mu_prime, sigma_prime, constant = standardised_store(
-        X, store_rows, blocks, np.array([idx.size for idx in unique_sets]), standardize, torch.float64
-    )
-    # The store is kept in the first phase's dtype; a float64 phase after float32 reads the float32 rows in
-    # float64 (their rounding moves the optimum by ~1e-7 relative, far below any tol's effect).
-    store = torch.from_numpy(store.astype(numpy_dtype(phases[0]), copy=False)).to(device)
-
-    def as_tensor(a):
-        return torch.as_tensor(a, dtype=torch.float64, device=device)
-
-    if standardize:
-        penalty_weight = grad_scale = None
-    else:
-        # Unstandardised problems are solved in V = spread * W on the globally standardised store: the same
-        # optimum with far better conditioning. The penalty ||W||^2 becomes sum_d V_d^2 / spread_d^2, and the
-        # stopping test uses the gradient in W (= spread * gradient in V), as scikit-learn would see it.
-        penalty_weight = as_tensor(1.0 / spread**2)
-        grad_scale = torch.ones((D + 1, K), dtype=torch.float64, device=device)
-        grad_scale[:D] = as_tensor(spread)[:, None]
-
-    objective = SharedRowsObjective(
-        store=store,
-        blocks=blocks,
-        mu=as_tensor(mu_prime),
-        sigma=as_tensor(sigma_prime),
-        present=torch.as_tensor(present, device=device),
-        l2=as_tensor(l2),
-        n_features=D,
-        n_classes=K,
-        penalty_weight=penalty_weight,
-        n_threads=n_threads,
-        free=torch.as_tensor(~constant, dtype=torch.float64, device=device) if constant.any() else None,
-    )
-
-    theta = torch.zeros((U, D + 1, K), dtype=torch.float64, device=device)
     if init is not None:
         W0, b0 = (np.asarray(a, dtype=np.float64) for a in init)
         if W0.shape != (n_problems, D, K) or b0.shape != (n_problems, K):
@@ -324,34 +297,18 @@ def fit_logistic_batch(
                 f"init: expected W of shape {(n_problems, D, K)} and b of shape {(n_problems, K)}, "
                 f"got {W0.shape} and {b0.shape}"
             )
-        W0, b0 = W0[representatives], b0[representatives]
-        if not standardize:
-            b0 = b0 + np.einsum("d,udk->uk", centre, W0)
-            W0 = W0 * spread[None, :, None]
-        theta[:, :D] = as_tensor(W0)
-        theta[:, D] = as_tensor(b0)
-    else:
-        # The class priors are the optimum of the intercept-only model: a free head start over zeros.
-        theta[:, D] = as_tensor(log_prior)
-    theta.masked_fill_(~torch.as_tensor(present, device=device)[:, None, :], 0.0)
-    # A feature constant within a subset is a zero column after standardisation: its weight is exactly 0.
-    theta[:, :D].masked_fill_(torch.as_tensor(constant, device=device)[:, :, None], 0.0)
+        init = W0[representatives], b0[representatives]
+    if layout not in ("auto", "shared", "grouped"):
+        raise FmauditInputError(f"layout={layout!r}: expected 'auto', 'shared' or 'grouped'")
+    if layout == "auto":
+        layout = "grouped" if grouped_layout_pays(unique_sets, X.shape[0], D) else "shared"
 
-    try:
-        with cpu_threads(device, n_threads):
-            theta, n_iter, converged = lbfgs(
-                objective, theta, tol=tol, max_iter=max_iter, history_size=history_size, grad_scale=grad_scale,
-                phases=phases,
-            )
-    finally:
-        objective.close()
-
-    theta_np = theta.cpu().numpy().astype(np.float64)
-    W, b = theta_np[:, :D], theta_np[:, D]
-    if not standardize:
-        # Back from V on globally standardised rows to W on raw rows.
-        W = W / spread[None, :, None]
-        b = b - np.einsum("d,udk->uk", centre, W)
+    problem = _Problems(present=present, log_prior=log_prior, l2=l2, init=init, standardize=standardize,
+                        device=device, phases=phases, tol=tol, max_iter=max_iter, history_size=history_size,
+                        n_threads=n_threads)
+    solve = _solve_grouped if layout == "grouped" else _solve_shared
+    with cpu_threads(device, n_threads):
+        W, b, mean, scale, n_iter, converged = solve(X, y, unique_sets, problem)
     pi = problem_index
     return BatchLogistic(
         W=W[pi],
@@ -364,3 +321,180 @@ def fit_logistic_batch(
         Cs=Cs,
         problem_index=pi,
     )
+
+
+@dataclass
+class _Problems:
+    """What every layout's solve needs about the U distinct problems (shapes (U, K) and (U,))."""
+
+    present: np.ndarray
+    log_prior: np.ndarray
+    l2: np.ndarray
+    init: tuple[np.ndarray, np.ndarray] | None  # (W (U, D, K), b (U, K)) in the result's coordinates
+    standardize: bool
+    device: torch.device
+    phases: tuple
+    tol: float
+    max_iter: int
+    history_size: int
+    n_threads: int
+
+    def tensor(self, a) -> torch.Tensor:
+        return torch.as_tensor(a, dtype=torch.float64, device=self.device)
+
+    def start(self, problems: np.ndarray, width: int, coefficients=None) -> torch.Tensor:
+        """theta (len(problems), width + 1, K): the given coefficients (width rows) and intercepts of
+        ``init``, or the class priors (the intercept-only optimum, a free head start over zeros)."""
+        K = self.present.shape[1]
+        theta = torch.zeros((problems.size, width + 1, K), dtype=torch.float64, device=self.device)
+        if coefficients is not None:
+            theta[:, : coefficients.shape[1]] = self.tensor(coefficients)
+            theta[:, width] = self.tensor(self.init[1][problems])
+        else:
+            theta[:, width] = self.tensor(self.log_prior[problems])
+        theta.masked_fill_(~torch.as_tensor(self.present[problems], device=self.device)[:, None, :], 0.0)
+        return theta
+
+    def run(self, objective, theta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        try:
+            theta, n_iter, converged = lbfgs(objective, theta, tol=self.tol, max_iter=self.max_iter,
+                                             history_size=self.history_size, phases=self.phases,
+                                             check_start=self.init is not None)
+        finally:
+            objective.close()
+        return theta.cpu().numpy().astype(np.float64), n_iter, converged
+
+
+def _solve_shared(X, y, unique_sets, problem: _Problems):
+    """The shared-rows layout (:mod:`fmaudit.probes._row_store`): one objective over every problem."""
+    device, K, D = problem.device, problem.present.shape[1], X.shape[1]
+    U = len(unique_sets)
+    store_rows, blocks = build_blocks(unique_sets, y, X.shape[0], device)
+    store, centre, spread, mean, scale, mu_prime, sigma_prime, constant = standardised_store(
+        X, store_rows, blocks, np.array([idx.size for idx in unique_sets]), problem.standardize, torch.float64
+    )
+    # The store is kept in the first phase's dtype; a float64 phase after float32 reads the float32 rows in
+    # float64 (their rounding moves the optimum by ~1e-7 relative, far below any tol's effect).
+    store = torch.from_numpy(store.astype(numpy_dtype(problem.phases[0]), copy=False)).to(device)
+    if problem.standardize:
+        penalty_weight = grad_scale = None
+    else:
+        # Unstandardised problems are solved in V = spread * W on the globally standardised store: the same
+        # optimum with far better conditioning. The penalty ||W||^2 becomes sum_d V_d^2 / spread_d^2, and the
+        # stopping test uses the gradient in W (= spread * gradient in V), as scikit-learn would see it.
+        penalty_weight = problem.tensor(1.0 / spread**2)
+        grad_scale = torch.ones((D + 1, K), dtype=torch.float64, device=device)
+        grad_scale[:D] = problem.tensor(spread)[:, None]
+        grad_scale = grad_scale.reshape(1, -1)
+    objective = SharedRowsObjective(
+        store=store,
+        blocks=blocks,
+        mu=problem.tensor(mu_prime),
+        sigma=problem.tensor(sigma_prime),
+        present=torch.as_tensor(problem.present, device=device),
+        l2=problem.tensor(problem.l2),
+        n_features=D,
+        n_classes=K,
+        penalty_weight=penalty_weight,
+        n_threads=problem.n_threads,
+        free=torch.as_tensor(~constant, dtype=torch.float64, device=device) if constant.any() else None,
+        grad_scale=grad_scale,
+    )
+    everything = np.arange(U)
+    coefficients = None
+    if problem.init is not None:
+        coefficients, b0 = problem.init
+        if not problem.standardize:
+            problem.init = coefficients, b0 + np.einsum("d,udk->uk", centre, coefficients)
+            coefficients = coefficients * spread[None, :, None]
+    theta = problem.start(everything, D, coefficients)
+    # A feature constant within a subset is a zero column after standardisation: its weight is exactly 0.
+    theta[:, :D].masked_fill_(torch.as_tensor(constant, device=device)[:, :, None], 0.0)
+    theta, n_iter, converged = problem.run(objective, theta)
+    W, b = theta[:, :D], theta[:, D]
+    if not problem.standardize:
+        W, b = _from_global_scale(W, b, centre, spread)
+    return W, b, mean, scale, n_iter, converged
+
+
+def _from_global_scale(V, b, centre, spread):
+    """Back from V on globally standardised rows to W on raw rows."""
+    W = V / spread[None, :, None]
+    return W, b - np.einsum("d,udk->uk", centre, W)
+
+
+def _solve_grouped(X, y, unique_sets, problem: _Problems):
+    """The grouped layout (:mod:`fmaudit.probes._row_store`): dense groups in one solve, row-space groups
+    (coefficients in n_g instead of D coordinates per class) in another."""
+    device, K, D = problem.device, problem.present.shape[1], X.shape[1]
+    U = len(unique_sets)
+    groups, centre, spread = build_groups(X, y, unique_sets, K, problem.standardize, problem.phases[0], device)
+    W = np.zeros((U, D, K))
+    b = np.zeros((U, K))
+    mean, scale = np.zeros((U, D)), np.ones((U, D))
+    n_iter = np.zeros(U, dtype=np.int64)
+    converged = np.zeros(U, dtype=bool)
+    init_W = None
+    if problem.init is not None:
+        init_W, b0 = problem.init
+        if not problem.standardize:
+            problem.init = init_W, b0 + np.einsum("d,udk->uk", centre, init_W)
+            init_W = init_W * spread[None, :, None]
+    for row_space in (False, True):
+        chosen = [g for g in groups if g.row_space == row_space]
+        if not chosen:
+            continue
+        problems = np.concatenate([g.problems for g in chosen])
+        local = np.empty(U, dtype=np.int64)
+        local[problems] = np.arange(problems.size)
+        width = max(g.width for g in chosen)
+        local_groups = [replace(g, problems=local[g.problems]) for g in chosen]
+        penalty_weight = grad_scale = None
+        if not problem.standardize:
+            penalty_weight = problem.tensor(1.0 / spread**2)
+            grad_scale = torch.ones((width + 1, K), dtype=torch.float64, device=device)
+            grad_scale[:D] = problem.tensor(spread)[:, None]
+        objective = GroupedObjective(local_groups, torch.as_tensor(problem.present[problems], device=device),
+                                     problem.tensor(problem.l2[problems]), width, K, problem.n_threads,
+                                     penalty_weight=penalty_weight, grad_scale=grad_scale)
+        coefficients = None
+        if init_W is not None:
+            coefficients = np.zeros((problems.size, width, K))
+            for g in chosen:
+                rows = local[g.problems]
+                if g.row_space:  # B = L^-1 Z W: the start's component in the rows' span
+                    ZW = g.basis.double().cpu().numpy() @ init_W[g.problems]
+                    coefficients[rows, : g.width] = _solve_lower(g.factor.cpu().numpy(), ZW)
+                else:
+                    start = init_W[g.problems].copy()
+                    start[:, g.constant] = 0.0
+                    coefficients[rows] = start
+        theta, iters, conv = problem.run(objective, problem.start(problems, width, coefficients))
+        n_iter[problems], converged[problems] = iters, conv
+        for g in chosen:
+            rows = local[g.problems]
+            coef, intercept = theta[rows, : g.width], theta[rows, width]
+            if g.row_space:
+                # W = Z^T L^-T B, intercept + c 1^T L^-T B (the constant column's weight, folded)
+                turned = _solve_upper(g.factor.cpu().numpy().T, coef)
+                coef = np.einsum("nd,cnk->cdk", g.basis.double().cpu().numpy(), turned)
+                intercept = intercept + g.augment * turned.sum(axis=1)
+            W[g.problems], b[g.problems] = coef, intercept
+            mean[g.problems], scale[g.problems] = g.mean, g.scale
+    if not problem.standardize:
+        W, b = _from_global_scale(W, b, centre, spread)
+    return W, b, mean, scale, n_iter, converged
+
+
+def _solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """L^-1 B for lower-triangular L (n, n) and B (c, n, K)."""
+    c, n, K = B.shape
+    out = scipy_linalg.solve_triangular(L, B.transpose(1, 0, 2).reshape(n, c * K), lower=True)
+    return out.reshape(n, c, K).transpose(1, 0, 2)
+
+
+def _solve_upper(U_: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """U^-1 B for upper-triangular U (n, n) and B (c, n, K)."""
+    c, n, K = B.shape
+    out = scipy_linalg.solve_triangular(U_, B.transpose(1, 0, 2).reshape(n, c * K), lower=False)
+    return out.reshape(n, c, K).transpose(1, 0, 2)
