@@ -373,7 +373,11 @@ class GroupedObjective:
         grad_b = Z.sum(dim=1, dtype=torch.float64).view(c, K)
         l2 = self.l2[problems]
         W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p, None]
-        grads[positions, :p] = grad_W + l2[:, None, None] * W_penalised
+        grad_W = grad_W + l2[:, None, None] * W_penalised
+        if group.row_space:  # kept orthogonal to q, the direction the original problem lacks (Group)
+            q = group.constant_direction
+            grad_W -= q[None, :, None] * torch.einsum("n,cnk->ck", q, grad_W)[:, None, :]
+        grads[positions, :p] = grad_W
         grads[positions, width] = grad_b
         values[positions] = loss + 0.5 * l2 * (W * W_penalised).sum(dim=(1, 2))
 
@@ -421,7 +425,7 @@ class GroupedObjective:
             coefficients = g[pos, : group.width]  # (c, n, K)
             norms2 = (coefficients * coefficients).sum(dim=1)  # (c, K)
             along_constant = torch.einsum("n,cnk->ck", group.constant_direction, coefficients)
-            # rows of Q = [Q_W; q_c^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q_c . g)^2 over <= D_free entries
+            # rows of Q = [Q_W; q^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q . g)^2 over <= D_free entries
             up = norms2.sqrt().amax(dim=1).cpu().numpy()
             low = ((norms2 - along_constant**2).clamp_min(0).sqrt() / np.sqrt(max(self._free_features[gi], 1)))
             upper[positions] = np.maximum(upper[positions], up)

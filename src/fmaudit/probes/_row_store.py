@@ -201,13 +201,16 @@ class Group:
     problems fitted on it.
 
     Dense: ``features`` (n, D) are the rows standardised on the subset (``standardize``; a feature constant
-    within the subset is a zero column) or globally (centre, spread; without ``standardize``). Row-space:
-    with A = [Z, sqrt(c) 1] (Z the standardised rows, c their mean squared norm) and A A^T = L L^T (Cholesky),
-    the problem on features L with coefficients B (n, K) and the same penalty ||B||^2 is the original one
-    turned by the orthonormal Q = A^T L^-T: W = Z^T L^-T B, and the constant column's weight, 0 at the
-    optimum (the free intercept absorbs it), folds into the intercept as c 1^T L^-T B. L-BFGS is invariant
-    under that turn (its iterates from 0 stay in the span), so it takes the same steps in n instead of D
-    coordinates per class.
+    within the subset is a zero column) or globally (centre, spread; without ``standardize``).
+
+    Row-space (``standardize`` and n < D): the standardised rows Z are centred with the rows' weights w, so
+    Z^T u = 0 for u = w / |w|. With A = [Z, sqrt(c) u] (c the rows' mean squared norm) and A A^T = L L^T
+    (Cholesky), Q = A^T L^-T has orthonormal columns and its last row q (= sqrt(c) L^-1 u, a unit vector) is
+    the one direction of coefficient space that the original problem lacks. The problem on features L with
+    coefficients B (n, K) kept orthogonal to q (the gradient is projected; a start W0 maps to L^-1 Z W0,
+    already orthogonal) and the same penalty ||B||^2 is the original one turned by Q: W = Z^T L^-T B. L-BFGS
+    is invariant under that turn (its iterates from such a start stay in the span), so it takes the same
+    steps in n instead of D coordinates per class.
     """
 
     problems: np.ndarray  # (c,) problem ids (local to the objective that evaluates the group)
@@ -221,7 +224,7 @@ class Group:
     basis: torch.Tensor | None = None  # row-space: (n, D) standardised rows Z, store dtype
     factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
     augment: float = 0.0  # row-space: c
-    constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 sqrt(c) L^-1 1 (Q's last row)
+    constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 q = sqrt(c) L^-1 u
 
     @property
     def row_space(self) -> bool:
@@ -318,19 +321,19 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
 def _to_row_space(group: Group, Z: np.ndarray, numpy_store, device) -> None:
     """Turn a dense group into its row-space form (:class:`Group`); leave it dense where the Cholesky
     factor does not exist or is too ill-conditioned to map the coefficients back accurately."""
-    n = Z.shape[0]
-    augment = float((Z * Z).sum() / n) or 1.0
-    gram = Z @ Z.T + augment
+    weight = group.weight.cpu().numpy()
+    u = weight / np.linalg.norm(weight)  # Z^T u = 0: the rows are centred with these weights
+    augment = float((Z * Z).sum() / Z.shape[0]) or 1.0
     try:
-        L = np.linalg.cholesky(gram)
+        L = np.linalg.cholesky(Z @ Z.T + augment * np.outer(u, u))
     except np.linalg.LinAlgError:
         return
     diagonal = np.diag(L)
     if diagonal.min() ** 2 < 1e-10 * diagonal.max() ** 2:
         return
     L_t = torch.as_tensor(L, device=device)
-    ones = torch.ones((n, 1), dtype=torch.float64, device=device)
-    group.constant_direction = np.sqrt(augment) * torch.linalg.solve_triangular(L_t, ones, upper=False)[:, 0]
+    u_t = torch.as_tensor(u[:, None], dtype=torch.float64, device=device)
+    group.constant_direction = np.sqrt(augment) * torch.linalg.solve_triangular(L_t, u_t, upper=False)[:, 0]
     group.basis = group.features
     group.features = torch.as_tensor(L.astype(numpy_store), device=device)
     group.factor = L_t
@@ -341,7 +344,29 @@ def numpy_dtype(dtype: torch.dtype):
     return torch.empty(0, dtype=dtype).numpy().dtype
 
 
-def grouped_layout_pays(index_sets, n_rows: int, D: int) -> bool:
-    """Whether the grouped layout is the cheaper one for these problems (module doc)."""
-    sizes = np.array([np.unique(idx).size for idx in index_sets])
-    return bool(np.median(sizes) < 4096)
+# Modelled cost of one evaluation, per layout, in the same units: a block or group of n rows and p features
+# evaluated for w = problems x classes columns costs (n + _BLOCK_OVERHEAD_ROWS) * p * (_ROW_READ_COLUMNS + w).
+# Fitted to single-threaded float32 CPU times of both products (n = 769, p = 384, w = 9 ... 180, measured on
+# the 2-core benchmark machine: reading a row costs as much as ~19 columns).
+_ROW_READ_COLUMNS = 19.0
+
+
+def _evaluation_cost(n_rows: int, width: int, columns: int) -> float:
+    return (n_rows + _BLOCK_OVERHEAD_ROWS) * width * (_ROW_READ_COLUMNS + columns)
+
+
+def grouped_layout_pays(index_sets, y, n_rows: int, D: int, n_classes: int, standardize: bool) -> bool:
+    """Whether the grouped layout's modelled evaluation cost is below the shared one's (module doc):
+    subsets that share rows in a few large membership patterns (nested label fractions) favour the shared
+    rows, many weakly overlapping subsets (seeds, folds, cell units) the groups."""
+    groups = group_subsets(index_sets)
+    grouped = 0.0
+    for idx, problems in groups:
+        n = np.unique(idx).size
+        width = n if (standardize and row_space_pays(n, D, len(problems), n_classes)) else D
+        grouped += _evaluation_cost(n, width, len(problems) * n_classes)
+    if len(groups) == 1:
+        return True
+    _, blocks = build_blocks(index_sets, y, n_rows, torch.device("cpu"))
+    shared = sum(_evaluation_cost(b.stop - b.start, D, int(b.problems.numel()) * n_classes) for b in blocks)
+    return grouped <= shared

@@ -301,7 +301,7 @@ def fit_logistic_batch(
     if layout not in ("auto", "shared", "grouped"):
         raise FmauditInputError(f"layout={layout!r}: expected 'auto', 'shared' or 'grouped'")
     if layout == "auto":
-        layout = "grouped" if grouped_layout_pays(unique_sets, X.shape[0], D) else "shared"
+        layout = "grouped" if grouped_layout_pays(unique_sets, y, X.shape[0], D, K, standardize) else "shared"
 
     problem = _Problems(present=present, log_prior=log_prior, l2=l2, init=init, standardize=standardize,
                         device=device, phases=phases, tol=tol, max_iter=max_iter, history_size=history_size,
@@ -474,11 +474,9 @@ def _solve_grouped(X, y, unique_sets, problem: _Problems):
         for g in chosen:
             rows = local[g.problems]
             coef, intercept = theta[rows, : g.width], theta[rows, width]
-            if g.row_space:
-                # W = Z^T L^-T B, intercept + c 1^T L^-T B (the constant column's weight, folded)
+            if g.row_space:  # W = Z^T L^-T B (Group)
                 turned = _solve_upper(g.factor.cpu().numpy().T, coef)
                 coef = np.einsum("nd,cnk->cdk", g.basis.double().cpu().numpy(), turned)
-                intercept = intercept + g.augment * turned.sum(axis=1)
             W[g.problems], b[g.problems] = coef, intercept
             mean[g.problems], scale[g.problems] = g.mean, g.scale
     if not problem.standardize:
