@@ -12,26 +12,53 @@ module only dispatches. A new command is a module there and one entry in :data:`
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import Sequence
+from types import ModuleType
+from typing import Any, Sequence
 
-from fmaudit.commands import adapt, cells, check_config, download, gate, grid, probe, profile
 from fmaudit.io import FmauditInputError
 
-#: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt)
+#: Subcommands, in the order ``fmaudit --help`` lists them: name -> (module, one-line help, the same as the
+#: module's own: tests/test_cli.py). A command's module is imported only when that command runs (or by
+#: ``build_parser()``, which registers them all), so ``fmaudit grid`` starts without importing torch for the
+#: commands that need it.
+COMMANDS: dict[str, tuple[Any, str]] = {
+    "probe": ("fmaudit.commands.probe", "label-fraction probe grid with the calibration ladder on your own arrays"),
+    "grid": ("fmaudit.commands.grid", "count runs and jobs of a config without running anything"),
+    "download": ("fmaudit.commands.download", "fetch and unpack one registered data set (resumable, checksummed)"),
+    "check-config": ("fmaudit.commands.check_config", "validate a config, its registries, names, grids, slide "
+                     "sheets and weight files (the workflow's checks), and the splits of manifests already prepared"),
+    "profile": ("fmaudit.commands.profile", "install a Snakemake profile where `snakemake --profile NAME` finds it"),
+    "cells": ("fmaudit.commands.cells", "Xenium sections: register cells on the H&E image, write demo sections"),
+    "gate": ("fmaudit.commands.gate", "fit/export the two-threshold abstention gate, or apply an exported one"),
+    "adapt": ("fmaudit.commands.adapt", "label-free adaptation (CBR, global standardisation, SHOT-IM, BBSE, EM) "
+              "of a source probe on your arrays"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> ModuleType:
+    """The module (or any object with ``register(subparsers)``) of subcommand ``name``."""
+    module = COMMANDS[name][0]
+    return importlib.import_module(module) if isinstance(module, str) else module
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only`` every other subcommand is listed by its help without importing its module."""
     p = argparse.ArgumentParser(prog="fmaudit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    for name, (_, help_text) in COMMANDS.items():
+        if only is None or name == only:
+            command_module(name).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    named = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(only=named if named in COMMANDS else "").parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (FmauditInputError, FileNotFoundError) as e:

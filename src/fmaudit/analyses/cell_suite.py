@@ -135,6 +135,7 @@ def run_cell_shard(
     chunk_bytes: int = 64 << 20,
     score_budget_bytes: int = 256 << 20,
     fit_budget_bytes: int = 1 << 30,
+    n_threads: int | None = None,
     logger: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Run every cell run of one job and return one row per run (``runs``' columns + :data:`RESULT_COLUMNS`).
@@ -147,7 +148,7 @@ def run_cell_shard(
     :func:`~fmaudit.cells.protocols.make_fold_manifest`) and fold count. ``Cs``: the probe's C grid.
     ``n_classes``: K per taxonomy (default: from the labels). ``dtype``: the engine's float dtype.
     ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
-    how the work is batched, never the numbers.
+    how the work is batched, never the numbers. ``n_threads``: the engine's CPU threads (default: torch's).
     """
     import torch
 
@@ -199,7 +200,8 @@ def run_cell_shard(
     settings = dict(sections_by_organ=sections_by_organ, folds=folds, taxonomies=taxonomies,
                     roi_fraction=roi_fraction, val_fraction=val_fraction, max_train_cells=max_train_cells,
                     max_val_cells=max_val_cells)
-    engine = dict(standardize=standardize, tol=tol, max_iter=max_iter, device=device, dtype=torch_dtype)
+    engine = dict(standardize=standardize, tol=tol, max_iter=max_iter, device=device, dtype=torch_dtype,
+                  n_threads=n_threads)
 
     t0 = time.perf_counter()
     results: dict[int, dict[str, Any]] = {}

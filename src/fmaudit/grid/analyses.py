@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from fmaudit.grid.cells import cell_feature_runs, cell_runs, check_cell_protocols
+from fmaudit.grid.cells import cell_feature_runs, cell_run_counts, cell_runs, check_cell_protocols
 from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs
 from fmaudit.grid.prior_shift import prior_shift_runs, scratch_reference_runs
 from fmaudit.grid.probe import cross_dataset_runs, embed_runs, head_sweep_runs, probe_runs
@@ -24,7 +24,8 @@ from fmaudit.io import FmauditInputError
 
 Enumerator = Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame]
 
-__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "check_grid", "enumerate_runs", "jobs", "ruled"]
+__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "check_grid", "count_runs", "enumerate_runs", "jobs",
+           "ruled"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Analysis:
     ``job_keys`` are the columns that name the job a run is batched into; ``ruled`` says whether the workflow
     has a rule for it (the summary's ``planned``). :func:`check_grid` runs the enumerator on every dry-run,
     or ``check`` instead where the run table is large; ``checked=False`` where another analysis's check
-    covers this one."""
+    covers this one. ``count(config, dataset_registry)``, where the run table is large, gives its jobs and
+    how many runs each has without building it (:func:`count_runs`; tested equal to the enumerator's)."""
 
     name: str
     enumerate: Enumerator
@@ -43,6 +45,7 @@ class Analysis:
     ruled: bool = False
     check: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = dataclasses.field(default=None)
     checked: bool = True
+    count: Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame] | None = dataclasses.field(default=None)
 
     def run_check(self, config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None) -> None:
         if self.checked:
@@ -73,7 +76,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
              checked=False),  # checked with prior_shift
     Analysis("cell_features", cell_feature_runs, ("encoder", "section", "magnification"), ruled=True,
              checked=False),  # checked with cells
-    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), ruled=True, check=_cells_check),
+    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), ruled=True, check=_cells_check,
+             count=cell_run_counts),
 )}
 
 #: Analyses the workflow plans today (their rules exist).
@@ -102,6 +106,22 @@ def jobs(runs: pd.DataFrame, analysis: str) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=keys)
     return runs[keys].drop_duplicates().reset_index(drop=True).astype(object)
+
+
+def count_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None, analysis: str,
+               by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The jobs of one analysis (its :data:`JOB_KEYS`, and the columns ``by``, in run order) with ``runs``,
+    how many runs each has: from the analysis's ``count`` where it has one (its run table is never built),
+    else from its run table."""
+    entry = ANALYSES[analysis]
+    keys = list(dict.fromkeys([*by, *entry.job_keys]))
+    if entry.count is not None:
+        return entry.count(config, dataset_registry)[[*keys, "runs"]].reset_index(drop=True)
+    table = entry.enumerate(config, dataset_registry)
+    if table.empty:
+        return pd.DataFrame(columns=[*keys, "runs"])
+    counted = table.groupby(keys, sort=False, observed=True).size().rename("runs").reset_index()
+    return counted.astype({k: object for k in keys})
 
 
 def check_grid(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> None:

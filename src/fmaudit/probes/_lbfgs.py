@@ -35,6 +35,8 @@ _FTOL = 64 * np.finfo(np.float64).eps
 _EXACT_CHECK_EVERY = 4
 # Float32 steps in a row that do not decrease f before a problem is deemed stalled in float32.
 _FLAT_STEPS = 3
+# The two-loop recursion is split over the objective's threads from this many working problems on.
+_PARALLEL_ROWS = 32
 # Working arrays are compacted once this share of their problems has finished.
 _COMPACT_SHARE = 0.1
 # A warm start is checked in float64 first. A float32 gradient whose difference from the float64 one is this
@@ -184,7 +186,7 @@ def lbfgs(objective, theta, tol, max_iter, history_size, phases=(torch.float64,)
         if state.done.sum() >= max(1, _COMPACT_SHARE * state.done.size):
             state.compact(out)
         # Directions for every working problem at once (finished ones are at most a tenth of them).
-        directions = -_two_loop(state)
+        directions = -_two_loop(state, getattr(objective, "pool", None))
         state.head = (state.head + 1) % history_size
         slot = state.head
         # The new slot is empty unless a problem fills it below.
@@ -209,9 +211,11 @@ def _iterate(state, active, directions, dtype, slot, evaluate, check_tol, advanc
     all in the same phase (product dtype)."""
     device = state.x.device
     a = torch.as_tensor(active, device=device)
-    d = directions[a]
-    g = state.g[a]
-    gd = (g * d).sum(dim=1)
+    # All working problems (the usual case right after a compaction): views, not gathers.
+    full = active.size == state.x.shape[0]
+    d = directions if full else directions[a]
+    g = state.g if full else state.g[a]
+    gd = torch.linalg.vecdot(g, d)
     # A non-descent direction means the curvature pairs went stale: restart from steepest descent.
     stale = gd >= 0
     if bool(stale.any()):
@@ -230,14 +234,16 @@ def _iterate(state, active, directions, dtype, slot, evaluate, check_tol, advanc
     accepted = np.zeros(active.size, dtype=bool)
     f0 = state.f[a].cpu().numpy()
     gd0 = gd.cpu().numpy()
-    x0 = state.x[a]
+    x0 = state.x if full else state.x[a]
     for _trial in range(_MAX_LINE_SEARCH[dtype]):
         todo = np.flatnonzero(~accepted)
         if todo.size == 0:
             break
         t_todo = torch.as_tensor(todo, device=device)
-        values, grads = evaluate(x0[t_todo] + step[t_todo, None] * d[t_todo], active[todo], dtype)
-        slopes = (grads * d[t_todo]).sum(dim=1).cpu().numpy()
+        everyone = todo.size == active.size
+        points = torch.addcmul(x0, step[:, None], d) if everyone else x0[t_todo] + step[t_todo, None] * d[t_todo]
+        values, grads = evaluate(points, active[todo], dtype)
+        slopes = torch.linalg.vecdot(grads, d if everyone else d[t_todo]).cpu().numpy()
         values_np = values.cpu().numpy()
         steps = step[t_todo].cpu().numpy()
         finite = np.isfinite(values_np)
@@ -275,8 +281,8 @@ def _iterate(state, active, directions, dtype, slot, evaluate, check_tol, advanc
     state.x[rows_t] = x0[acc_t] + s
     state.g[rows_t] = new_g[acc_t]
     state.f[rows_t] = new_f[acc_t]
-    sy = (s * y_diff).sum(dim=1)
-    yy = (y_diff * y_diff).sum(dim=1)
+    sy = torch.linalg.vecdot(s, y_diff)
+    yy = torch.linalg.vecdot(y_diff, y_diff)
     keep = (sy > 1e-10 * yy).cpu().numpy()
     if keep.any():
         k_rows = rows_t[torch.as_tensor(keep, device=device)]
@@ -299,19 +305,30 @@ def _iterate(state, active, directions, dtype, slot, evaluate, check_tol, advanc
         advance_phase(rows[no_progress & (state.flat[rows] >= _FLAT_STEPS)])
 
 
-def _two_loop(state: _Working) -> torch.Tensor:
+def _two_loop(state: _Working, pool=None) -> torch.Tensor:
     """H g for every working problem: the L-BFGS two-loop recursion over the shared ring buffer (empty
-    slots have rho = 0 and change nothing), newest pair in slot ``state.head``."""
-    S, Y, rho = state.S, state.Y, state.rho
+    slots have rho = 0 and change nothing), newest pair in slot ``state.head``; with a thread pool, its
+    rows split over the pool's threads (torch releases the GIL; each thread's rows stay in its cache)."""
+    R = state.g.shape[0]
+    threads = getattr(pool, "_max_workers", 1) if pool is not None else 1
+    if threads < 2 or R < _PARALLEL_ROWS:
+        return _two_loop_rows(state, slice(0, R))
+    cuts = np.linspace(0, R, threads + 1).astype(int)
+    parts = list(pool.map(lambda ab: _two_loop_rows(state, slice(*ab)), zip(cuts[:-1], cuts[1:])))
+    return torch.cat(parts)
+
+
+def _two_loop_rows(state: _Working, rows: slice) -> torch.Tensor:
+    S, Y, rho = state.S[:, rows], state.Y[:, rows], state.rho[:, rows]
     m = S.shape[0]
-    q = state.g.clone()
+    q = state.g[rows].clone()
     alpha = [None] * m
     for i in range(m):  # newest to oldest
         slot = (state.head - i) % m
         a_i = rho[slot] * torch.linalg.vecdot(S[slot], q)
         q.addcmul_(a_i[:, None], Y[slot], value=-1.0)
         alpha[i] = a_i
-    q *= state.gamma[:, None]
+    q *= state.gamma[rows, None]
     for i in range(m - 1, -1, -1):  # oldest to newest
         slot = (state.head - i) % m
         beta = rho[slot] * torch.linalg.vecdot(Y[slot], q)

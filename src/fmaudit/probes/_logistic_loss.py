@@ -102,16 +102,16 @@ class SharedRowsObjective:
         self.grad_scale = grad_scale
         self.device = mu.device
         self.n_threads = n_threads if self.device.type == "cpu" else 1
-        self._pool = None
+        self.pool = None
         if self.n_threads > 1:
-            self._pool = ThreadPoolExecutor(max_workers=self.n_threads)
+            self.pool = ThreadPoolExecutor(max_workers=self.n_threads)
         self._layouts: dict[tuple, _Layout] = {}
         self._store_as: dict[torch.dtype, torch.Tensor] = {store.dtype: store}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
     def _store_in(self, dtype: torch.dtype) -> torch.Tensor:
         # A float32 store read in float64 (the float64 phase) is converted once and kept while it is used.
@@ -175,9 +175,9 @@ class SharedRowsObjective:
         return layout
 
     def _run(self, fn, shares) -> list:
-        if self._pool is None or len(shares) == 1:
+        if self.pool is None or len(shares) == 1:
             return [fn(share) for share in shares]
-        return list(self._pool.map(fn, shares))
+        return list(self.pool.map(fn, shares))
 
     def __call__(self, points: torch.Tensor, ids: np.ndarray, product_dtype: torch.dtype):
         """points (A, (D+1) K) float64 for problems ``ids`` (A,) -> objective (A,) and gradient like points."""
@@ -281,23 +281,13 @@ class GroupedObjective:
             self.group_of[group.problems] = gi
         self.row_space = any(group.row_space for group in groups)
         self.n_threads = n_threads if self.device.type == "cpu" else 1
-        self._pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
-        self._onehot: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self.pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
         self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-
-    def _onehot_of(self, gi: int, dtype: torch.dtype) -> torch.Tensor:
-        key = (gi, dtype)
-        if key not in self._onehot:
-            group = self.groups[gi]
-            onehot = torch.zeros((self.K, group.y.shape[0]), dtype=dtype, device=self.device)
-            onehot[group.y, torch.arange(group.y.shape[0], device=self.device)] = 1
-            self._onehot[key] = onehot
-        return self._onehot[key]
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
 
     def _tasks(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
         """(group, positions in ``ids``) per group touched, dealt to threads by modelled cost."""
@@ -333,11 +323,11 @@ class GroupedObjective:
                                values, grads)
 
         shares = self._shares(self._tasks(ids))
-        if self._pool is None or len(shares) == 1:
+        if self.pool is None or len(shares) == 1:
             for share in shares:
                 run(share)
         else:
-            list(self._pool.map(run, shares))
+            list(self.pool.map(run, shares))
         return values, grads.view(A, -1)
 
     def _evaluate(self, gi, positions, theta, ids, dtype, values, grads) -> None:
@@ -354,8 +344,8 @@ class GroupedObjective:
         Z = _matmul(Wt, X.T)  # (c*K, n)
         Z += params[:, width].reshape(c * K, 1).to(dtype)
         Z3 = Z.view(c, K, n)
-        onehot = self._onehot_of(gi, dtype)
-        true_logit = (Z3 * onehot).sum(dim=1)  # (c, n)
+        labels = group.y.view(1, 1, n).expand(c, 1, n)
+        true_logit = Z3.gather(1, labels)  # (c, 1, n)
         absent = ~self.present[problems]
         if bool(absent.any()):
             Z3.masked_fill_(absent[:, :, None], float("-inf"))
@@ -363,12 +353,12 @@ class GroupedObjective:
         Z3 -= top
         Z3.exp_()
         total = Z3.sum(dim=1, keepdim=True)
-        pair_loss = total[:, 0].log() + top[:, 0] - true_logit  # (c, n): lse - z_true
         weight = group.weight
-        loss = pair_loss.double() @ weight
-        Z3 /= total
-        Z3 -= onehot
-        Z3 *= weight.to(dtype)
+        loss = (total.log() + top - true_logit).view(c, n).double() @ weight  # sum of w * (lse - z_true)
+        # G = w * (softmax - onehot), in two passes: scale by w / total, then subtract w at the labels
+        weight_in = group.weight_in(dtype).view(1, 1, n)
+        Z3 *= weight_in / total
+        Z3.scatter_add_(1, labels, -weight_in.expand(c, 1, n))
         grad_W = _matmul(Z, X).double().view(c, K, p).transpose(1, 2)  # (c, p, K)
         grad_b = Z.sum(dim=1, dtype=torch.float64).view(c, K)
         l2 = self.l2[problems]

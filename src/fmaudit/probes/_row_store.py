@@ -225,6 +225,14 @@ class Group:
     factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
     augment: float = 0.0  # row-space: c
     constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 q = sqrt(c) L^-1 u
+    _weights: dict | None = None  # weight in each product dtype, made on first use
+
+    def weight_in(self, dtype: torch.dtype) -> torch.Tensor:
+        if self._weights is None:
+            self._weights = {}
+        if dtype not in self._weights:
+            self._weights[dtype] = self.weight.to(dtype)
+        return self._weights[dtype]
 
     @property
     def row_space(self) -> bool:
