@@ -30,7 +30,17 @@ _RARE_CHUNK_ROWS = 256
 _MAX_BLOCK_ROWS = 1024
 
 def subset_scaler(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, scale) of ``rows`` as StandardScaler computes them: float64, ddof 0, near-constant -> 1."""
+    """The standardisation of ``rows`` as scikit-learn's ``StandardScaler`` computes it.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (N, D)
+
+    Returns
+    -------
+    (mean, scale) : tuple of float64 ndarrays of shape (D,)
+        Column means and standard deviations (ddof 0); a near-constant column gets scale 1.
+    """
     mean = rows.mean(axis=0, dtype=np.float64)
     var = rows.var(axis=0, dtype=np.float64)
     eps = np.finfo(np.float64).eps

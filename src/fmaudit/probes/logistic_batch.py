@@ -25,48 +25,48 @@ Conventions
 - Identical (subset, C) problems are fitted once and shared. Features constant within a subset (a zero
   column once standardised) get weight exactly 0.
 
-How it works: the problems are optimised in lock-step by L-BFGS (history 10, per-problem steps, ring-buffer
-histories and convergence; a step is accepted on Armijo's sufficient decrease or on Hager and Zhang's
-approximate Wolfe conditions, which rest on the directional derivative and so keep working where float32
-rounding hides f's decrease). Rows are stored globally standardised, grouped by the set of problems that
-contain them; each problem's own standardisation is folded into its weights, so a row shared by several
-problems (nested label fractions, seeds, CV folds) is read once per evaluation in one wider product.
-Rows of rare membership patterns are chunked and evaluated for the union of their problems or per
-problem, whichever a cost model of the products says is cheaper. An evaluation runs two products per block
-(spread over ``n_threads`` threads on CPU) and one element-wise softmax pass over all (row, problem) pairs.
+How it works (as scikit-learn splits its logistic regression: this module is the estimator level, the
+objective is :mod:`~fmaudit.probes._logistic_loss`, the row layouts :mod:`~fmaudit.probes._row_store`, the
+solver :mod:`~fmaudit.probes._lbfgs`). The problems are optimised in lock-step by L-BFGS (history 10,
+per-problem steps, line searches and stopping; a step is accepted on Armijo's sufficient decrease or on Hager
+and Zhang's approximate Wolfe conditions, which rest on the directional derivative and so keep working where
+float32 rounding hides f's decrease). Each evaluation runs two matrix products per block of rows, spread
+over ``n_threads`` threads on CPU. Two row layouts, picked per call by a modelled evaluation cost:
+- shared rows: rows stored once, globally standardised, grouped by the set of problems containing them,
+  each problem's standardisation folded into its weights, so a row shared by several problems (nested
+  label fractions) is read once per evaluation in one wider product;
+- groups: one block per distinct subset with its C values side by side (many small, weakly overlapping
+  subsets: cell units, seeds, folds), standardised on itself; where a subset has fewer distinct rows n than
+  features D (and its modelled cost says so) the exact row-space form, the same problem turned into n
+  coordinates per class (:class:`~fmaudit.probes._row_store.Group`).
 Precision: by default the store and the products are float32 (embeddings are float32 anyway; wide float32
 products run ~2x faster than float64) while every sum over rows or blocks, the parameters and the L-BFGS
 state are float64; a problem whose float32 gradient meets ``tol`` is confirmed with float64 products, and
 one that does not pass, or that float32 rounding stalls, continues in float64, so ``tol`` keeps its
-float64 meaning. Without ``standardize`` the problems are solved in the globally rescaled variables
-V = s * W (the same optimum, penalty ||V / s||^2), which conditions raw embeddings far better than
-scikit-learn's lbfgs on the raw features. Things tried that did not pay on the benchmark grid (float64,
-2 cores): warm starts from the nested smaller fraction (same iteration count), larger L-BFGS histories,
-and per-class subspace minimisation over the last steps (23 instead of 26 passes). Measured ratios
-against scikit-learn at equal accuracy: benchmarks/bench_probe_engine.py.
+float64 meaning. A warm start (``init``) is checked in float64 first: one that meets ``tol`` is returned
+unchanged, and one whose float32 gradient is mostly rounding starts in float64 (float32 steps from there
+would wander by an amount that depends on the CPU's rounding). Without ``standardize`` the problems are
+solved in the globally rescaled variables V = s * W (the same optimum, penalty ||V / s||^2), which
+conditions raw embeddings far better than scikit-learn's lbfgs on the raw features. Things tried that did
+not pay (float64, 2 cores): warm starts from the nested smaller fraction or along the C grid (about the same
+iterations: 36, 54, 101, 196 from the smaller C against 36, 55, 105, 200 cold on a CellPath unit), larger
+L-BFGS histories, per-class subspace minimisation over the last steps (23 instead of 26 passes), Newton-CG.
+Measured ratios against scikit-learn at equal accuracy: benchmarks/bench_probe_engine.py (tile grid) and
+benchmarks/bench_cell_shard.py (cell shards).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 import torch
-from scipy import linalg as scipy_linalg
 
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
-from fmaudit.probes._lbfgs import lbfgs
-from fmaudit.probes._logistic_loss import GroupedObjective, SharedRowsObjective, cpu_threads
-from fmaudit.probes._row_store import (
-    build_blocks,
-    build_groups,
-    grouped_layout_pays,
-    numpy_dtype,
-    standardised_store,
-    subset_scaler,
-)
+from fmaudit.probes._logistic_loss import cpu_threads
+from fmaudit.probes._logistic_path import Problems, solve_grouped, solve_shared
+from fmaudit.probes._row_store import grouped_layout_pays, subset_scaler
 
 # adapt.methods runs its own torch work under the engine's thread settings.
 _cpu_threads = cpu_threads
@@ -76,16 +76,44 @@ ABSENT_CLASS_LOGIT_GAP = 1e4
 
 
 def softmax_last_axis(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis of logits of any shape ((N, K) or (R, N, K)): a probe's ``predict_proba``.
+    """Softmax over the last axis: a probe's ``predict_proba``.
 
-    (:func:`fmaudit.metrics.softmax` is the validated (N, K) form with a temperature, for calibration.)"""
+    Parameters
+    ----------
+    logits : ndarray of shape (..., K)
+        (N, K) or (R, N, K) logits.
+
+    Returns
+    -------
+    ndarray of the same shape
+        Probabilities summing to 1 over the last axis. (:func:`fmaudit.metrics.softmax` is the validated
+        (N, K) form with a temperature, for calibration.)
+    """
     z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
 
 
 def check_features(X, name: str = "X") -> np.ndarray:
-    """Return X as a 2-D float array; raise FmauditInputError on NaN/inf or a wrong shape."""
+    """Validated features.
+
+    Parameters
+    ----------
+    X : array-like of shape (N, D)
+        Real numbers, finite.
+    name : str, default "X"
+        What error messages call it.
+
+    Returns
+    -------
+    ndarray of shape (N, D)
+        X itself if floating, else as float64.
+
+    Raises
+    ------
+    FmauditInputError
+        On a wrong shape or dtype, or NaN / infinite rows (naming the first rows).
+    """
     X = np.asarray(X)
     if X.ndim != 2:
         raise FmauditInputError(f"{name}: expected a 2-D feature array (n_items, n_features), got shape {X.shape}")
@@ -103,7 +131,27 @@ def check_features(X, name: str = "X") -> np.ndarray:
 
 
 def check_labels(y, n_items: int, n_classes: int | None, name: str = "y") -> np.ndarray:
-    """Return y as int64 class indices in [0, n_classes); raise FmauditInputError otherwise."""
+    """Validated class indices.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_items,)
+        Integer class indices (integral floats accepted).
+    n_items : int
+        The number of feature rows they label.
+    n_classes : int or None
+        Labels must lie in [0, n_classes); None: any non-negative index.
+    name : str, default "y"
+
+    Returns
+    -------
+    ndarray of int64, shape (n_items,)
+
+    Raises
+    ------
+    FmauditInputError
+        On a wrong shape, a non-integer label, a negative or out-of-range label.
+    """
     y = np.asarray(y)
     if y.ndim != 1:
         raise FmauditInputError(f"{name}: expected 1-D labels, got shape {y.shape}")
@@ -148,10 +196,24 @@ def _subsets_as_indices(subsets, n_items: int) -> list[np.ndarray]:
 class BatchLogistic:
     """R fitted multinomial logistic problems sharing one feature space and label space.
 
-    Attributes (R problems, D features, K classes): ``W_`` (R, D, K) and ``b_`` (R, K) act on the
-    standardised features ``(x - mean_[r]) / scale_[r]`` (``mean_`` 0 and ``scale_`` 1 when
-    ``standardize=False``); ``present_`` (R, K) marks the classes seen in each subset; ``n_iter_`` (R,),
-    ``converged_`` (R,), ``Cs_`` (R,), and ``problem_index_`` (R,) mapping each problem to the fit it shares.
+    Made by :func:`fit_logistic_batch`. R problems, D features, K classes.
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (R, D, K)
+    b_ : ndarray of shape (R, K)
+        Weights and intercepts acting on the standardised features ``(x - mean_[r]) / scale_[r]``.
+    mean_, scale_ : ndarray of shape (R, D)
+        Each subset's scaler (0 and 1 when ``standardize=False``).
+    present_ : ndarray of bool, shape (R, K)
+        The classes seen in each subset.
+    n_iter_ : ndarray of int, shape (R,)
+        L-BFGS iterations.
+    converged_ : ndarray of bool, shape (R,)
+        Whether the stopping rule (module doc) was met before ``max_iter``.
+    Cs_ : ndarray of shape (R,)
+    problem_index_ : ndarray of int, shape (R,)
+        The distinct fit each problem shares (identical (subset, C) problems are fitted once).
     """
 
     def __init__(self, W, b, mean, scale, present, n_iter, converged, Cs, problem_index):
@@ -167,18 +229,35 @@ class BatchLogistic:
 
     @property
     def n_problems(self) -> int:
+        """R, the number of problems."""
         return self.W_.shape[0]
 
     @property
     def n_features_in_(self) -> int:
+        """D, the number of features."""
         return self.W_.shape[1]
 
     @property
     def n_classes_(self) -> int:
+        """K, the number of classes."""
         return self.W_.shape[2]
 
     def decision_logits(self, X, r: int | None = None) -> np.ndarray:
-        """Logits (R, N, K), or (N, K) for problem ``r``; the softmax of a row is its predict_proba."""
+        """Logits of every problem, or of one.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Raw features (each problem applies its own scaler).
+        r : int or None, default None
+            One problem's index.
+
+        Returns
+        -------
+        ndarray of shape (R, N, K), or (N, K) for problem ``r``
+            The softmax of a row is its probability; an absent class's logit is ``ABSENT_CLASS_LOGIT_GAP``
+            below the row's lowest present one.
+        """
         X = check_features(X)
         if X.shape[1] != self.n_features_in_:
             raise FmauditInputError(
@@ -199,10 +278,11 @@ class BatchLogistic:
         return Z[0] if r is not None else Z
 
     def predict_proba(self, X, r: int | None = None) -> np.ndarray:
+        """Softmax of :meth:`decision_logits`, (R, N, K) or (N, K)."""
         return softmax_last_axis(self.decision_logits(X, r))
 
     def predict(self, X, r: int | None = None) -> np.ndarray:
-        """Argmax of the logits; ties go to the lowest class index."""
+        """Argmax of the logits, (R, N) or (N,); ties go to the lowest class index."""
         return self.decision_logits(X, r).argmax(axis=-1)
 
 
@@ -224,18 +304,55 @@ def fit_logistic_batch(
 ) -> BatchLogistic:
     """Fit R L2 multinomial logistic problems at once (objective and conventions: module docstring).
 
-    ``subsets``: R index arrays (or boolean masks) into the rows of ``X``, or an (R, N) boolean mask.
-    ``Cs``: a scalar or (R,) inverse penalty strengths. ``device``: None/"cpu", "cuda" or "auto".
-    ``dtype``: the dtype of the row store and the matrix products. None (default): float32 (embeddings are
-    stored in float32; wide float32 products run ~2x faster) with float64 softmax, losses, sums and
-    optimiser state; a problem whose float32 gradient meets ``tol`` is confirmed by one evaluation with
-    float64 products, and one that does not pass, or that float32 can move no further, continues with
-    float64 products, so every ``tol`` is reached as in float64. ``torch.float64``: float64 throughout.
-    ``torch.float32``: float32 products only; a problem stops where float32 makes no more progress
-    (``converged_`` False if that is short of ``tol``). ``init``: optional start (W (R, D, K), b (R, K)) in
-    the coordinates of the result (standardised features, or raw ones without ``standardize``), e.g. a
-    fitted ``BatchLogistic``'s ``W_`` and ``b_``. ``n_threads``: CPU threads (default
-    ``torch.get_num_threads()``); ignored on GPU.
+    Parameters
+    ----------
+    X : array-like of shape (N, D)
+        Features shared by every problem (float32 is kept as is).
+    y : array-like of shape (N,)
+        Class indices 0..n_classes-1.
+    subsets : sequence of R index arrays or boolean masks, or a boolean array of shape (R, N)
+        The rows of each problem (a repeated index counts twice).
+    Cs : float or array-like of shape (R,)
+        Inverse penalty strengths.
+    n_classes : int
+        K; every result has K columns (module doc: absent classes).
+    standardize : bool, default True
+        Standardise each subset on itself (scikit-learn's ``StandardScaler``), else raw features.
+    device : str, torch.device or None, default None
+        None or "cpu", "cuda", or "auto" (CUDA when there is one).
+    dtype : {None, torch.float32, torch.float64}, default None
+        The row store's and the products' dtype. None: float32 products (embeddings are float32; wide
+        float32 products run ~2x faster) with float64 softmax sums, losses and optimiser state; a problem
+        whose float32 gradient meets ``tol`` is confirmed by one evaluation with float64 products, and one
+        that does not pass, or that float32 can move no further, continues with float64 products, so every
+        ``tol`` is reached as in float64. ``torch.float64``: float64 throughout. ``torch.float32``: float32
+        products only; a problem stops where float32 makes no more progress (``converged_`` False if that
+        is short of ``tol``).
+    max_iter : int, default 1000
+        L-BFGS iterations per problem at most.
+    tol : float, default 1e-6
+        scikit-learn's lbfgs stopping tolerance (module doc).
+    history_size : int, default 10
+        L-BFGS memory.
+    init : (W (R, D, K), b (R, K)) or None, default None
+        A start in the result's coordinates (standardised features, or raw ones without ``standardize``),
+        e.g. a fitted :class:`BatchLogistic`'s ``W_`` and ``b_``; checked in float64 first, so a start that
+        meets ``tol`` is returned unchanged.
+    n_threads : int or None, default None
+        CPU threads (default ``torch.get_num_threads()``); ignored on GPU.
+    layout : {"auto", "shared", "grouped"}, default "auto"
+        How rows are laid out (:mod:`fmaudit.probes._row_store`): "auto" picks the cheaper by its cost model;
+        the optimum is the same either way.
+
+    Returns
+    -------
+    BatchLogistic
+
+    Raises
+    ------
+    FmauditInputError
+        On bad features, labels, subsets (empty, out of range, a single class), Cs, tol, dtype, threads,
+        ``init`` shapes or layout.
     """
     X = check_features(X)
     y = check_labels(y, X.shape[0], n_classes)
@@ -303,10 +420,10 @@ def fit_logistic_batch(
     if layout == "auto":
         layout = "grouped" if grouped_layout_pays(unique_sets, y, X.shape[0], D, K, standardize) else "shared"
 
-    problem = _Problems(present=present, log_prior=log_prior, l2=l2, init=init, standardize=standardize,
+    problem = Problems(present=present, log_prior=log_prior, l2=l2, init=init, standardize=standardize,
                         device=device, phases=phases, tol=tol, max_iter=max_iter, history_size=history_size,
                         n_threads=n_threads)
-    solve = _solve_grouped if layout == "grouped" else _solve_shared
+    solve = solve_grouped if layout == "grouped" else solve_shared
     with cpu_threads(device, n_threads):
         W, b, mean, scale, n_iter, converged = solve(X, y, unique_sets, problem)
     pi = problem_index
@@ -321,178 +438,3 @@ def fit_logistic_batch(
         Cs=Cs,
         problem_index=pi,
     )
-
-
-@dataclass
-class _Problems:
-    """What every layout's solve needs about the U distinct problems (shapes (U, K) and (U,))."""
-
-    present: np.ndarray
-    log_prior: np.ndarray
-    l2: np.ndarray
-    init: tuple[np.ndarray, np.ndarray] | None  # (W (U, D, K), b (U, K)) in the result's coordinates
-    standardize: bool
-    device: torch.device
-    phases: tuple
-    tol: float
-    max_iter: int
-    history_size: int
-    n_threads: int
-
-    def tensor(self, a) -> torch.Tensor:
-        return torch.as_tensor(a, dtype=torch.float64, device=self.device)
-
-    def start(self, problems: np.ndarray, width: int, coefficients=None) -> torch.Tensor:
-        """theta (len(problems), width + 1, K): the given coefficients (width rows) and intercepts of
-        ``init``, or the class priors (the intercept-only optimum, a free head start over zeros)."""
-        K = self.present.shape[1]
-        theta = torch.zeros((problems.size, width + 1, K), dtype=torch.float64, device=self.device)
-        if coefficients is not None:
-            theta[:, : coefficients.shape[1]] = self.tensor(coefficients)
-            theta[:, width] = self.tensor(self.init[1][problems])
-        else:
-            theta[:, width] = self.tensor(self.log_prior[problems])
-        theta.masked_fill_(~torch.as_tensor(self.present[problems], device=self.device)[:, None, :], 0.0)
-        return theta
-
-    def run(self, objective, theta) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        try:
-            theta, n_iter, converged = lbfgs(objective, theta, tol=self.tol, max_iter=self.max_iter,
-                                             history_size=self.history_size, phases=self.phases,
-                                             check_start=self.init is not None)
-        finally:
-            objective.close()
-        return theta.cpu().numpy().astype(np.float64), n_iter, converged
-
-
-def _solve_shared(X, y, unique_sets, problem: _Problems):
-    """The shared-rows layout (:mod:`fmaudit.probes._row_store`): one objective over every problem."""
-    device, K, D = problem.device, problem.present.shape[1], X.shape[1]
-    U = len(unique_sets)
-    store_rows, blocks = build_blocks(unique_sets, y, X.shape[0], device)
-    store, centre, spread, mean, scale, mu_prime, sigma_prime, constant = standardised_store(
-        X, store_rows, blocks, np.array([idx.size for idx in unique_sets]), problem.standardize, torch.float64
-    )
-    # The store is kept in the first phase's dtype; a float64 phase after float32 reads the float32 rows in
-    # float64 (their rounding moves the optimum by ~1e-7 relative, far below any tol's effect).
-    store = torch.from_numpy(store.astype(numpy_dtype(problem.phases[0]), copy=False)).to(device)
-    if problem.standardize:
-        penalty_weight = grad_scale = None
-    else:
-        # Unstandardised problems are solved in V = spread * W on the globally standardised store: the same
-        # optimum with far better conditioning. The penalty ||W||^2 becomes sum_d V_d^2 / spread_d^2, and the
-        # stopping test uses the gradient in W (= spread * gradient in V), as scikit-learn would see it.
-        penalty_weight = problem.tensor(1.0 / spread**2)
-        grad_scale = torch.ones((D + 1, K), dtype=torch.float64, device=device)
-        grad_scale[:D] = problem.tensor(spread)[:, None]
-        grad_scale = grad_scale.reshape(1, -1)
-    objective = SharedRowsObjective(
-        store=store,
-        blocks=blocks,
-        mu=problem.tensor(mu_prime),
-        sigma=problem.tensor(sigma_prime),
-        present=torch.as_tensor(problem.present, device=device),
-        l2=problem.tensor(problem.l2),
-        n_features=D,
-        n_classes=K,
-        penalty_weight=penalty_weight,
-        n_threads=problem.n_threads,
-        free=torch.as_tensor(~constant, dtype=torch.float64, device=device) if constant.any() else None,
-        grad_scale=grad_scale,
-    )
-    everything = np.arange(U)
-    coefficients = None
-    if problem.init is not None:
-        coefficients, b0 = problem.init
-        if not problem.standardize:
-            problem.init = coefficients, b0 + np.einsum("d,udk->uk", centre, coefficients)
-            coefficients = coefficients * spread[None, :, None]
-    theta = problem.start(everything, D, coefficients)
-    # A feature constant within a subset is a zero column after standardisation: its weight is exactly 0.
-    theta[:, :D].masked_fill_(torch.as_tensor(constant, device=device)[:, :, None], 0.0)
-    theta, n_iter, converged = problem.run(objective, theta)
-    W, b = theta[:, :D], theta[:, D]
-    if not problem.standardize:
-        W, b = _from_global_scale(W, b, centre, spread)
-    return W, b, mean, scale, n_iter, converged
-
-
-def _from_global_scale(V, b, centre, spread):
-    """Back from V on globally standardised rows to W on raw rows."""
-    W = V / spread[None, :, None]
-    return W, b - np.einsum("d,udk->uk", centre, W)
-
-
-def _solve_grouped(X, y, unique_sets, problem: _Problems):
-    """The grouped layout (:mod:`fmaudit.probes._row_store`): dense groups in one solve, row-space groups
-    (coefficients in n_g instead of D coordinates per class) in another."""
-    device, K, D = problem.device, problem.present.shape[1], X.shape[1]
-    U = len(unique_sets)
-    groups, centre, spread = build_groups(X, y, unique_sets, K, problem.standardize, problem.phases[0], device)
-    W = np.zeros((U, D, K))
-    b = np.zeros((U, K))
-    mean, scale = np.zeros((U, D)), np.ones((U, D))
-    n_iter = np.zeros(U, dtype=np.int64)
-    converged = np.zeros(U, dtype=bool)
-    init_W = None
-    if problem.init is not None:
-        init_W, b0 = problem.init
-        if not problem.standardize:
-            problem.init = init_W, b0 + np.einsum("d,udk->uk", centre, init_W)
-            init_W = init_W * spread[None, :, None]
-    for row_space in (False, True):
-        chosen = [g for g in groups if g.row_space == row_space]
-        if not chosen:
-            continue
-        problems = np.concatenate([g.problems for g in chosen])
-        local = np.empty(U, dtype=np.int64)
-        local[problems] = np.arange(problems.size)
-        width = max(g.width for g in chosen)
-        local_groups = [replace(g, problems=local[g.problems]) for g in chosen]
-        penalty_weight = grad_scale = None
-        if not problem.standardize:
-            penalty_weight = problem.tensor(1.0 / spread**2)
-            grad_scale = torch.ones((width + 1, K), dtype=torch.float64, device=device)
-            grad_scale[:D] = problem.tensor(spread)[:, None]
-        objective = GroupedObjective(local_groups, torch.as_tensor(problem.present[problems], device=device),
-                                     problem.tensor(problem.l2[problems]), width, K, problem.n_threads,
-                                     penalty_weight=penalty_weight, grad_scale=grad_scale)
-        coefficients = None
-        if init_W is not None:
-            coefficients = np.zeros((problems.size, width, K))
-            for g in chosen:
-                rows = local[g.problems]
-                if g.row_space:  # B = L^-1 Z W: the start's component in the rows' span
-                    ZW = g.basis.double().cpu().numpy() @ init_W[g.problems]
-                    coefficients[rows, : g.width] = _solve_lower(g.factor.cpu().numpy(), ZW)
-                else:
-                    start = init_W[g.problems].copy()
-                    start[:, g.constant] = 0.0
-                    coefficients[rows] = start
-        theta, iters, conv = problem.run(objective, problem.start(problems, width, coefficients))
-        n_iter[problems], converged[problems] = iters, conv
-        for g in chosen:
-            rows = local[g.problems]
-            coef, intercept = theta[rows, : g.width], theta[rows, width]
-            if g.row_space:  # W = Z^T L^-T B (Group)
-                turned = _solve_upper(g.factor.cpu().numpy().T, coef)
-                coef = np.einsum("nd,cnk->cdk", g.basis.double().cpu().numpy(), turned)
-            W[g.problems], b[g.problems] = coef, intercept
-            mean[g.problems], scale[g.problems] = g.mean, g.scale
-    if not problem.standardize:
-        W, b = _from_global_scale(W, b, centre, spread)
-    return W, b, mean, scale, n_iter, converged
-
-
-def _solve_lower(L: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """L^-1 B for lower-triangular L (n, n) and B (c, n, K)."""
-    c, n, K = B.shape
-    out = scipy_linalg.solve_triangular(L, B.transpose(1, 0, 2).reshape(n, c * K), lower=True)
-    return out.reshape(n, c, K).transpose(1, 0, 2)
-
-
-def _solve_upper(U_: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """U^-1 B for upper-triangular U (n, n) and B (c, n, K)."""
-    c, n, K = B.shape
-    out = scipy_linalg.solve_triangular(U_, B.transpose(1, 0, 2).reshape(n, c * K), lower=False)
-    return out.reshape(n, c, K).transpose(1, 0, 2)
