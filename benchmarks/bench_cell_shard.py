@@ -53,6 +53,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "resources" / "presets" / "cellpath.yaml"
@@ -238,7 +239,7 @@ def baseline(args) -> dict:
     shard = cb.SklearnShard(root, args.protocol, sections, kw, features, manifests, FOLDS)
     timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections,
                                                                **dict(kw, tol=engine_tol, n_threads=threads)),
-                          shard, cb.run_groups(sub), sk_tol)
+                          shard, cb.run_groups(sub), sk_tol, processes=args.processes)
     summary = cb.summarise(timed["times"], len(sub))
     engine_out, sk_out = timed["results"]["engine"], timed["results"]["sklearn"]
     f1_sk = np.array([sk_out[i][0] for i in range(len(sub))])
@@ -259,6 +260,8 @@ def print_baseline(b: dict, args) -> None:
           f"{args.protocol} shard, D={args.dim}, both at max |dP| <= {args.target:g} (engine tol {b['engine_tol']:g}: "
           f"{b['engine_err']:.1e}; scikit-learn tol {b['sklearn_tol']:g}: {b['sklearn_err']:.1e}); load average "
           f"{os.getloadavg()}")
+    if torch.cuda.is_available() and str(args.device).startswith("cuda"):
+        print(f"peak GPU memory (this process): {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     runs = preset_runs_per_encoder()
     rate = b["runs_per_s"]["engine"]
     total = sum(runs.values())
@@ -329,7 +332,7 @@ def bytes_per_cell(args) -> pd.DataFrame:
     return table
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", nargs="?", default="all", choices=["all", "shard", "bytes", "baseline", "simulate"])
     parser.add_argument("--protocol", default="LOOO", choices=["IS", "IOCD", "MOCV", "LOOO"])
@@ -346,14 +349,15 @@ def main() -> None:
     parser.add_argument("--engine-tol", type=float, help="skip the engine's tol search")
     parser.add_argument("--sklearn-tol", type=float, help="skip scikit-learn's tol search")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (medians)")
-    parser.add_argument("--threads", type=int, default=2, help="engine threads; scikit-learn: 1 or 2 processes")
+    parser.add_argument("--threads", type=int, default=2, help="engine threads")
+    parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--root", default=None, help="reuse a simulated panel folder")
     parser.add_argument("--keep", action="store_true", help="keep the simulated panel folder")
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="2,000 cells per section, caps 2,000/500")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.cells_per_section, args.max_train_cells, args.max_val_cells = 2000, 2000, 500
     if args.mode in ("shard", "simulate", "baseline") and args.root is None:

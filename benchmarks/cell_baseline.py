@@ -14,7 +14,7 @@ the same test cells.
   ``run_cell_shard`` at its tol with ``n_threads`` threads (reading the features, every fit, the choice of C,
   the test scores); scikit-learn is the same work as a loop, ``make_pipeline(StandardScaler(),
   LogisticRegression(C, tol, max_iter))`` on float64 features, one fit per (run, C), sequential with one
-  BLAS thread, and the same loop split over two worker processes (one thread each) by (unit, seed). CPU
+  BLAS thread, and the same loop split over worker processes (one thread each; two by default) by (unit, seed). CPU
   seconds include the workers' (each reports its own).
 """
 
@@ -224,25 +224,28 @@ def run_groups(runs) -> list:
     return out
 
 
-def split_two(groups) -> list[list]:
-    """Two halves of the (unit, seed) groups with about as many runs each."""
-    halves: list[list] = [[], []]
-    loads = [0, 0]
+def split_groups(groups, parts: int) -> list[list]:
+    """``parts`` shares of the (unit, seed) groups with about as many runs each."""
+    shares: list[list] = [[] for _ in range(parts)]
+    loads = [0] * parts
     for g in sorted(groups, key=lambda g: -len(g[2])):
         i = loads.index(min(loads))
-        halves[i].append(g)
+        shares[i].append(g)
         loads[i] += len(g[2])
-    return halves
+    return [share for share in shares if share]
 
 
-def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: float, log=print) -> dict:
-    """Interleaved repeats of: the engine's shard, scikit-learn sequential, scikit-learn in 2 processes.
-    Returns per side the wall and CPU seconds of each repeat and the last repeat's per-run results."""
-    times = {name: {"wall": [], "cpu": []} for name in ("engine", "sklearn, sequential", "sklearn, 2 processes")}
+def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: float, processes: int = 2,
+               log=print) -> dict:
+    """Interleaved repeats of: the engine's shard, scikit-learn sequential, scikit-learn in ``processes``
+    processes. Returns per side the wall and CPU seconds of each repeat and the last repeat's per-run
+    results."""
+    parallel = f"sklearn, {processes} processes"
+    times = {name: {"wall": [], "cpu": []} for name in ("engine", "sklearn, sequential", parallel)}
     results = {}
-    halves = split_two(groups)
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        list(pool.map(abs, [1, 2]))  # start both workers before anything is timed
+    shares = split_groups(groups, processes)
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        list(pool.map(abs, range(processes)))  # start the workers before anything is timed
         for rep in range(repeats):
             wall, cpu = time.perf_counter(), time.process_time()
             results["engine"] = engine_run()
@@ -253,9 +256,9 @@ def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: fl
             times["sklearn, sequential"]["wall"].append(time.perf_counter() - wall)
             times["sklearn, sequential"]["cpu"].append(seconds)
             wall = time.perf_counter()
-            parts = list(pool.map(_worker_run, [shard, shard], halves, [sk_tol, sk_tol]))
-            times["sklearn, 2 processes"]["wall"].append(time.perf_counter() - wall)
-            times["sklearn, 2 processes"]["cpu"].append(sum(seconds for _, seconds in parts))
+            parts = list(pool.map(_worker_run, [shard] * len(shares), shares, [sk_tol] * len(shares)))
+            times[parallel]["wall"].append(time.perf_counter() - wall)
+            times[parallel]["cpu"].append(sum(seconds for _, seconds in parts))
             log(f"  repeat {rep + 1}: " + ", ".join(f"{name} {t['wall'][-1]:.1f} s" for name, t in times.items())
                 + f"; load average {os.getloadavg()[0]:.1f}")
     return {"times": times, "results": results}
