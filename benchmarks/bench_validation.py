@@ -3,9 +3,9 @@
 Workload: one slide-tile manifest of 300,000 labelled items (3 domains, 3,000 patients, 9 classes, train/val/test
 by patient), as the workflow's ``validate`` stage would see it right after preparation. Timed: (a) the
 baseline, ``fmaudit.io.read_table`` of the manifest's parquet file, which every consumer of a manifest pays;
-(b) ``fmaudit.validation.validate_task_splits`` on it for one transfer task over the three domains (every
+(b) ``fmaudit.split_checks.validate_task_splits`` on it for one transfer task over the three domains (every
 check: columns, duplicate ids and tiles, leakage, label range, training and evaluated classes). Medians of
-``--repeats`` runs, one thread, same process. The figures in ``fmaudit.validation`` (0.5-1.3 s for 300k
+``--repeats`` runs, one thread, same process. The figures in ``fmaudit.split_checks`` (0.5-1.3 s for 300k
 items, 4-7 times the parquet read, on loaded 2-core machines) are this measurement.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_validation.py [--items 300000] [--repeats 5]``
@@ -24,7 +24,7 @@ import pandas as pd
 
 from fmaudit.datasets.manifest import make_manifest
 from fmaudit.io import read_table, write_table
-from fmaudit.validation import validate_task_splits
+from fmaudit.split_checks import validate_task_splits
 
 
 def make(n_items: int, seed: int = 0) -> pd.DataFrame:

@@ -27,7 +27,7 @@ rule prepare_cell_section:
         "../scripts/prepare_cell_section.py"
 
 
-# Every check of the panel that can fail on cell data (fmaudit.validation.validate_cell_panel), once every
+# Every check of the panel that can fail on cell data (fmaudit.split_checks.validate_cell_panel), once every
 # section is prepared and before the first feature job: excluded sections, leakage, two classes in training,
 # every test class in training (or allowed by name in the taxonomy task's allow_missing_classes).
 rule validate_cells:

@@ -6,14 +6,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import check_config, dataset_params, fill_config, manifest_file, results_dir, unusable_encoders
-from fmaudit.grid import embed_pairs, resolved_tile_tasks, section, settings_by_task, shards, task_domains
+from fmaudit.config import dataset_params, fill_config, manifest_file, results_dir
+from fmaudit.preflight import check_config, data_checks, unusable_encoders
+from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
 from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
-from fmaudit.report import report_outputs
+from fmaudit.report import report_outputs, report_reads, report_settings
 
 try:
     # The config is filled from resources/schemas/config.schema.yaml once, here, exactly as the command line
@@ -29,10 +30,15 @@ except (ValueError, FileNotFoundError) as err:
 # by side in one checkout, and a study's report reads only its own files. Rules build every path from RESULTS.
 RESULTS = results_dir(config)
 REPORT = f"{RESULTS}/report"
-# The split checks of every task (fmaudit.validation), written once every manifest is prepared; every job that
-# spends (embeddings, analysis shards) depends on it, so a leak or a class missing from training stops the run
-# before the first embedding. See validated_splits().
-VALIDATION = f"{RESULTS}/validation/splits.tsv"
+# The data checks of the pre-flight (fmaudit.preflight.check_data), written once every manifest is prepared; every
+# job that spends (embeddings, analysis shards) depends on it, so a leak, a class missing from training or an
+# unknown class name in the config stops the run before the first embedding. See validated_splits().
+VALIDATION = f"{RESULTS}/validation/preflight.tsv"
+# What the report reads and states (rules/report.smk builds its inputs and params from the report chapters'
+# declarations, fmaudit.report): each branch below registers its files under a report input name
+# (fmaudit.report.REPORT_INPUTS) and its settings under a report setting name (fmaudit.report.REPORT_SETTINGS).
+REPORT_INPUTS = {}
+REPORT_SETTINGS = {}
 
 
 wildcard_constraints:
@@ -82,7 +88,7 @@ if UNUSABLE_ENCODERS:
 
 def check_before_first_job():
     """onstart (runs once the DAG is built, before any job; not on dry runs): stop if a job that would build an
-    encoder is planned for an encoder that cannot be built as configured (fmaudit.config.unusable_encoders:
+    encoder is planned for an encoder that cannot be built as configured (fmaudit.preflight.unusable_encoders:
     remote code without a pinned commit, a registry weight file that is not there)."""
     planned = {job.wildcards.get("encoder") for job in workflow.dag.needrun_jobs()
                if job.rule.name in ENCODER_BUILDING_RULES}
@@ -129,9 +135,9 @@ def dataset_input_files(wildcards):
     return [sheet] if sheet else []
 
 
-# Every tile-level task with its resolved domains, as the split checks take it, and the manifests they read.
-VALIDATION_TASKS = canonical(resolved_tile_tasks(config, DATASETS))
-VALIDATION_MANIFESTS = {ds: manifest_path(ds) for spec in VALIDATION_TASKS.values() for ds in spec["datasets"]}
+# What the validate job checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
+# the manifests they read and the class names the config mentions.
+DATA_CHECKS = data_checks(config, DATASETS)
 
 
 # ---- embeddings ----------------------------------------------------------------------------------------
@@ -248,20 +254,20 @@ def probe_task(wildcards):
 
 def probe_settings(wildcards):
     """The probe grid, with readout `default` resolved to this encoder's own default readout."""
-    probe = section(config, "probe", task=wildcards.task)
+    probe = config_block(config, "probe", task=wildcards.task)
     if probe["readout"] == "default":
         probe["readout"] = ENCODERS[wildcards.encoder].get("default_readout", "cls")
     return canonical(probe)
 
 
 def calibration_settings(wildcards):
-    return canonical(section(config, "calibration", task=wildcards.task))
+    return canonical(config_block(config, "calibration", task=wildcards.task))
 
 
 def bootstrap_settings(wildcards):
     """What the shards' row intervals use: the paired count feeds only the report, so changing it reruns only
     the report."""
-    settings = section(config, "bootstrap", task=wildcards.task)
+    settings = config_block(config, "bootstrap", task=wildcards.task)
     return canonical({key: settings[key] for key in ("n_boot", "seed")})
 
 
@@ -283,6 +289,30 @@ def all_probe_shards(kind):
 
 def all_embeddings():
     return [embedding_path(enc, ds) for enc, ds in embed_pairs(config)]
+
+
+def report_exposure():
+    """What the exposure audit reads: each evaluated encoder's pretraining facts, each data set's aliases, and
+    the (encoder, data set) pairs the config evaluates."""
+    pairs = embed_pairs(config)
+    encoders = {enc: {"pretraining_corpora": ENCODERS[enc].get("pretraining_corpora") or [],
+                      "exposure": ENCODERS[enc].get("exposure") or {},
+                      "weights": {"source": ENCODERS[enc]["weights"]["source"]}} for enc, _ in pairs}
+    datasets = {ds: {"aliases": DATASETS[ds].get("aliases") or []} for _, ds in pairs}
+    return canonical({"encoders": encoders, "datasets": datasets, "pairs": [list(p) for p in pairs]})
+
+
+REPORT_INPUTS.update(probe_runs=[f"{RESULTS}/aggregate/probe_runs.parquet"],
+                     probe_predictions=all_probe_shards("predictions"), embeddings=all_embeddings())
+REPORT_SETTINGS.update(
+    calibration=canonical(settings_by_task(config, "calibration")),
+    bootstrap=canonical(settings_by_task(config, "bootstrap")),
+    # {task: the unit its intervals resample} (fmaudit.grid.task_group_units), for the captions
+    units=canonical(task_group_units(config, DATASETS)),
+    # {declared variant: its base encoder}
+    variants={v: ENCODERS[v]["variant_of"] for v in config["variants"]},
+    exposure=report_exposure(),
+)
 
 
 # ---- prior shift (seed 000) ------------------------------------------------------------------------------
@@ -313,6 +343,16 @@ def all_scratch_references():
     return [f"{RESULTS}/shards/scratch_reference/{j.task}/{j.source_domain}/seed{j.seed}.parquet" for j in SCRATCH_JOBS]
 
 
+if PRIOR_SHIFT_SHARDS:
+    REPORT_INPUTS.update(prior_shift_runs=[f"{RESULTS}/aggregate/prior_shift_runs.parquet"],
+                         prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
+                         scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
+# {task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)
+REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "draws",
+                                                                     "sample_size", "seeds")}
+                                            for task, ps in PRIOR_SHIFT.items()})
+
+
 def prior_shift_shard_settings(wildcards):
     """The task's prior_shift section, without the settings that change none of a shard's numbers."""
     ps = PRIOR_SHIFT[wildcards.task]
@@ -320,7 +360,7 @@ def prior_shift_shard_settings(wildcards):
 
 
 def prior_shift_ece_bins(wildcards):
-    return section(config, "calibration", task=wildcards.task)["ece_bins"]
+    return config_block(config, "calibration", task=wildcards.task)["ece_bins"]
 
 
 def prior_shift_readout(wildcards):
@@ -452,24 +492,24 @@ def ood_aggregate_path(table):
     return f"{RESULTS}/aggregate/ood_{table}.parquet"
 
 
-def ood_report_inputs(wildcards):
-    """The aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)."""
-    return [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
-
-
 def report_ood_settings():
     """{task: its OOD shard's reported settings}: what the OOD captions state."""
     out = {}
     for task, plan in OOD_PLANS.items():
         gate = plan["gate"] or {}
         out[task] = canonical({
-            "scorers": plan["settings"]["scorers"], "n_boot": section(config, "bootstrap", task=task)["n_boot"],
-            "ece_bins": section(config, "calibration", task=task)["ece_bins"],
+            "scorers": plan["settings"]["scorers"], "n_boot": config_block(config, "bootstrap", task=task)["n_boot"],
+            "ece_bins": config_block(config, "calibration", task=task)["ece_bins"],
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
         })
     return out
+
+
+# the aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)
+REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+REPORT_SETTINGS["ood"] = report_ood_settings()
 
 
 # ---- report --------------------------------------------------------------------------------------------
@@ -494,56 +534,24 @@ def report_figures():
             for name, category in REPORT_OUTPUTS["figures"].items()]
 
 
-def report_settings(name):
-    """{task: its `name` section}: the report's calibration and bootstrap settings (also in its captions)."""
-    return canonical(settings_by_task(config, name))
+def report_inputs():
+    """Every report input some report chapter reads (fmaudit.report.report_reads), by name: the files the branches
+    registered under it in REPORT_INPUTS, none where the config plans nothing of it."""
+    return {name: list(REPORT_INPUTS.get(name, [])) for name in report_reads()}
 
 
-def report_inputs(wildcards):
-    """The probe suite's aggregate and predictions, every embedding, the OOD aggregates when the config plans OOD
-    shards, the prior-shift aggregates when it plans prior-shift shards, and the cell branch's aggregate and QC."""
-    inputs = {"runs": f"{RESULTS}/aggregate/probe_runs.parquet", "predictions": all_probe_shards("predictions"),
-              "embeddings": all_embeddings(), "ood": ood_report_inputs(wildcards), **cell_report_inputs()}
-    if PRIOR_SHIFT_SHARDS:
-        inputs.update(prior_shift_runs=f"{RESULTS}/aggregate/prior_shift_runs.parquet",
-                      prior_shift_pool=f"{RESULTS}/aggregate/prior_shift_pool.parquet",
-                      scratch=f"{RESULTS}/aggregate/scratch_reference.parquet")
-    return inputs
-
-
-def report_prior_shift():
-    """{task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)."""
-    keys = ("model_selection", "priors", "draws", "sample_size", "seeds")
-    return canonical({task: {k: ps[k] for k in keys} for task, ps in PRIOR_SHIFT.items()})
-
-
-def report_variants():
-    """{declared variant: its base encoder}."""
-    return {v: ENCODERS[v]["variant_of"] for v in config["variants"]}
-
-
-def report_exposure():
-    """What the exposure audit reads: each evaluated encoder's pretraining facts, each data set's aliases, and
-    the (encoder, data set) pairs the config evaluates."""
-    pairs = embed_pairs(config)
-    encoders = {enc: {"pretraining_corpora": ENCODERS[enc].get("pretraining_corpora") or [],
-                      "exposure": ENCODERS[enc].get("exposure") or {},
-                      "weights": {"source": ENCODERS[enc]["weights"]["source"]}} for enc, _ in pairs}
-    datasets = {ds: {"aliases": DATASETS[ds].get("aliases") or []} for _, ds in pairs}
-    return canonical({"encoders": encoders, "datasets": datasets, "pairs": [list(p) for p in pairs]})
+def report_params():
+    """Every report setting some report chapter states (fmaudit.report.report_settings), by name."""
+    missing = [name for name in report_settings() if name not in REPORT_SETTINGS]
+    if missing:
+        raise WorkflowError(f"report settings {missing} are stated by a report chapter but no rule file registers them")
+    return {name: REPORT_SETTINGS[name] for name in report_settings()}
 
 
 def downloadable_datasets(wildcards):
     """Download markers of the config's data sets whose registry entry lists files to fetch."""
     return [f"{RESULTS}/downloads/{ds}.done" for ds in config["datasets"] if DATASETS[ds].get("files")]
 
-
-def report_units():
-    """{task: the unit its intervals resample} (fmaudit.grid.task_group_units), for the report's captions."""
-    from fmaudit.grid import task_group_units
-
-    return canonical(task_group_units(config, DATASETS))
-# ---- cells (rules/cells.smk) ---------------------------------------------------------------------------
 
 from fmaudit.grid import cell_plan, protocol_sections
 
@@ -556,7 +564,7 @@ try:
 except FmauditInputError as err:
     raise WorkflowError(str(err))
 CELLS = f"{RESULTS}/cells"
-# The cell branch's split checks (fmaudit.validation.validate_cell_panel), once every section is prepared;
+# The cell branch's split checks (fmaudit.split_checks.validate_cell_panel), once every section is prepared;
 # every feature and shard job depends on it (as ancient(), like validated_splits()).
 CELL_VALIDATION = f"{RESULTS}/validation/cells.tsv"
 CELL_RUNS = f"{RESULTS}/aggregate/cell_runs.parquet"
@@ -687,15 +695,6 @@ def all_cell_features():
     return [cell_features_path(e, s, m) for e, s, m in CELL_PLAN.feature_jobs]
 
 
-def cell_report_inputs():
-    """The report's cell inputs: the aggregated runs, each section's QC overlay and manifest (none without a
-    cell branch)."""
-    if CELL_PLAN is None:
-        return {"cell_runs": [], "cell_qc": [], "cell_manifests": []}
-    return {"cell_runs": [CELL_RUNS], "cell_qc": [cell_qc_path(s) for s in CELL_PLAN.sections],
-            "cell_manifests": [cell_manifest_path(s) for s in CELL_PLAN.sections]}
-
-
 def cell_report_settings():
     """What the cell section of the report states: magnifications, protocols with their seeds, taxonomies, and
     the pretraining scale of each encoder (the landscape's point size, from the registry)."""
@@ -705,3 +704,9 @@ def cell_report_settings():
     return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
                       "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),
                       "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders}})
+
+
+if CELL_PLAN is not None:
+    REPORT_INPUTS.update(cell_runs=[CELL_RUNS], cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
+                         cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections])
+REPORT_SETTINGS["cells"] = cell_report_settings()

@@ -25,21 +25,21 @@ rule prepare_manifest:
         "../scripts/prepare_manifest.py"
 
 
-# Every split check of every tile-level task (fmaudit.validation.validate_task_splits), once all manifests are
-# prepared and before any embedding: groups on two splits, classes evaluated but absent from training, label
-# ranges, single-class training splits, duplicate ids and files. The report lists each check; a problem stops
-# the run here, naming the manifest, the group and both splits or the class. Also a target of its own:
+# The data stage of the pre-flight (fmaudit.preflight.check_data), once all manifests are prepared and before
+# any embedding: every split check of every tile-level task (groups on two splits, classes evaluated but absent
+# from training, label ranges, single-class training splits, duplicate ids and files) and every class name the
+# config mentions (ood.near, ood.artefact, priors ...). The report lists each check; a problem stops the run
+# here, naming the manifest, the config key, the group and both splits or the class. Also a target of its own:
 # `snakemake validate` prepares the manifests and checks them without embedding anything.
 rule validate:
     input:
-        list(VALIDATION_MANIFESTS.values()),
+        list(DATA_CHECKS.manifests.values()),
     output:
         VALIDATION,
     log:
         f"{RESULTS}/logs/validate.log",
     params:
-        manifests=VALIDATION_MANIFESTS,
-        tasks=VALIDATION_TASKS,
+        checks=canonical(DATA_CHECKS.as_params()),
     threads: 1
     resources:
         mem_mb=4000,

@@ -1,11 +1,12 @@
 # Report: tidy tables (CSV, Markdown, LaTeX), figures, and the captions of `snakemake --report`.
-# The outputs are every table and figure of the report's sections (fmaudit.report); captions state the
-# calibration and bootstrap settings in use, from this rule's params.
+# Built from the report's sections alone (fmaudit.report): its inputs are what the sections read, its params what
+# they state (each branch's files and settings, registered in rules/common.smk), its outputs every table and
+# figure they write; captions state the settings in use, from this rule's params.
 
 
 rule report:
     input:
-        unpack(report_inputs),
+        **report_inputs(),
     output:
         index=f"{REPORT}/index.md",
         tables=report_tables(),
@@ -14,14 +15,7 @@ rule report:
     log:
         f"{RESULTS}/logs/report.log",
     params:
-        calibration=report_settings("calibration"),
-        bootstrap=report_settings("bootstrap"),
-        units=report_units(),
-        ood=report_ood_settings(),
-        prior_shift=report_prior_shift(),
-        variants=report_variants(),
-        exposure=report_exposure(),
-        cells=cell_report_settings(),
+        **report_params(),
     conda:
         "../envs/analysis.yaml"
     script:

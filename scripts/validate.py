@@ -1,4 +1,4 @@
-"""Snakemake adapter: every split check of every task, before any embedding job."""
+"""Snakemake adapter: every data check of the pre-flight (fmaudit.preflight.check_data), before any embedding job."""
 import sys
 from pathlib import Path
 
@@ -7,8 +7,7 @@ sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # n
 from fmaudit.jobs.data import validate_job  # noqa: E402
 
 validate_job(
-    manifests=dict(snakemake.params.manifests),  # noqa: F821
-    tasks=snakemake.params.tasks,  # noqa: F821
+    checks=snakemake.params.checks,  # noqa: F821
     out=snakemake.output[0],  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
 )

@@ -13,7 +13,7 @@ LAYERS = [  # top to bottom; a module may import its own layer and those below
     ("jobs", {"jobs"}),
     ("analyses", {"analyses"}),
     ("domain", {"config", "datasets", "slides", "embed", "encoders", "grid", "calibration", "stats", "report",
-                "cells", "ood", "adapt", "validation", "profiles", "exposure"}),
+                "cells", "ood", "adapt", "split_checks", "preflight", "profiles", "exposure"}),
     ("foundations", {"io", "schema", "metrics", "probes", "registry", "devices", "logs"}),
 ]
 LEVEL = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
@@ -53,3 +53,56 @@ def test_foundations_import_only_foundations():
         if rel.parts[0].removesuffix(".py") in LAYERS[-1][1]:
             tops = {_top(m) for m in _imports(path)} - {""}
             assert tops <= LAYERS[-1][1], f"{rel} imports {tops - LAYERS[-1][1]}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULE_PATHS = {_module_name(p): p for p in MODULES}
+
+
+def _imported_modules(name: str, path: Path) -> set[str]:
+    """fmaudit modules that ``name`` imports anywhere (module level or inside a function): ``from pkg import
+    sub`` is an import of ``pkg.sub`` alone, ``from pkg import name`` of ``pkg``; relative imports resolved."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            subs = {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in MODULE_PATHS}
+            out |= subs
+            if module in MODULE_PATHS and len(subs) < len(node.names):
+                out.add(module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULE_PATHS}
+    out.discard(name)
+    return out
+
+
+def test_no_import_cycles_function_local_imports_included():
+    """A cycle hidden by a function-local import still means two modules that cannot be read apart; this walks
+    every import statement of every module, in function bodies too, and names each cycle it finds."""
+    graph = {name: _imported_modules(name, path) for name, path in MODULE_PATHS.items()}
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)

@@ -333,12 +333,12 @@ def test_bad_slide_sheet_stops_before_any_job(demo_run):
 
 
 def test_report_declares_exactly_what_it_writes(demo_run):
-    from fmaudit.report import SECTIONS
+    from fmaudit.report import CHAPTERS
 
     work, _ = demo_run
     report = work / DEMO / "report"
     written = {str(p.relative_to(report)) for p in report.rglob("*") if p.is_file() and p.name != "report.html"}
-    assert written == {p for s in SECTIONS for p in s.outputs()} | {"index.md"}
+    assert written == {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
 
 
 def test_the_paired_count_reruns_only_the_report(demo_run):
@@ -432,11 +432,11 @@ def _copy(demo_run, tmp_path_factory, name):
 
 def test_splits_are_validated_before_the_first_embedding(demo_run):
     work, _ = demo_run
-    report = pd.read_csv(work / DEMO / "validation" / "splits.tsv", sep="\t")
+    report = pd.read_csv(work / DEMO / "validation" / "preflight.tsv", sep="\t")
     assert (report["status"] == "ok").all()
     assert {"group_disjoint", "evaluated_classes", "training_classes", "label_range"} <= set(report["check"])
     first_embedding = min(p.stat().st_mtime_ns for p in (work / DEMO / "embeddings").rglob("*.npz"))
-    assert (work / DEMO / "validation" / "splits.tsv").stat().st_mtime_ns <= first_embedding
+    assert (work / DEMO / "validation" / "preflight.tsv").stat().st_mtime_ns <= first_embedding
 
 
 @pytest.fixture(scope="module")
@@ -487,7 +487,7 @@ def test_a_class_missing_from_training_stops_the_run_before_any_embedding_unless
     cfg["tasks"]["demo-tissue"]["allow_missing_classes"] = ["mucus"]
     (work / "allow.yaml").write_text(yaml.safe_dump(cfg))
     snakemake(work, "--cores", "1", "validate", "--configfile", "allow.yaml")  # the target checks, embeds nothing
-    report = pd.read_csv(work / DEMO / "validation" / "splits.tsv", sep="\t")
+    report = pd.read_csv(work / DEMO / "validation" / "preflight.tsv", sep="\t")
     assert set(report.loc[report["status"] == "allowed", "check"]) == {"evaluated_classes"}
     assert not (work / DEMO / "embeddings").exists()
 

@@ -186,7 +186,7 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
         assert "--gpus" not in submission.command_line
     # local rules never go to Slurm: the split checks run on the login node, before any embedding job
     assert not {"validate", "download_dataset", "aggregate_probe", "report"} & {s.rule for s in run.submissions}
-    assert (workdir / "results" / "demo" / "validation" / "splits.tsv").is_file()
+    assert (workdir / "results" / "demo" / "validation" / "preflight.tsv").is_file()
     embed_logs = list((workdir / ".snakemake" / "slurm_logs" / "rule_embed").rglob("*.log"))
     assert len(embed_logs) == len(embed_submissions)
     report_dir = workdir / "results" / "demo" / "report"

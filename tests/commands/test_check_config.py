@@ -9,6 +9,7 @@ from fmaudit.schema import REPO_ROOT
 def _demo(tmp_path, **changes):
     config = yaml.safe_load((REPO_ROOT / "config.yaml").read_text())
     config.update(changes)
+    config = {k: v for k, v in config.items() if v is not None}  # a change to None removes the key
     if "cmu-small-region" not in config["datasets"]:
         config.pop("ood", None)  # the demo's far-OOD donor is that data set
     if "demo-xenium" not in config["datasets"]:  # the demo's cell branch and its taxonomy tasks
@@ -77,14 +78,15 @@ def test_prepared_manifests_get_the_validate_stages_split_checks(tmp_path, capsy
     from fmaudit.io import write_table
 
     monkeypatch.chdir(tmp_path)
-    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine")
+    # the tiny manifest's classes are c0, c1: no prior names the demo's tissue classes
+    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None)
     assert main(["check-config", "--configfile", config]) == 0
     out = capsys.readouterr().out
-    assert "task 'demo-tissue': splits not checked, manifests not prepared yet (results/mine/manifests/demo-tiles" in out
+    assert "task 'demo-tissue': data not checked, manifests not prepared yet (results/mine/manifests/demo-tiles" in out
     manifest = tmp_path / "results" / "mine" / "manifests" / "demo-tiles.parquet"
     write_table(manifest, _tiny_manifest(leak=False))
     assert main(["check-config", "--configfile", config]) == 0
-    assert "task 'demo-tissue': splits valid" in capsys.readouterr().out
+    assert "task 'demo-tissue': data valid" in capsys.readouterr().out
     write_table(manifest, _tiny_manifest(leak=True))
     assert main(["check-config", "--configfile", config]) == 2
     err = capsys.readouterr().err
@@ -102,3 +104,17 @@ def test_encoders_a_run_could_not_embed_fail_the_check_naming_the_key(tmp_path, 
     config = _demo(tmp_path, encoder_registry=str(tmp_path / "encoders.yaml"), encoders=["remote-demo"])
     assert main(["check-config", "--configfile", config]) == 2
     assert "set `encoder_revisions.remote-demo: <commit>` in your config" in capsys.readouterr().err
+
+
+def test_a_class_name_the_prepared_manifests_lack_stops_the_check_naming_the_key(tmp_path, capsys, monkeypatch):
+    from fmaudit.io import write_table
+
+    monkeypatch.chdir(tmp_path)
+    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None,
+                   tasks={"demo-tissue": {"datasets": ["demo-tiles"], "domains": ["scanner-a", "scanner-b", "scanner-c"],
+                                          "allow_missing_classes": ["c3"]}})
+    write_table(tmp_path / "results" / "mine" / "manifests" / "demo-tiles.parquet", _tiny_manifest(leak=False))
+    assert main(["check-config", "--configfile", config]) == 2
+    err = capsys.readouterr().err
+    assert "config 'tasks.demo-tissue.allow_missing_classes': unknown class 'c3'" in err
+    assert "results/mine/manifests/demo-tiles.parquet" in err

@@ -28,8 +28,8 @@ def test_studies_scope_encoders_tasks_and_probe_settings():
     t1, t2 = runs[runs["task"] == "t1"], runs[runs["task"] == "t2"]
     assert set(t1["encoder"]) == {"a", "b"} and set(t2["encoder"]) == {"b", "c"}
     assert len(t1) == 2 * 2 * 2 * 2 and set(t2["head"]) == {"1nn"} and len(t2) == 2
-    assert grid.section(config, "probe", task="t2")["heads"] == ["1nn"]
-    assert grid.section(config, "probe")["heads"] == ["logistic"]  # the top-level section, defaults filled
+    assert grid.config_block(config, "probe", task="t2")["heads"] == ["1nn"]
+    assert grid.config_block(config, "probe")["heads"] == ["logistic"]  # the top-level section, defaults filled
     assert [(s.encoder, s.task) for s in grid.shards(config)] == [("a", "t1"), ("b", "t1"), ("b", "t2"), ("c", "t2")]
     assert grid.embed_pairs(config) == [("a", "d1"), ("b", "d1"), ("b", "d2"), ("c", "d2")]
 
@@ -39,7 +39,7 @@ def test_studies_scope_encoders_tasks_and_probe_settings():
     (lambda c: c["studies"]["s1"].update(encoders=["a", "zz"]), "'zz' is not in the config's encoders"),
     (lambda c: c["studies"]["s1"].update(datasets=["d2"]), "task 't1' uses 'd1', which the study lacks"),
     (lambda c: c["encoders"].append("orphan"), "'orphan' in no study"),
-    (lambda c: c.update(ood={"far": {"t1": "t2"}}), "put this section inside the study"),
+    (lambda c: c.update(ood={"far": {"t1": "t2"}}), "put this block inside the study"),
 ])
 def test_bad_studies_name_the_key(mutate, message):
     config = _two_studies()

@@ -56,8 +56,10 @@ def job_chain(tmp_path_factory):
     paths["aggregate"] = root / "aggregate" / "probe_runs.parquet"
     aggregate_job([str(p) for p in runs], str(paths["aggregate"]), log=str(root / "logs" / "aggregate.log"))
     paths["report"] = root / "report"
-    report_job(str(paths["aggregate"]), [str(paths[f"predictions_{e}"]) for e in ("enc-a", "enc-b")],
-               [str(paths[f"embeddings_{e}"]) for e in ("enc-a", "enc-b")], str(paths["report"]),
-               calibration={"demo": CALIBRATION}, bootstrap={"demo": BOOTSTRAP}, log=str(root / "logs" / "report.log"))
+    inputs = {"probe_runs": [str(paths["aggregate"])],
+              "probe_predictions": [str(paths[f"predictions_{e}"]) for e in ("enc-a", "enc-b")],
+              "embeddings": [str(paths[f"embeddings_{e}"]) for e in ("enc-a", "enc-b")]}
+    report_job(inputs, {"calibration": {"demo": CALIBRATION}, "bootstrap": {"demo": BOOTSTRAP}}, str(paths["report"]),
+               log=str(root / "logs" / "report.log"))
     paths["logs"] = root / "logs"
     return paths

@@ -23,7 +23,7 @@ from fmaudit.jobs.cells import (
     shard_runs,
     validate_cells_job,
 )
-from fmaudit.validation import SplitValidationError
+from fmaudit.split_checks import SplitValidationError
 
 TAXONOMIES = {"fine": {"task": "cf", "allow_missing_classes": []}, "coarse": {"task": "cc", "allow_missing_classes": []}}
 

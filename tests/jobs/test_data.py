@@ -3,6 +3,7 @@
 import pytest
 
 from fmaudit.io import FmauditInputError, read_provenance, read_table
+from fmaudit.preflight import DataChecks
 
 from .conftest import DEMO_ENTRY
 
@@ -48,18 +49,19 @@ def test_validate_job_writes_every_check_when_the_splits_are_sound(job_chain, tm
 
     from .conftest import TASK
 
-    out = tmp_path / "validation" / "splits.tsv"
-    validate_job({"demo-tiles": str(job_chain["manifest"])}, {"demo": TASK}, str(out), log=str(tmp_path / "v.log"))
+    out = tmp_path / "validation" / "preflight.tsv"
+    checks = DataChecks({"demo-tiles": str(job_chain["manifest"])}, {"demo": TASK})
+    validate_job(checks.as_params(), str(out), log=str(tmp_path / "v.log"))
     report = read_table(out)
     assert list(report.columns) == ["task", "check", "scope", "status", "detail"]
     assert (report["status"] == "ok").all() and len(report) >= 8
     assert {"group_disjoint", "evaluated_classes", "label_range", "duplicate_files"} <= set(report["check"])
-    assert "splits valid" in (tmp_path / "v.log").read_text()
+    assert "checks passed" in (tmp_path / "v.log").read_text()
 
 
 def test_validate_job_names_the_leaking_group_and_both_splits(job_chain, tmp_path):
     from fmaudit.jobs.data import validate_job
-    from fmaudit.validation import SplitValidationError
+    from fmaudit.split_checks import SplitValidationError
 
     from .conftest import TASK
 
@@ -69,14 +71,15 @@ def test_validate_job_names_the_leaking_group_and_both_splits(job_chain, tmp_pat
     out = tmp_path / "splits.tsv"
     with pytest.raises(SplitValidationError, match=rf"{manifest}.*leakage\): '{group}' on test \(1 items\) and "
                                                    rf"train \(\d+ items\)"):
-        validate_job({"demo-tiles": str(manifest)}, {"demo": TASK}, str(out), log=str(tmp_path / "v.log"))
+        validate_job(DataChecks({"demo-tiles": str(manifest)}, {"demo": TASK}).as_params(), str(out),
+                     log=str(tmp_path / "v.log"))
     assert not out.exists()
     assert "group_disjoint" in (tmp_path / "v.log").read_text()  # every check, in the log
 
 
 def test_validate_job_stops_on_a_class_missing_from_training_unless_allowed(job_chain, tmp_path):
     from fmaudit.jobs.data import validate_job
-    from fmaudit.validation import SplitValidationError
+    from fmaudit.split_checks import SplitValidationError
 
     from .conftest import TASK
 
@@ -85,8 +88,9 @@ def test_validate_job_stops_on_a_class_missing_from_training_unless_allowed(job_
     with pytest.raises(SplitValidationError, match=r"class 'mucus' \(label 4\) is evaluated on the test split of "
                                                    r"domain 'scanner-a' but absent from the train split of domain "
                                                    r"'scanner-a'"):
-        validate_job({"demo-tiles": str(manifest)}, {"demo": TASK}, str(out))
-    validate_job({"demo-tiles": str(manifest)}, {"demo": {**TASK, "allow_missing_classes": ["mucus"]}}, str(out))
+        validate_job(DataChecks({"demo-tiles": str(manifest)}, {"demo": TASK}).as_params(), str(out))
+    allowed = {"demo": {**TASK, "allow_missing_classes": ["mucus"]}}
+    validate_job(DataChecks({"demo-tiles": str(manifest)}, allowed).as_params(), str(out))
     report = read_table(out)
     assert set(report.loc[report["status"] == "allowed", "check"]) == {"evaluated_classes"}
 

@@ -69,8 +69,9 @@ def nct_report(tmp_path_factory):
         probe_shard_job(encoder, "nct", TASK, [str(manifest)], [str(emb)], PROBE, CALIBRATION, BOOTSTRAP,
                         str(runs[-1]), str(preds[-1]))
     aggregate_job([str(p) for p in runs], str(root / "aggregate.parquet"))
-    report_job(str(root / "aggregate.parquet"), [str(p) for p in preds], [str(p) for p in embeddings],
-               str(root / "report"), calibration={"nct": CALIBRATION}, bootstrap={"nct": BOOTSTRAP})
+    inputs = {"probe_runs": [str(root / "aggregate.parquet")], "probe_predictions": [str(p) for p in preds],
+              "embeddings": [str(p) for p in embeddings]}
+    report_job(inputs, {"calibration": {"nct": CALIBRATION}, "bootstrap": {"nct": BOOTSTRAP}}, str(root / "report"))
     return {"manifest": manifest, "report": root / "report", "runs": root / "aggregate.parquet"}
 
 

@@ -11,7 +11,7 @@ import pytest
 from fmaudit import grid
 from fmaudit.config import fill_section
 from fmaudit.io import FmauditInputError, read_table
-from fmaudit.report import SECTIONS
+from fmaudit.report import CHAPTERS
 
 from .conftest import BOOTSTRAP, CALIBRATION, TASK
 
@@ -57,11 +57,14 @@ def prior_chain(job_chain, tmp_path_factory):
                                  "exposure": {}, "weights": {"source": "random"}} for e in ENCODERS},
                 "datasets": {"demo-tiles": {"aliases": []}}, "pairs": [[e, "demo-tiles"] for e in ENCODERS]}
     report = root / "report"
-    report_job(str(job_chain["aggregate"]), [str(job_chain[f"predictions_{e}"]) for e in ENCODERS],
-               [str(job_chain[f"embeddings_{e}"]) for e in ENCODERS], str(report), calibration={"demo": CALIBRATION},
-               bootstrap={"demo": BOOTSTRAP}, log=str(root / "report.log"), prior_shift_runs=str(agg["runs"]),
-               prior_shift_pool=str(agg["pool"]), scratch=str(agg["scratch"]),
-               prior_shift={"demo": {"model_selection": PRIOR_SHIFT["model_selection"]}}, exposure=exposure)
+    inputs = {"probe_runs": [str(job_chain["aggregate"])],
+              "probe_predictions": [str(job_chain[f"predictions_{e}"]) for e in ENCODERS],
+              "embeddings": [str(job_chain[f"embeddings_{e}"]) for e in ENCODERS],
+              "prior_shift_runs": [str(agg["runs"])], "prior_shift_pool": [str(agg["pool"])],
+              "scratch_reference": [str(agg["scratch"])]}
+    settings = {"calibration": {"demo": CALIBRATION}, "bootstrap": {"demo": BOOTSTRAP}, "exposure": exposure,
+                "prior_shift": {"demo": {"model_selection": PRIOR_SHIFT["model_selection"]}}}
+    report_job(inputs, settings, str(report), log=str(root / "report.log"))
     return {**out, "aggregate": agg, "report": report, "root": root}
 
 
@@ -110,7 +113,7 @@ def test_scratch_reference_trains_and_scores_on_the_same_pools(prior_chain):
 
 def test_report_shows_prior_shift_tables_with_exposure(prior_chain):
     report = prior_chain["report"]
-    declared = {p for s in SECTIONS for p in s.outputs()} | {"index.md"}
+    declared = {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
     assert {str(p.relative_to(report)) for p in report.rglob("*") if p.is_file()} == declared
     tables = report / "tables"
     summary = pd.read_csv(tables / "prior_shift_summary.csv")

@@ -12,7 +12,7 @@ from fmaudit.io import read_table
 from fmaudit.report import cells as cells_report
 from fmaudit.report import write_report
 
-SECTIONS = {"a": ["a-1", "a-2", "a-3", "a-4", "a-5"], "b": ["b-1", "b-2", "b-3"]}  # 8: Wilcoxon can reach p < 0.05
+CHAPTERS = {"a": ["a-1", "a-2", "a-3", "a-4", "a-5"], "b": ["b-1", "b-2", "b-3"]}  # 8: Wilcoxon can reach p < 0.05
 ADVANTAGE = {"enc-strong": 0.15, "enc-mid": 0.08, "enc-flat": 0.0}  # Nuc minus Mean, planted
 
 
@@ -22,8 +22,8 @@ def synthetic_runs(seed: int = 0) -> pd.DataFrame:
     for enc, adv in ADVANTAGE.items():
         for mag, loss in ((20.0, 0.0), (10.0, 0.1)):
             for tax in ("fine", "coarse"):
-                for protocol, units in (("IS", [s for v in SECTIONS.values() for s in v]),
-                                        ("IOCD", [s for v in SECTIONS.values() for s in v]), ("LOOO", list(SECTIONS))):
+                for protocol, units in (("IS", [s for v in CHAPTERS.values() for s in v]),
+                                        ("IOCD", [s for v in CHAPTERS.values() for s in v]), ("LOOO", list(CHAPTERS))):
                     for unit in units:
                         organ = unit.split("-")[0]
                         for s in (0, 1):
@@ -56,7 +56,7 @@ def qc_png(tmp_path):
 def test_the_cell_section_writes_every_declared_output(tmp_path, qc_png):
     results = summarize_cell_runs(synthetic_runs(), SETTINGS, {"a-1": str(qc_png), "b-1": str(qc_png)})
     out = tmp_path / "report"
-    write_report(out, {"cells": results}, sections=(cells_report.SECTION,))
+    write_report(out, {"cells": results}, chapters=(cells_report.CHAPTER,))
     for name in cells_report.TABLES:
         for ext in (".csv", ".md", ".tex"):
             assert (out / "tables" / f"{name}{ext}").exists(), name
@@ -83,7 +83,7 @@ def test_the_cell_section_writes_every_declared_output(tmp_path, qc_png):
 
 
 def test_without_a_cell_branch_every_output_says_so(tmp_path):
-    write_report(tmp_path, {}, sections=(cells_report.SECTION,))
+    write_report(tmp_path, {}, chapters=(cells_report.CHAPTER,))
     assert read_table(tmp_path / "tables" / "cell_cra.csv")["note"].tolist() == [cells_report.NOTE]
     assert (tmp_path / "figures" / "cell_qc_overlays.png").exists()
 

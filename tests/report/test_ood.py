@@ -1,4 +1,4 @@
-"""The OOD report section: every declared table and figure, intervals with their unit and count, notes when
+"""The OOD report chapter: every declared table and figure, intervals with their unit and count, notes when
 nothing ran."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from fmaudit.analyses.ood_summary import summarize_ood
 from fmaudit.report import ood
-from fmaudit.report.section import ReportWriter
+from fmaudit.report.chapter import ReportWriter
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +28,8 @@ def ood_results():
 
 def test_section_writes_every_output_and_names_interval_units(ood_results, tmp_path):
     writer = ReportWriter(tmp_path)
-    lines = ood.write_ood_section(ood_results, writer)
-    assert writer.written == set(ood.SECTION.outputs())
+    lines = ood.write_ood_chapter(ood_results, writer)
+    assert writer.written == set(ood.CHAPTER.outputs())
     text = "\n".join(lines)
     assert "### Categorical tasks (t)" in text and "Setting t:holdout_TUM" in text and "Setting t:artefact" in text
     assert "unit=group, n=20" in text and "B=20" in text  # the test data declare no group unit
@@ -44,8 +44,8 @@ def test_section_writes_every_output_and_names_interval_units(ood_results, tmp_p
 
 def test_no_ood_shard_writes_notes(tmp_path):
     writer = ReportWriter(tmp_path)
-    lines = ood.write_ood_section(None, writer)
-    assert writer.written == set(ood.SECTION.outputs())
+    lines = ood.write_ood_chapter(None, writer)
+    assert writer.written == set(ood.CHAPTER.outputs())
     assert "No OOD shard was planned" in "\n".join(lines)
     assert pd.read_csv(tmp_path / "tables" / "ood_detection.csv")["note"].iloc[0] == ood.NOTE
 

@@ -6,7 +6,7 @@ import pytest
 from fmaudit.analyses.probe_summary import summarize_probe_suite
 from fmaudit.config import fill_section
 from fmaudit.report import probe
-from fmaudit.report.section import ReportWriter
+from fmaudit.report.chapter import ReportWriter
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +18,8 @@ def summary(suite_results):
 
 def test_section_writes_its_tables_figures_and_index_lines(summary, tmp_path):
     writer = ReportWriter(tmp_path)
-    lines = probe.write_probe_section(summary, writer)
-    assert writer.written == set(probe.SECTION.outputs())
+    lines = probe.write_probe_chapter(summary, writer)
+    assert writer.written == set(probe.CHAPTER.outputs())
     text = "\n".join(lines)
     assert "15 equal-width bins" in text and "B=30" in text and "B=40" in text
     for name in probe.FIGURES:
@@ -43,12 +43,12 @@ def test_calibration_markdown_uses_the_ece_column_of_the_table(summary):
 
 def test_empty_section_says_so(tmp_path):
     writer = ReportWriter(tmp_path)
-    assert probe.write_probe_section(None, writer)[0].startswith("No probe runs")
+    assert probe.write_probe_chapter(None, writer)[0].startswith("No probe runs")
     assert pd.read_csv(tmp_path / "tables" / "cri.csv").columns.tolist() == ["note"]
 
 
 def test_index_captions_every_figure_with_its_settings(summary, tmp_path):
-    lines = probe.write_probe_section(summary, ReportWriter(tmp_path))
+    lines = probe.write_probe_chapter(summary, ReportWriter(tmp_path))
     text = "\n".join(lines)
     captions = probe.figure_captions(summary["settings"])
     assert set(captions) == set(probe.FIGURES)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fmaudit.report import SECTIONS, Section, report_outputs, write_report
-from fmaudit.report.section import ReportWriter
+from fmaudit.report import CHAPTERS, Chapter, report_outputs, write_report
+from fmaudit.report.chapter import ReportWriter
 
 REPORT_SRC = Path(__file__).resolve().parents[2] / "src" / "fmaudit" / "report"
 
@@ -18,7 +18,7 @@ def _files(root: Path) -> set[str]:
 
 def test_outputs_are_the_sections_declarations():
     outputs = report_outputs()
-    assert list(outputs["tables"]) == [t for s in SECTIONS for t in s.tables]
+    assert list(outputs["tables"]) == [t for s in CHAPTERS for t in s.tables]
     assert outputs["tables"]["leaderboard"] == "Accuracy under shift"
     assert outputs["tables"]["embeddings"] == "Provenance"
     assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction", "ood_risk_coverage",
@@ -30,7 +30,7 @@ def test_outputs_are_the_sections_declarations():
 def test_a_config_without_probe_runs_still_writes_every_declared_output(tmp_path):
     inventory = pd.DataFrame({"encoder": ["e"], "dataset": ["d"], "n_items": [3]})
     write_report(tmp_path, {"probe": None, "embeddings": inventory})
-    declared = {p for s in SECTIONS for p in s.outputs()} | {"index.md"}
+    declared = {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
     assert _files(tmp_path) == declared
     assert pd.read_csv(tmp_path / "tables" / "leaderboard.csv")["note"].iloc[0].startswith("no probe runs")
     assert pd.read_csv(tmp_path / "tables" / "embeddings.csv")["encoder"].tolist() == ["e"]
@@ -43,21 +43,21 @@ def test_a_new_section_is_one_module_and_one_registration(tmp_path):
         writer.table("drift_scores", pd.DataFrame({"auroc": [results]}))
         return ["## Drift", "", f"AUROC {results}", ""]
 
-    drift = Section("drift", {"drift_scores": "Drift"}, {}, write)
-    write_report(tmp_path, {"drift": 0.9, "embeddings": None}, sections=(*SECTIONS[1:], drift))
+    drift = Chapter("drift", {"drift_scores": "Drift"}, {}, write)
+    write_report(tmp_path, {"drift": 0.9, "embeddings": None}, chapters=(*CHAPTERS[1:], drift))
     assert "tables/drift_scores.csv" in _files(tmp_path)
     assert "AUROC 0.9" in (tmp_path / "index.md").read_text()
-    assert report_outputs((*SECTIONS, drift))["tables"]["drift_scores"] == "Drift"
+    assert report_outputs((*CHAPTERS, drift))["tables"]["drift_scores"] == "Drift"
 
 
 def test_sections_must_write_what_they_declare(tmp_path):
-    sneaky = Section("x", {"declared": "X"}, {}, lambda r, w: w.table("undeclared", pd.DataFrame()) or [])
+    sneaky = Chapter("x", {"declared": "X"}, {}, lambda r, w: w.table("undeclared", pd.DataFrame()) or [])
     with pytest.raises(RuntimeError, match="undeclared"):
-        write_report(tmp_path, {}, sections=(sneaky,))
+        write_report(tmp_path, {}, chapters=(sneaky,))
     assert not (tmp_path / "index.md").exists()  # index.md last: no complete-looking report
-    clash = Section("y", {"embeddings": "Y"}, {}, lambda r, w: [])
+    clash = Chapter("y", {"embeddings": "Y"}, {}, lambda r, w: [])
     with pytest.raises(ValueError, match="embeddings"):
-        report_outputs((*SECTIONS, clash))
+        report_outputs((*CHAPTERS, clash))
 
 
 def test_the_report_imports_no_analysis_and_no_statistics():

@@ -85,7 +85,7 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Everything the OOD report section writes: ``tables`` are the aggregated shard tables by name
+    """Everything the OOD report chapter writes: ``tables`` are the aggregated shard tables by name
     (:data:`fmaudit.jobs.ood.SHARD_TABLES`); ``settings`` maps each task to its reported OOD settings
     (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
     t = {name: _kinds(df, settings) for name, df in tables.items()}

@@ -1,4 +1,4 @@
-"""Every table of the prior-shift report section, from the aggregated shard rows (seed 000's shapes).
+"""Every table of the prior-shift report chapter, from the aggregated shard rows (seed 000's shapes).
 
 Inputs: the per-draw x method rows of every prior-shift shard (:func:`fmaudit.analyses.prior_shift.
 run_prior_shift_job`, concatenated over encoders), their pool rows (the unadapted probe on the whole target

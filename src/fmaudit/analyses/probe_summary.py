@@ -1,4 +1,4 @@
-"""Every table of the probe suite's report section, computed from the aggregated runs and the predictions.
+"""Every table of the probe suite's report chapter, computed from the aggregated runs and the predictions.
 
 The report formats what this returns and computes nothing itself. Settings come per task (a combined config
 may give each study its own ``calibration`` and ``bootstrap``), so tasks that share their settings are

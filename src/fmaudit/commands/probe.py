@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
         group_unit=args.group_unit,
     )
-    from fmaudit.validation import validate_task_splits
+    from fmaudit.split_checks import validate_task_splits
 
     validate_task_splits({f"arrays of {args.train_labels} and {args.test_labels}": {
         "item_id": data.item_ids, "label": data.labels, "group": data.groups, "domain": data.domains,

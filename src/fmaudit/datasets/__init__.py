@@ -12,12 +12,9 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from fmaudit.datasets.manifest import GROUP_UNITS, make_manifest, validate_manifest
 from fmaudit.io import FmauditInputError
 
-#: What a manifest's ``group`` column can hold: the unit that grouped splits keep whole and that cluster-bootstrap
-#: intervals resample. ``item``: the release identifies no patient, slide or biopsy, so each item is its own
-#: group and its intervals are item-level.
-GROUP_UNITS = ("patient", "slide", "biopsy", "section", "item")
 # a preparer's ``group_by`` parameter names its unit (``image`` and ``patch`` are items)
 _GROUP_BY_UNITS = {"patient": "patient", "slide": "slide", "biopsy": "biopsy", "section": "section",
                    "image": "item", "patch": "item", "item": "item"}
@@ -86,8 +83,6 @@ def prepare_dataset(dataset: str, preparer: str, data_root: str | Path, params: 
 
     ``group_unit`` (see :func:`dataset_group_unit`) fills the manifest's ``group_unit`` column where the
     preparer left it empty (a preparer sets it itself where its data decide, e.g. PCam without slide names)."""
-    from fmaudit.datasets.manifest import make_manifest, validate_manifest
-
     fn = get_preparer(preparer)
     raw = fn(dataset, Path(data_root), dict(params or {}))
     df = make_manifest(raw)

@@ -33,6 +33,11 @@ import pandas as pd
 
 from fmaudit.io import FmauditInputError
 
+#: What a manifest's ``group`` column can hold: the unit that grouped splits keep whole and that cluster-bootstrap
+#: intervals resample. ``item``: the release identifies no patient, slide or biopsy, so each item is its own
+#: group and its intervals are item-level.
+GROUP_UNITS = ("patient", "slide", "biopsy", "section", "item")
+
 MANIFEST_COLUMNS: dict[str, str] = {
     "dataset": "string",
     "item_id": "string",
@@ -83,8 +88,6 @@ def validate_manifest(df: pd.DataFrame, name: str = "manifest") -> pd.DataFrame:
         i = int(np.flatnonzero(dup.to_numpy())[0])
         raise FmauditInputError(f"{name}: item_id {df['item_id'].iloc[i]!r} occurs more than once (row {i})")
     if "group_unit" in df.columns:
-        from fmaudit.datasets import GROUP_UNITS
-
         bad_unit = ~df["group_unit"].isin(GROUP_UNITS)
         if bad_unit.any():
             i = int(np.flatnonzero(bad_unit.to_numpy())[0])

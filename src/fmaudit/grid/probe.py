@@ -15,11 +15,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from fmaudit.grid.studies import (
+    config_block,
     parts_with,
     probe_encoders,
     require_domains,
     require_tasks,
-    section,
     study_parts,
     task_domains,
     tile_tasks,
@@ -105,7 +105,7 @@ def probe_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
 
 def _probe_runs(part: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None,
                 encoders: list[str], tasks: list[str]) -> pd.DataFrame:
-    probe = section(part, "probe")
+    probe = config_block(part, "probe")
     rows = []
     for task in tasks:
         domains = task_domains(part, task, dataset_registry)

@@ -1,13 +1,13 @@
-"""Studies and settings sections of a (filled) config, and the domains of a task.
+"""Studies and settings blocks of a (filled) config, and the domains of a task.
 
-Combined configs (``studies:``): each study runs its own encoders on its own tasks with its own sections
+Combined configs (``studies:``): each study runs its own encoders on its own tasks with its own blocks
 (``probe``, ``calibration`` ... ``cells``), so a combined config plans exactly the union of its studies' runs
 instead of every encoder on every task. Without ``studies`` the whole config is one study.
 
 Domains of a task come from the config (``tasks.<t>.domains``), else from the data-set registry
 (``domains:`` of each data set), else the task is a single pooled domain ``"all"``: the grid never reads data.
 
-Every function here takes a config filled from its schema (:func:`fmaudit.config.fill_config`): sections are
+Every function here takes a config filled from its schema (:func:`fmaudit.config.fill_config`): blocks are
 read as they are, never completed with defaults of their own.
 """
 
@@ -15,18 +15,20 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Mapping
 
+from fmaudit.config import dataset_params
+from fmaudit.datasets import dataset_group_unit
 from fmaudit.io import FmauditInputError
 
 POOLED_DOMAIN = "all"
-#: Sections a study may override; a study's own section replaces the top-level one for its tasks.
-SETTINGS_SECTIONS = ("probe", "calibration", "bootstrap")
-#: Analysis sections declared ahead of their rules; with ``studies`` they live inside a study.
-DECLARED_SECTIONS = ("head_sweep", "cross_dataset", "ood", "prior_shift", "cells")
+#: Blocks a study may override; a study's own block replaces the top-level one for its tasks.
+SETTINGS_BLOCKS = ("probe", "calibration", "bootstrap")
+#: Analysis blocks declared ahead of their rules; with ``studies`` they live inside a study.
+DECLARED_BLOCKS = ("head_sweep", "cross_dataset", "ood", "prior_shift", "cells")
 
 __all__ = [
-    "DECLARED_SECTIONS",
+    "DECLARED_BLOCKS",
     "POOLED_DOMAIN",
-    "SETTINGS_SECTIONS",
+    "SETTINGS_BLOCKS",
     "cell_tasks",
     "probe_encoders",
     "check_studies",
@@ -34,7 +36,7 @@ __all__ = [
     "require_domains",
     "require_tasks",
     "resolved_tile_tasks",
-    "section",
+    "config_block",
     "settings_by_task",
     "study_of",
     "study_parts",
@@ -44,8 +46,8 @@ __all__ = [
 ]
 
 
-def section(config: Mapping[str, Any], name: str, task: str | None = None) -> dict[str, Any]:
-    """A copy of a config section; with ``task``, the section of the study that holds the task when that
+def config_block(config: Mapping[str, Any], name: str, task: str | None = None) -> dict[str, Any]:
+    """A copy of a config block; with ``task``, the block of the study that holds the task when that
     study has its own."""
     source: Mapping[str, Any] = config
     if task is not None:
@@ -53,13 +55,13 @@ def section(config: Mapping[str, Any], name: str, task: str | None = None) -> di
         if study is not None and name in config["studies"][study]:
             source = config["studies"][study]
     if name not in source:
-        raise FmauditInputError(f"config has no {name!r} section (was the config filled from its schema?)")
+        raise FmauditInputError(f"config has no {name!r} block (was the config filled from its schema?)")
     return dict(source[name])
 
 
 def settings_by_task(config: Mapping[str, Any], name: str) -> dict[str, dict[str, Any]]:
-    """``{task: its section}`` for every tile-level task (the report's settings, which may differ by study)."""
-    return {task: section(config, name, task=task) for _, part in study_parts(config) for task in tile_tasks(part)}
+    """``{task: its block}`` for every tile-level task (the report's settings, which may differ by study)."""
+    return {task: config_block(config, name, task=task) for _, part in study_parts(config) for task in tile_tasks(part)}
 
 
 def task_domains(config: Mapping[str, Any], task: str, dataset_registry: Mapping[str, Any] | None = None) -> list[str]:
@@ -84,9 +86,6 @@ def task_group_units(config: Mapping[str, Any], dataset_registry: Mapping[str, A
     of its data sets under the config's parameters (``patient``; ``item`` for data sets without patient ids;
     ``patient+item`` for a task pooling both). The report's captions state it; the tables carry the unit
     each row's data really had."""
-    from fmaudit.config import dataset_params
-    from fmaudit.datasets import dataset_group_unit
-
     units = {}
     for _, part in study_parts(config):
         for task in tile_tasks(part):
@@ -106,13 +105,13 @@ def study_of(config: Mapping[str, Any], task: str) -> str | None:
 
 def check_studies(config: Mapping[str, Any]) -> None:
     """Every study names encoders, data sets and tasks of the config; each task is in exactly one study and
-    every encoder and data set in at least one; analysis sections live inside studies."""
+    every encoder and data set in at least one; analysis blocks live inside studies."""
     studies = config.get("studies") or {}
     if not studies:
         return
-    for name in DECLARED_SECTIONS:
+    for name in DECLARED_BLOCKS:
         if config.get(name):
-            raise FmauditInputError(f"config {name!r}: with 'studies', put this section inside the study it belongs to")
+            raise FmauditInputError(f"config {name!r}: with 'studies', put this block inside the study it belongs to")
     owner: dict[str, str] = {}
     used_encoders: set[str] = set()
     used_datasets: set[str] = set()
@@ -161,11 +160,11 @@ def study_parts(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     check_studies(config)
     parts = []
     for name, study in studies.items():
-        part = {k: v for k, v in config.items() if k not in ("studies", *DECLARED_SECTIONS)}
+        part = {k: v for k, v in config.items() if k not in ("studies", *DECLARED_BLOCKS)}
         part["encoders"] = list(study["encoders"])
         part["datasets"] = _study_datasets(config, study)
         part["tasks"] = {t: config["tasks"][t] for t in study["tasks"]}
-        for key in (*SETTINGS_SECTIONS, *DECLARED_SECTIONS):
+        for key in (*SETTINGS_BLOCKS, *DECLARED_BLOCKS):
             if key in study:
                 part[key] = study[key]
         parts.append((f"studies.{name}.", part))
@@ -173,11 +172,11 @@ def study_parts(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
 
 
 def parts_with(config: Mapping[str, Any], name: str) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
-    """(config key of the section for messages, study part, its section) of every part with a ``name`` section:
+    """(config key of the block for messages, study part, its block) of every part with a ``name`` block:
     what each declared analysis enumerates over."""
     for prefix, part in study_parts(config):
         if part.get(name):
-            yield f"{prefix}{name}", part, section(part, name)
+            yield f"{prefix}{name}", part, config_block(part, name)
 
 
 def cell_tasks(config: Mapping[str, Any]) -> list[str]:
@@ -230,7 +229,7 @@ def require_domains(part: Mapping[str, Any], task: str, wanted: Iterable[str],
 def resolved_tile_tasks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
                         ) -> dict[str, dict[str, Any]]:
     """Every tile-level task of the config (all studies) as the split checks take it
-    (:func:`fmaudit.validation.validate_task_splits`): its ``datasets``, resolved ``domains``
+    (:func:`fmaudit.split_checks.validate_task_splits`): its ``datasets``, resolved ``domains``
     (:func:`task_domains`), ``transfer``, ``allow_missing_classes`` and ``split``."""
     out: dict[str, dict[str, Any]] = {}
     for _, part in study_parts(config):

@@ -102,11 +102,11 @@ def _folds(cells: Mapping[str, Any]) -> dict[str, list[str]] | None:
 
 def validate_cells_job(manifests: Mapping[str, str], cells: Mapping[str, Any],
                        taxonomies: Mapping[str, Mapping[str, Any]], out: str, log: str | None = None) -> None:
-    """The cell branch's split checks (:func:`fmaudit.validation.validate_cell_panel`) after every section is
+    """The cell branch's split checks (:func:`fmaudit.split_checks.validate_cell_panel`) after every section is
     prepared and before the first feature job: excluded sections, leakage of every partition, two classes in
     training, every test class in training. Writes the report (task, check, scope, status, detail) when
     nothing is wrong; otherwise logs every check and raises the error listing each problem."""
-    from fmaudit.validation import SplitValidationError, validate_cell_panel
+    from fmaudit.split_checks import SplitValidationError, validate_cell_panel
 
     logger = setup_logging(log)
     frames = {s: read_table(p) for s, p in manifests.items()}

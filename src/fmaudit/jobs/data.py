@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fmaudit.datasets import dataset_group_unit, prepare_dataset
-from fmaudit.io import dataframe_hash, provenance, read_table, write_json, write_table
+from fmaudit.io import dataframe_hash, provenance, write_json, write_table
 from fmaudit.logs import setup_logging
-from fmaudit.validation import SplitValidationError, SplitValidationReport, validate_task_splits
+from fmaudit.preflight import DataChecks, check_data
+from fmaudit.split_checks import SplitValidationError
 
-__all__ = ["download_job", "prepare_manifest_job", "validate_job", "validate_manifests"]
+__all__ = ["download_job", "prepare_manifest_job", "validate_job"]
 
 
 def prepare_manifest_job(dataset: str, entry: Mapping[str, Any], data_root: str, out: str,
@@ -29,33 +30,25 @@ def prepare_manifest_job(dataset: str, entry: Mapping[str, Any], data_root: str,
                 int(manifest["label"].notna().sum()), sorted(manifest["domain"].unique()))
 
 
-def validate_manifests(manifests: Mapping[str, str], tasks: Mapping[str, Mapping[str, Any]],
-                       allow_group_overlap: bool = False) -> SplitValidationReport:
-    """Read each data set's manifest file and run every split check of ``tasks`` on them
-    (:func:`fmaudit.validation.validate_task_splits`, messages naming the files); ``tasks`` as
-    :func:`fmaudit.grid.resolved_tile_tasks` gives them. Raises :class:`SplitValidationError` listing every
-    problem; returns the report otherwise."""
-    frames = {dataset: read_table(path) for dataset, path in manifests.items()}
-    return validate_task_splits(frames, tasks, files=dict(manifests), allow_group_overlap=allow_group_overlap)
-
-
-def validate_job(manifests: Mapping[str, str], tasks: Mapping[str, Mapping[str, Any]], out: str,
-                 log: str | None = None) -> None:
-    """The workflow's ``validate`` stage: every split check of every tile-level task, after the manifests and
-    before any embedding. Writes the report (one row per check and scope: task, check, scope, status, detail)
-    to ``out`` when every check passes; otherwise logs every check and raises the error that lists each
-    problem (the group and both splits of a leak, the class missing from training ...)."""
+def validate_job(checks: Mapping[str, Any], out: str, log: str | None = None) -> None:
+    """The workflow's ``validate`` stage: every check of :func:`fmaudit.preflight.check_data` (the split checks of
+    every tile-level task and the class names the config mentions), after the manifests and before any
+    embedding. ``checks``: :meth:`fmaudit.preflight.DataChecks.as_params`. Writes the report (one row per check
+    and scope: task, check, scope, status, detail) to ``out`` when every check passes; otherwise logs every
+    check and raises the error that lists each problem (the group and both splits of a leak, the class missing
+    from training, the config key naming an unknown class ...)."""
     logger = setup_logging(log)
-    logger.info("checking the splits of %d task(s) over %d manifest(s)", len(tasks), len(manifests))
+    spec = DataChecks.from_params(checks)
+    logger.info("checking %d task(s) over %d manifest(s)", len(spec.tasks), len(spec.manifests))
     try:
-        report = validate_manifests(manifests, tasks)
+        report = check_data(spec)
     except SplitValidationError as e:
         logger.info("every check:\n%s", e.report.to_frame().to_string(index=False))
         raise
     table = report.to_frame()
     write_table(out, table)
     counts = table["status"].value_counts().to_dict() if len(table) else {}
-    logger.info("splits valid: %s; report %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no task",
+    logger.info("checks passed: %s; report %s", ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no task",
                 out)
 
 

@@ -1,22 +1,55 @@
-"""The report job: compute every section's results from the aggregated files, then format them."""
+"""The report job: each chapter's results from the inputs it declares, then every chapter formatted.
+
+A report chapter (:class:`fmaudit.report.chapter.Chapter`) declares the inputs it reads and the settings it states;
+:data:`SUMMARIES` holds, for each chapter, the function that turns those into the results its ``write``
+formats. :func:`report_job` loops over them in the order of :data:`SUMMARIES` (a chapter may use the results of
+one before it: the exposure audit is shown beside every table that ranks encoders), then writes the report.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from fmaudit.analyses.cell_summary import summarize_cell_runs
+from fmaudit.analyses.ood_summary import summarize_ood
+from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
+from fmaudit.analyses.probe_summary import summarize_probe_suite
+from fmaudit.analyses.variants import split_variant_runs, variant_pairs
+from fmaudit.embed import embedding_inventory
+from fmaudit.exposure import EXPOSURE_COLUMNS, exposure_audit
 from fmaudit.io import read_table
 from fmaudit.logs import setup_logging
+from fmaudit.report import CHAPTERS, write_report
+from fmaudit.report.chapter import Chapter
 
-__all__ = ["load_ood_tables", "load_predictions", "report_job"]
+__all__ = ["ReportInputs", "SUMMARIES", "exposure_table", "load_ood_tables", "report_job"]
 
 
-def load_predictions(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """The per-item predictions of every probe shard, in one table."""
-    frames = [read_table(p) for p in paths]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+class ReportInputs:
+    """The files of each report input (name -> paths); each table is read once, however many chapters read it
+    (views made by :meth:`only` share the tables read)."""
+
+    def __init__(self, paths: Mapping[str, Sequence[str | Path]], _tables: dict[str, Any] | None = None):
+        self.paths = {name: [str(p) for p in files] for name, files in paths.items()}
+        self._tables: dict[str, pd.DataFrame | None] = {} if _tables is None else _tables
+
+    def only(self, names: Sequence[str]) -> "ReportInputs":
+        """The inputs ``names`` and no other (a chapter sees what it declares and nothing else: the workflow would
+        not rerun the report when something undeclared changed)."""
+        return ReportInputs({name: self.files(name) for name in names}, self._tables)
+
+    def files(self, name: str) -> list[str]:
+        return self.paths.get(name, [])
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        """Every file of ``name`` read and concatenated (None when the config planned none)."""
+        if name not in self._tables:
+            files = self.files(name)
+            self._tables[name] = pd.concat([read_table(p) for p in files], ignore_index=True) if files else None
+        return self._tables[name]
 
 
 def load_ood_tables(paths: Sequence[str | Path]) -> dict[str, pd.DataFrame]:
@@ -32,76 +65,113 @@ def exposure_table(exposure: Mapping[str, Any] | None) -> pd.DataFrame | None:
     """The exposure audit (:func:`fmaudit.exposure.exposure_audit`) of every (encoder, data set) pair the config
     evaluates. ``exposure``: ``encoders`` (slug -> registry entry), ``datasets`` (slug -> registry entry) and
     ``pairs`` ([encoder, data set] lists); None or no pairs: None."""
-    from fmaudit.exposure import EXPOSURE_COLUMNS, exposure_audit
-
     if not exposure or not exposure.get("pairs"):
         return None
     parts = [exposure_audit([enc], [ds], exposure["encoders"], exposure["datasets"]) for enc, ds in exposure["pairs"]]
     return pd.concat(parts, ignore_index=True)[EXPOSURE_COLUMNS]
 
 
-def report_job(runs: str, predictions: Sequence[str], embeddings: Sequence[str], out_dir: str,
-               calibration: Mapping[str, Mapping[str, Any]], bootstrap: Mapping[str, Mapping[str, Any]],
-               ood: Sequence[str] = (), ood_settings: Mapping[str, Mapping[str, Any]] | None = None,
-               log: str | None = None, prior_shift_runs: str | None = None, prior_shift_pool: str | None = None,
-               scratch: str | None = None, prior_shift: Mapping[str, Mapping[str, Any]] | None = None,
-               variants: Mapping[str, str] | None = None, exposure: Mapping[str, Any] | None = None,
-               cell_runs: str | None = None, cell_qc: Mapping[str, str] | None = None,
-               cells: Mapping[str, Any] | None = None) -> None:
-    """Write the report under ``out_dir``. ``calibration`` and ``bootstrap`` map each task to its config section
-    (``calibration.ece_bins`` names the ECE columns; ``bootstrap.n_boot``, ``seed`` and ``paired_n_boot`` make
-    the report's intervals). ``ood``: the aggregated OOD tables (``aggregate/ood_<table>.parquet``; none when
-    the config plans no OOD shard), ``ood_settings`` their settings by task.
+Summary = Callable[[ReportInputs, Mapping[str, Any], Mapping[str, Any]], Any]
 
-    Prior shift: ``prior_shift_runs``, ``prior_shift_pool`` and ``scratch`` are the aggregated tables of the
-    prior-shift rules; ``prior_shift`` maps each prior-shift task to its section (``model_selection``).
-    ``variants``: declared variant slug -> base slug; their probe rows leave every ranking table for the
-    variant pairing. ``exposure``: what :func:`exposure_table` audits, shown beside every table that ranks
-    encoders. ``cell_runs``: the aggregated cell runs (None without a cell branch), ``cell_qc`` section -> its QC
-    overlay, ``cells``: the settings the cell section states
-    (:func:`fmaudit.analyses.cell_summary.summarize_cell_runs`)."""
-    from fmaudit.analyses.cell_summary import summarize_cell_runs
-    from fmaudit.analyses.ood_summary import summarize_ood
-    from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
-    from fmaudit.analyses.probe_summary import summarize_probe_suite
-    from fmaudit.analyses.variants import split_variant_runs, variant_pairs
-    from fmaudit.embed import embedding_inventory
-    from fmaudit.report import write_report
 
-    logger = setup_logging(log)
-    variants = dict(variants or {})
-    run_rows = read_table(runs)
-    preds = load_predictions(predictions) if len(run_rows) else pd.DataFrame()
-    ranked_runs, paired_runs = split_variant_runs(run_rows, variants)
-    ranked_preds, paired_preds = split_variant_runs(preds, variants)
-    audit = exposure_table(exposure)
-    probe = summarize_probe_suite(ranked_runs, ranked_preds, calibration, bootstrap)
+def _exposure(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    return exposure_table(settings.get("exposure"))
+
+
+def _ranked_runs(inputs: ReportInputs, settings: Mapping[str, Any]) -> tuple[pd.DataFrame, ...]:
+    """(ranked runs, ranked predictions, variant runs, variant predictions): declared variants leave every
+    ranking for the variant pairing."""
+    runs = inputs.table("probe_runs")
+    runs = runs if runs is not None else pd.DataFrame()
+    preds = inputs.table("probe_predictions") if len(runs) else None
+    preds = preds if preds is not None else pd.DataFrame()
+    variants = dict(settings.get("variants") or {})
+    return (*split_variant_runs(runs, variants), *split_variant_runs(preds, variants))
+
+
+def _probe(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    runs, _, preds, _ = _ranked_runs(inputs, settings)
+    probe = summarize_probe_suite(runs, preds, settings["calibration"], settings["bootstrap"])
     if probe is not None:
-        probe["exposure"] = audit
-    results: dict[str, Any] = {
-        "probe": probe,
-        "embeddings": embedding_inventory(embeddings),
-        "exposure": audit,
-        "cells": summarize_cell_runs(read_table(cell_runs), cells or {}, cell_qc or {}) if cell_runs else None,
-    }
-    if ood:
-        results["ood"] = summarize_ood(load_ood_tables(ood), ood_settings or {})
-    if variants and len(paired_runs):
-        results["variants"] = pd.concat([
-            variant_pairs(part, paired_preds[paired_preds["task"] == task], variants,
-                          n_boot=int(bootstrap[task]["paired_n_boot"]), seed=int(bootstrap[task]["seed"]))
-            for task, part in paired_runs.groupby("task", sort=False)], ignore_index=True)
-    if prior_shift_runs:
-        rows = read_table(prior_shift_runs)
-        pool = read_table(prior_shift_pool) if prior_shift_pool else None
-        ref = read_table(scratch) if scratch else None
-        selection = {task: list(section["model_selection"]) for task, section in (prior_shift or {}).items()}
-        summary = summarize_prior_shift(rows, pool, ref, bootstrap, selection)
-        if summary is not None:
-            summary["exposure"] = audit
-            summary["bootstrap"] = {task: dict(bootstrap[task]) for task in selection if task in bootstrap}
-        results["prior_shift"] = summary
-        logger.info("prior shift: %d run x method rows of %d encoders", len(rows),
-                    rows["encoder"].nunique() if len(rows) else 0)
-    write_report(out_dir, results)
+        probe["exposure"] = earlier.get("exposure")
+    return probe
+
+
+def _variants(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    variants = dict(settings.get("variants") or {})
+    _, paired_runs, _, paired_preds = _ranked_runs(inputs, settings)
+    if not variants or not len(paired_runs):
+        return None
+    bootstrap = settings["bootstrap"]
+    return pd.concat([
+        variant_pairs(part, paired_preds[paired_preds["task"] == task], variants,
+                      n_boot=int(bootstrap[task]["paired_n_boot"]), seed=int(bootstrap[task]["seed"]))
+        for task, part in paired_runs.groupby("task", sort=False)], ignore_index=True)
+
+
+def _ood(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    files = inputs.files("ood_tables")
+    return summarize_ood(load_ood_tables(files), settings.get("ood") or {}) if files else None
+
+
+def _prior_shift(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    rows = inputs.table("prior_shift_runs")
+    if rows is None:
+        return None
+    bootstrap = settings["bootstrap"]
+    selection = {task: list(part["model_selection"]) for task, part in (settings.get("prior_shift") or {}).items()}
+    summary = summarize_prior_shift(rows, inputs.table("prior_shift_pool"), inputs.table("scratch_reference"),
+                                    bootstrap, selection)
+    if summary is not None:
+        summary["exposure"] = earlier.get("exposure")
+        summary["bootstrap"] = {task: dict(bootstrap[task]) for task in selection if task in bootstrap}
+    return summary
+
+
+def _cells(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    runs = inputs.table("cell_runs")
+    if runs is None:
+        return None
+    qc = {Path(p).stem: p for p in inputs.files("cell_qc")}
+    return summarize_cell_runs(runs, settings.get("cells") or {}, qc)
+
+
+def _embeddings(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    return embedding_inventory(inputs.files("embeddings"))
+
+
+#: Chapter name -> the function that turns the chapter's declared inputs and settings into what it formats
+#: (``summary(inputs, settings, earlier results by chapter name)``), in the order they are computed.
+SUMMARIES: dict[str, Summary] = {
+    "exposure": _exposure,
+    "probe": _probe,
+    "variants": _variants,
+    "ood": _ood,
+    "prior_shift": _prior_shift,
+    "cells": _cells,
+    "embeddings": _embeddings,
+}
+
+
+def report_job(inputs: Mapping[str, Sequence[str]], settings: Mapping[str, Any], out_dir: str,
+               log: str | None = None, chapters: Sequence[Chapter] = CHAPTERS,
+               summaries: Mapping[str, Summary] = SUMMARIES) -> None:
+    """Write the report under ``out_dir``. ``inputs``: report input name -> its files (the ``report`` rule's
+    inputs, :data:`fmaudit.report.REPORT_INPUTS`); ``settings``: report setting name -> value (its params,
+    :data:`fmaudit.report.REPORT_SETTINGS`). Each chapter gets only what it declares."""
+    logger = setup_logging(log)
+    missing = [s.name for s in chapters if s.name not in summaries]
+    if missing:
+        raise ValueError(f"report chapters {missing} have no summary in fmaudit.jobs.report.SUMMARIES")
+    shared = ReportInputs(inputs)
+    by_name = {s.name: s for s in chapters}
+    results: dict[str, Any] = {}
+    for name, summarize in summaries.items():
+        if name not in by_name:
+            continue
+        chapter = by_name[name]
+        declared = {key: settings[key] for key in chapter.settings if key in settings}
+        results[name] = summarize(shared.only(chapter.reads), declared, results)
+        logger.info("report chapter %s: %s", name, "summarised" if results[name] is not None else "nothing planned")
+    write_report(out_dir, results, chapters)
     logger.info("report written to %s", out_dir)

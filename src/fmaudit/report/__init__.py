@@ -3,10 +3,12 @@ computed. The report computes nothing (statistics live in :mod:`fmaudit.stats`, 
 :mod:`fmaudit.analyses`); it writes what it is given, every number with its convention and the settings it
 was made with.
 
-Sections: each analysis contributes one module with a :class:`~fmaudit.report.section.Section` (its tables and
-figures, each with a category, and a ``write`` function). A new analysis adds its section as a new module and
-one line in :data:`SECTIONS`; the workflow's ``report`` rule then declares its outputs (``rules/common.smk``
-reads :func:`report_outputs`) with the captions ``resources/report/tables|figures/<name>.rst``.
+Chapters: each analysis contributes one module with a :class:`~fmaudit.report.chapter.Chapter`: the report inputs
+and settings it reads, its tables and figures (each with a category) and a ``write`` function. A new analysis
+adds its chapter as a new module and one line in :data:`CHAPTERS`, and its summary in
+``fmaudit.jobs.report.SUMMARIES``; the workflow's ``report`` rule is built from the chapters alone: its inputs
+(:func:`report_reads`), its params (:func:`report_settings`) and its outputs (:func:`report_outputs`), with the
+captions ``resources/report/tables|figures/<name>.rst``.
 """
 
 from __future__ import annotations
@@ -16,46 +18,92 @@ from typing import Any, Mapping, Sequence
 
 from fmaudit.io import write_text
 from fmaudit.report import cells, embeddings, exposure, ood, prior_shift, probe, variants
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
-#: The report's sections, in the order index.md shows them: one line per analysis.
-SECTIONS: tuple[Section, ...] = (
-    probe.SECTION,
-    ood.SECTION,
-    variants.SECTION,
-    prior_shift.SECTION,
-    exposure.SECTION,
-    cells.SECTION,
-    embeddings.SECTION,
+#: The report's chapters, in the order index.md shows them: one line per analysis.
+CHAPTERS: tuple[Chapter, ...] = (
+    probe.CHAPTER,
+    ood.CHAPTER,
+    variants.CHAPTER,
+    prior_shift.CHAPTER,
+    exposure.CHAPTER,
+    cells.CHAPTER,
+    embeddings.CHAPTER,
 )
 
-__all__ = ["SECTIONS", "Section", "report_outputs", "write_report"]
+#: Every input a chapter may read: name -> what the workflow gives under it (a list of files, empty when the
+#: config plans none of it). A branch of the workflow that produces one registers its files under this name.
+REPORT_INPUTS: dict[str, str] = {
+    "probe_runs": "the aggregated run table of every probe shard (aggregate/probe_runs.parquet)",
+    "probe_predictions": "the per-item predictions of every probe shard",
+    "embeddings": "every embedding file the study uses (their provenance)",
+    "ood_tables": "the aggregated OOD tables (aggregate/ood_<table>.parquet)",
+    "prior_shift_runs": "the aggregated prior-shift rows (aggregate/prior_shift_runs.parquet)",
+    "prior_shift_pool": "the prior-shift target pools (aggregate/prior_shift_pool.parquet)",
+    "scratch_reference": "the scratch-trained reference rows (aggregate/scratch_reference.parquet)",
+    "cell_runs": "the aggregated cell runs (aggregate/cell_runs.parquet)",
+    "cell_qc": "each cell section's QC overlay (PNG)",
+    "cell_manifests": "each cell section's manifest",
+}
+#: Every setting a chapter may state: name -> what it holds (the report rule's params; captions read them).
+REPORT_SETTINGS: dict[str, str] = {
+    "calibration": "task -> its calibration settings",
+    "bootstrap": "task -> its bootstrap settings",
+    "units": "task -> the unit its intervals resample",
+    "ood": "task -> its OOD shard's reported settings",
+    "prior_shift": "prior-shift task -> its selection rules, priors, draws, sample size and seeds",
+    "variants": "declared encoder variant -> its base encoder",
+    "exposure": "the encoders' pretraining facts, the data sets' aliases and the evaluated pairs",
+    "cells": "the cell branch's magnifications, protocols, taxonomies, readouts and pretraining scale",
+}
+
+__all__ = ["REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_outputs", "report_reads",
+           "report_settings", "write_report"]
 
 
-def report_outputs(sections: Sequence[Section] = SECTIONS) -> dict[str, dict[str, str]]:
-    """``{"tables": {name: category}, "figures": {name: category}}`` of every section: what the report writes
+def _declared(chapters: Sequence[Chapter], attribute: str, known: Mapping[str, str]) -> list[str]:
+    names = list(dict.fromkeys(name for s in chapters for name in getattr(s, attribute)))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"report chapters {attribute} {unknown}, which fmaudit.report does not list "
+                         f"(known: {', '.join(known)})")
+    return names
+
+
+def report_reads(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
+    """Names of every report input some chapter reads (:data:`REPORT_INPUTS`): the ``report`` rule's inputs."""
+    return _declared(chapters, "reads", REPORT_INPUTS)
+
+
+def report_settings(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
+    """Names of every report setting some chapter states (:data:`REPORT_SETTINGS`): the ``report`` rule's params."""
+    return _declared(chapters, "settings", REPORT_SETTINGS)
+
+
+def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str, str]]:
+    """``{"tables": {name: category}, "figures": {name: category}}`` of every chapter: what the report writes
     (each table in every format of :data:`fmaudit.report.formatting.TABLE_FORMATS`), besides ``index.md``."""
     out: dict[str, dict[str, str]] = {"tables": {}, "figures": {}}
-    for s in sections:
+    for s in chapters:
         for kind, names in (("tables", s.tables), ("figures", s.figures)):
             clash = set(names) & set(out[kind])
             if clash:
-                raise ValueError(f"report section {s.name!r}: {kind} {sorted(clash)} already belong to another section")
+                raise ValueError(f"report chapter {s.name!r}: {kind} {sorted(clash)} already belong to another chapter")
             out[kind].update(names)
     return out
 
 
-def write_report(out_dir: str | Path, results: Mapping[str, Any], sections: Sequence[Section] = SECTIONS) -> None:
-    """Write every section's tables and figures under ``out_dir``, then ``index.md`` (last, so that a complete
-    index means a complete report). ``results[section.name]`` is what the section formats; a missing entry
+def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequence[Chapter] = CHAPTERS) -> None:
+    """Write every chapter's tables and figures under ``out_dir``, then ``index.md`` (last, so that a complete
+    index means a complete report). ``results[chapter.name]`` is what the chapter formats; a missing entry
     means the config planned nothing of it."""
     out_dir = Path(out_dir)
     writer = ReportWriter(out_dir)
     lines = ["# fmaudit report", ""]
-    for section in sections:
-        lines += section.write(results.get(section.name), writer)
-    declared = {p for s in sections for p in s.outputs()}
-    if writer.written != declared:  # a section wrote something it does not declare, or skipped an output
-        raise RuntimeError(f"report sections wrote {sorted(writer.written ^ declared)} against their declaration")
+    for chapter in chapters:
+        lines += chapter.write(results.get(chapter.name), writer)
+    declared = {p for s in chapters for p in s.outputs()}
+    if writer.written != declared:  # a chapter wrote something it does not declare, or skipped an output
+        raise RuntimeError(f"report chapters wrote {sorted(writer.written ^ declared)} against their declaration")
     lines += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
     write_text(out_dir / "index.md", "\n".join(lines))

@@ -1,4 +1,4 @@
-"""The cell branch's report section (CellPath-Bench, seed 002): CRA and CRT tables, the win matrix, the CRA-CRT
+"""The cell branch's report chapter (CellPath-Bench, seed 002): CRA and CRT tables, the win matrix, the CRA-CRT
 landscape, magnification retention, readouts side by side, and the QC overlay thumbnails, formatted from
 :func:`fmaudit.analyses.cell_summary.summarize_cell_runs` (this module computes nothing)."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
 CELLS = "Cells (CellPath-Bench)"
 TABLES = {
@@ -25,7 +25,7 @@ TABLES = {
 FIGURES = {"cell_cra_crt_landscape": CELLS, "cell_qc_overlays": CELLS}
 NOTE = "no cell-level runs were planned by this config"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "qc_montage"]
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "qc_montage"]
 
 
 def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
@@ -61,7 +61,7 @@ def _or_note(df: pd.DataFrame, note: str) -> pd.DataFrame:
     return df if len(df) else pd.DataFrame({"note": [note]})
 
 
-def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
     lines = ["## Cells (CellPath-Bench)", ""]
     if results is None:
         for name in TABLES:
@@ -99,4 +99,5 @@ def write_cells_section(results: Mapping[str, Any] | None, writer: ReportWriter)
     return lines
 
 
-SECTION = Section("cells", TABLES, FIGURES, write_cells_section)
+CHAPTER = Chapter("cells", TABLES, FIGURES, write_cells_chapter,
+                  reads=("cell_runs", "cell_qc", "cell_manifests"), settings=("cells",))

@@ -1,4 +1,4 @@
-"""The embeddings section of the report: one row per embedding file, from its provenance
+"""The embeddings chapter of the report: one row per embedding file, from its provenance
 (:func:`fmaudit.embed.embedding_inventory`)."""
 
 from __future__ import annotations
@@ -6,15 +6,16 @@ from __future__ import annotations
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
-__all__ = ["SECTION"]
+__all__ = ["CHAPTER"]
 
 
-def write_embeddings_section(inventory: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+def write_embeddings_chapter(inventory: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
     inventory = inventory if inventory is not None else pd.DataFrame({"note": ["no embeddings were planned"]})
     writer.table("embeddings", inventory)
     return ["## Embeddings", "", dataframe_to_markdown(inventory), ""]
 
 
-SECTION = Section("embeddings", {"embeddings": "Provenance"}, {}, write_embeddings_section)
+CHAPTER = Chapter("embeddings", {"embeddings": "Provenance"}, {}, write_embeddings_chapter,
+                  reads=("embeddings",), settings=())

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
-__all__ = ["SECTION", "exposure_labels", "with_exposure"]
+__all__ = ["CHAPTER", "exposure_labels", "with_exposure"]
 
 NOT_AUDITED = "not audited"
 ORDER = ("yes", "unknown", "no")
@@ -39,7 +39,7 @@ def with_exposure(table: pd.DataFrame, audit: pd.DataFrame | None, column: str =
     return out
 
 
-def write_exposure_section(audit: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+def write_exposure_chapter(audit: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
     if audit is None or len(audit) == 0:
         audit = pd.DataFrame({"note": ["no (encoder, data set) pair was evaluated"]})
     writer.table("exposure_audit", audit)
@@ -50,4 +50,5 @@ def write_exposure_section(audit: pd.DataFrame | None, writer: ReportWriter) -> 
             "in their `exposure` column.", "", dataframe_to_markdown(audit), ""]
 
 
-SECTION = Section("exposure", {"exposure_audit": "Exposure"}, {}, write_exposure_section)
+CHAPTER = Chapter("exposure", {"exposure_audit": "Exposure"}, {}, write_exposure_chapter,
+                  reads=(), settings=("exposure",))

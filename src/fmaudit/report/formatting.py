@@ -1,4 +1,4 @@
-"""Formatting shared by the report's sections: point estimates with intervals, the settings in words, and one
+"""Formatting shared by the report's chapters: point estimates with intervals, the settings in words, and one
 table written in every format (CSV, Markdown, LaTeX)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The OOD section of the report (seed 003): novelty detection by tier (categorical and grading tasks apart), the
+"""The OOD chapter of the report (seed 003): novelty detection by tier (categorical and grading tasks apart), the
 abstention gate's operating points, selective prediction, blur curves, slide aggregation, the coarsening
 controls and the sensitivity tables, with three figures (risk-coverage curves, ID-vs-OOD score histograms,
 accuracy against blur sigma). Formatted from :func:`fmaudit.analyses.ood_summary.summarize_ood`; this module
@@ -16,11 +16,11 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.formatting import fmt_ci
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
 DETECTION, GATE, SELECTIVE, SLIDES, SENSITIVITY = ("OOD detection", "Abstention gate", "Selective prediction",
                                                    "Slides and grades", "OOD sensitivity")
-#: Tables of the section (name -> category of Snakemake's report), in the order they are written.
+#: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.
 TABLES = {
     "ood_detection": DETECTION,
     "ood_detection_by_tier": DETECTION,
@@ -38,7 +38,7 @@ NOTE = "no OOD shard was planned by this config"
 #: The most histogram panels drawn (rows of encoders are cut, and the figure says so).
 MAX_HISTOGRAM_PANELS = 48
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "detection_markdown", "gate_markdown"]
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "detection_markdown", "gate_markdown"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -195,14 +195,14 @@ def blur_figure(blur: pd.DataFrame, path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# the section
+# the chapter
 # --------------------------------------------------------------------------------------------------
 def _table(writer: ReportWriter, name: str, df: pd.DataFrame, note: str) -> None:
     writer.table(name, df if len(df) else pd.DataFrame({"note": [note]}))
 
 
-def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the section's tables and figures; return its lines of index.md."""
+def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the chapter's tables and figures; return its lines of index.md."""
     if results is None:
         for name in TABLES:
             writer.table(name, pd.DataFrame({"note": [NOTE]}))
@@ -258,4 +258,5 @@ def write_ood_section(results: Mapping[str, Any] | None, writer: ReportWriter) -
     return lines
 
 
-SECTION = Section("ood", TABLES, FIGURES, write_ood_section)
+CHAPTER = Chapter("ood", TABLES, FIGURES, write_ood_chapter,
+                  reads=("ood_tables",), settings=("ood",))

@@ -1,4 +1,4 @@
-"""The class-prior-shift section of the report (seed 000's shapes): the mean gain of each label-free method with
+"""The class-prior-shift chapter of the report (seed 000's shapes): the mean gain of each label-free method with
 its hierarchical-bootstrap interval, the gain per prior with per-target dots (figure), the negative-cell counts
 ("29/270"), the regret of label-free encoder selection, calibration under adaptation, per-class recall, and the
 transfer table with its non-frozen reference row (ResNet-18 from scratch), relative gap and effective
@@ -17,10 +17,10 @@ from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.exposure import with_exposure
 from fmaudit.report.formatting import fmt_ci
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
 PRIOR_SHIFT = "Class-prior shift"
-#: Tables of the section (name -> category of Snakemake's report), in the order they are written.
+#: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.
 TABLES = {
     "prior_shift_summary": PRIOR_SHIFT,
     "prior_shift_gains": PRIOR_SHIFT,
@@ -35,9 +35,9 @@ TABLES = {
 FIGURES = {"prior_shift_gains": PRIOR_SHIFT}
 #: Tables that rank encoders: they carry the exposure column.
 RANKING = {"prior_shift_negative_cells": "encoder", "transfer_reference": "model"}
-NOTE = "no prior-shift runs were planned by this config (config section `prior_shift`)"
+NOTE = "no prior-shift runs were planned by this config (config block `prior_shift`)"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "gains_figure"]
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "gains_figure"]
 
 
 def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> None:
@@ -185,8 +185,8 @@ def _write_empty(writer: ReportWriter) -> list[str]:
     return []
 
 
-def write_prior_shift_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the section's tables and figure; return its lines of index.md."""
+def write_prior_shift_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the chapter's tables and figure; return its lines of index.md."""
     if results is None:
         return _write_empty(writer)
     audit = results.get("exposure")
@@ -220,4 +220,6 @@ def write_prior_shift_section(results: Mapping[str, Any] | None, writer: ReportW
     ]
 
 
-SECTION = Section("prior_shift", TABLES, FIGURES, write_prior_shift_section)
+CHAPTER = Chapter("prior_shift", TABLES, FIGURES, write_prior_shift_chapter,
+                  reads=("prior_shift_runs", "prior_shift_pool", "scratch_reference"),
+                  settings=("bootstrap", "prior_shift", "exposure"))

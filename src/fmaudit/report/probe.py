@@ -1,4 +1,4 @@
-"""The probe suite's report section: leaderboards, the calibration ladder, transfer summaries and their figures,
+"""The probe suite's report chapter: leaderboards, the calibration ladder, transfer summaries and their figures,
 formatted from :func:`fmaudit.analyses.probe_summary.summarize_probe_suite` (this module computes nothing)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.exposure import with_exposure
 from fmaudit.report.formatting import ece_columns, fmt_ci, settings_text
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
 ACCURACY, CALIBRATION, COMPOSITE, RANKS = "Accuracy under shift", "Calibration", "Composite reliability", "Rank transfer"
-#: Tables of the section (name -> category of Snakemake's report), in the order they are written.
+#: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.
 TABLES = {
     "leaderboard": ACCURACY,
     "calibration": CALIBRATION,
@@ -34,7 +34,7 @@ FIGURES = {"reliability": CALIBRATION, "rank_transfer": RANKS, "ece_vs_fraction"
 RANKING = ("leaderboard", "shift_summary", "cross_domain_leaderboard", "paired_differences", "cri")
 NOTE = "no probe runs were planned by this config"
 
-__all__ = ["FIGURES", "SECTION", "TABLES", "calibration_markdown", "cri_by_split_markdown", "figure_captions",
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "calibration_markdown", "cri_by_split_markdown", "figure_captions",
            "interval_units_text", "leaderboard_markdown", "rank_transfer_markdown"]
 
 
@@ -159,7 +159,7 @@ def rank_transfer_markdown(rank: pd.DataFrame) -> str:
 
 
 def figure_captions(groups: list) -> dict[str, str]:
-    """Captions of the section's figures in index.md, with the settings they were made with (the HTML report's
+    """Captions of the chapter's figures in index.md, with the settings they were made with (the HTML report's
     come from ``resources/report/figures/<name>.rst``)."""
     bins = settings_text(groups, "{ece_bins} equal-width bins")
     boot = settings_text(groups, "B={n_boot}")
@@ -191,8 +191,8 @@ def _write_empty(writer: ReportWriter) -> list[str]:
     return ["No probe runs were planned by this config.", ""]
 
 
-def write_probe_section(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the section's tables and figures; return its lines of index.md."""
+def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the chapter's tables and figures; return its lines of index.md."""
     if results is None:
         return _write_empty(writer)
     results = {**results, **{name: with_exposure(results[name], results.get("exposure")) for name in RANKING}}
@@ -253,4 +253,6 @@ def _figure_lines(captions: Mapping[str, str]) -> list[str]:
     return lines
 
 
-SECTION = Section("probe", TABLES, FIGURES, write_probe_section)
+CHAPTER = Chapter("probe", TABLES, FIGURES, write_probe_chapter,
+                  reads=("probe_runs", "probe_predictions"),
+                  settings=("calibration", "bootstrap", "units", "variants", "exposure"))

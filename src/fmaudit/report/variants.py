@@ -7,9 +7,9 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.formatting import fmt_ci
-from fmaudit.report.section import ReportWriter, Section
+from fmaudit.report.chapter import ReportWriter, Chapter
 
-__all__ = ["SECTION"]
+__all__ = ["CHAPTER"]
 
 NOTE = "no encoder variant was declared in this config (config key `variants`)"
 
@@ -26,7 +26,7 @@ def _markdown(pairs: pd.DataFrame) -> str:
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
-def write_variants_section(pairs: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+def write_variants_chapter(pairs: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
     if pairs is None or len(pairs) == 0:
         writer.table("encoder_variants", pd.DataFrame({"note": [NOTE]}))
         return []
@@ -40,4 +40,5 @@ def write_variants_section(pairs: pd.DataFrame | None, writer: ReportWriter) -> 
             _markdown(pairs), ""]
 
 
-SECTION = Section("variants", {"encoder_variants": "Accuracy under shift"}, {}, write_variants_section)
+CHAPTER = Chapter("variants", {"encoder_variants": "Accuracy under shift"}, {}, write_variants_chapter,
+                  reads=("probe_runs", "probe_predictions"), settings=("variants", "bootstrap"))

@@ -10,7 +10,7 @@ import pytest
 
 from fmaudit.datasets.manifest import make_manifest
 from fmaudit.io import FmauditInputError
-from fmaudit.validation import CHECKS, SplitValidationError, validate_task_splits
+from fmaudit.split_checks import CHECKS, SplitValidationError, validate_task_splits
 
 CLASSES = ["tumour", "stroma", "immune"]
 
@@ -119,7 +119,7 @@ def test_group_on_two_splits_names_group_splits_domain_and_file():
 def test_group_overlap_can_be_allowed_explicitly(caplog):
     df = manifest()
     df.loc[(df["group"] == "a-p0") & (df["label"] == 2), "split"] = "test"
-    with caplog.at_level(logging.WARNING, logger="fmaudit.validation"):
+    with caplog.at_level(logging.WARNING, logger="fmaudit.split_checks"):
         report = validate_task_splits({"ds": df}, task(), allow_group_overlap=True)
     allowed = report.to_frame().query("status == 'allowed'")
     assert list(allowed["check"]) == ["group_disjoint"]

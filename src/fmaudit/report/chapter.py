@@ -1,0 +1,68 @@
+"""A report chapter: the tables and figures one analysis contributes, and the writer they go through.
+
+A chapter declares what it reads and what it writes, so that the workflow's ``report`` rule is built from the
+chapters alone:
+
+- ``reads``: names of the report's inputs, the files the workflow's branches produce for it (``probe_runs``,
+  ``ood_tables``, ``cell_runs`` ...; :data:`fmaudit.report.REPORT_INPUTS` lists them with what each holds). The
+  rule's ``input`` is every name some chapter reads, each a list of files (empty when the config plans none).
+- ``settings``: names of the report's settings that its numbers or captions depend on (``calibration``,
+  ``bootstrap``, ``ood`` ...; :data:`fmaudit.report.REPORT_SETTINGS`); they become the rule's ``params``, which
+  its captions (``resources/report/tables|figures/<name>.rst``) read.
+- ``tables`` and ``figures``: what it writes (so the rule declares exactly the report's outputs), each with its
+  category in Snakemake's HTML report.
+- ``write``: formats the results an analysis computed (``fmaudit.jobs.report.SUMMARIES`` turns the chapter's
+  inputs into them), writes them through the :class:`ReportWriter` and returns its lines of ``index.md``.
+  ``write`` receives ``None`` when the config planned no run of the analysis; it must still write every
+  declared output (saying so), so the rule's outputs are complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from fmaudit.report.formatting import TABLE_FORMATS, write_all_formats
+
+__all__ = ["ReportWriter", "Chapter"]
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """``name``: key of the chapter's results in :func:`fmaudit.report.write_report`; ``tables`` and
+    ``figures``: output name -> category in Snakemake's HTML report; ``write(results or None, writer) ->
+    index.md lines``; ``reads`` and ``settings``: names of the report inputs and settings it uses (module
+    doc)."""
+
+    name: str
+    tables: Mapping[str, str]
+    figures: Mapping[str, str]
+    write: Callable[[Any, "ReportWriter"], list[str]]
+    reads: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+
+    def outputs(self) -> list[str]:
+        """Paths of the chapter's outputs, relative to the report folder."""
+        return ([f"tables/{t}{ext}" for t in self.tables for ext in TABLE_FORMATS]
+                + [f"figures/{f}.png" for f in self.figures])
+
+
+class ReportWriter:
+    """Writes tables and figures under one report folder, atomically, and remembers what it wrote."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = Path(out_dir)
+        self.written: set[str] = set()
+
+    def table(self, name: str, df: pd.DataFrame) -> None:
+        for path in write_all_formats(df, self.out_dir / "tables" / name):
+            self.written.add(str(path.relative_to(self.out_dir)))
+
+    def figure(self, name: str, draw: Callable[[Path], None]) -> None:
+        """``draw(path)`` saves the figure at ``path`` (atomically)."""
+        path = self.out_dir / "figures" / f"{name}.png"
+        draw(path)
+        self.written.add(str(path.relative_to(self.out_dir)))
