@@ -27,8 +27,9 @@ COMMANDS: dict[str, tuple[Any, str]] = {
     "probe": ("fmaudit.commands.probe", "label-fraction probe grid with the calibration ladder on your own arrays"),
     "grid": ("fmaudit.commands.grid", "count runs and jobs of a config without running anything"),
     "download": ("fmaudit.commands.download", "fetch and unpack one registered data set (resumable, checksummed)"),
-    "check-config": ("fmaudit.commands.check_config", "validate a config, its registries, names, grids, slide "
-                     "sheets and weight files (the workflow's checks), and the splits of manifests already prepared"),
+    "check-config": ("fmaudit.commands.check_config", "the pre-flight of a config: its registries, names, grids, "
+                     "slide sheets and weight files (the workflow's checks), and the data checks of manifests "
+                     "already prepared"),
     "profile": ("fmaudit.commands.profile", "install a Snakemake profile where `snakemake --profile NAME` finds it"),
     "cells": ("fmaudit.commands.cells", "Xenium sections: register cells on the H&E image, write demo sections"),
     "gate": ("fmaudit.commands.gate", "fit/export the two-threshold abstention gate, or apply an exported one"),
