@@ -24,7 +24,9 @@ the whole shard with ``--threads`` threads, scikit-learn ``make_pipeline(Standar
 LogisticRegression)`` per (run, C) sequential on one thread and in 2 processes (the faster is the baseline);
 ``--repeats`` interleaved repeats, medians of wall and CPU seconds. Printed: runs/s of each, the ratio, the
 largest |macro-F1| gap and same-C share, and the CPU-hours this rate projects for the CellPath preset's runs
-of one encoder.
+of one encoder. ``--ceiling``: the products of the engine's own L-BFGS iterations alone, at this machine's
+single-threaded float32 product speed (one problem wide and a subset's C values wide), and the ratio to
+the strongest baseline that bound allows.
 
 Part 2, bytes per cell on disk. From the format: per cell, Nuc (D float16) + a row of cells.parquet (item id,
 patch, u, v); per patch Mean and Cls (D float16 each) shared by the patch's cells. Fusions are computed on
@@ -127,7 +129,7 @@ def shard_kwargs(args) -> dict:
     cfg = preset_cells()["cells"]
     return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells or None,
                 max_val_cells=args.max_val_cells or None, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
-                n_classes={"fine": K_FINE, "coarse": 3}, tol=1e-4, device=args.device)
+                n_classes={"fine": K_FINE, "coarse": 3}, tol=args.tol, device=args.device)
 
 
 def inputs(root: Path):
@@ -247,6 +249,9 @@ def baseline(args) -> dict:
     gaps = np.abs(f1_sk - engine_out["macro_f1"].to_numpy())
     summary.update(units=units, runs=len(sub), engine_tol=engine_tol, sklearn_tol=sk_tol, engine_err=engine_err,
                    sklearn_err=sk_err, max_f1_gap=float(gaps.max()), same_C=float((C_sk == engine_out["C"]).mean()))
+    if args.ceiling:
+        best = summary["medians"][summary["strongest"]]["wall"]
+        summary["ceiling"] = cb.ceiling(calls, engine_tol, threads, best)
     return summary
 
 
@@ -260,6 +265,13 @@ def print_baseline(b: dict, args) -> None:
           f"{args.protocol} shard, D={args.dim}, both at max |dP| <= {args.target:g} (engine tol {b['engine_tol']:g}: "
           f"{b['engine_err']:.1e}; scikit-learn tol {b['sklearn_tol']:g}: {b['sklearn_err']:.1e}); load average "
           f"{os.getloadavg()}")
+    if "ceiling" in b:
+        c = b["ceiling"]
+        print(f"ceiling: the engine's own iterations at tol {b['engine_tol']:g} are {c['gflop']:.1f} GFLOP of products; "
+              f"at this machine's float32 product speed on {args.threads} thread(s) they take >= "
+              f"{c['seconds']['narrow']:.2f} s one problem wide, >= {c['seconds']['wide']:.2f} s a subset's C values "
+              f"wide: a ratio of at most {c['ratio']['narrow']:.1f}x / {c['ratio']['wide']:.1f}x against the strongest "
+              f"baseline's whole run (products alone, nothing else of the shard)")
     if torch.cuda.is_available() and str(args.device).startswith("cuda"):
         print(f"peak GPU memory (this process): {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     runs = preset_runs_per_encoder()
@@ -351,8 +363,10 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (medians)")
     parser.add_argument("--threads", type=int, default=2, help="engine threads")
     parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
+    parser.add_argument("--ceiling", action="store_true", help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--tol", type=float, default=1e-4, help="the shard's engine tol (the preset's default 1e-4)")
     parser.add_argument("--root", default=None, help="reuse a simulated panel folder")
     parser.add_argument("--keep", action="store_true", help="keep the simulated panel folder")
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
@@ -392,7 +406,7 @@ def main(argv=None) -> None:
         all_readouts = n_cells * args.dim * 4 * 9
         print(f"materialising all 7 readouts of all sections in float32 would take {all_readouts / 2**20:.0f} MiB")
         common = [sys.executable, __file__, "shard", "--root", str(root), "--protocol", args.protocol,
-                  "--dim", str(args.dim), "--max-train-cells", str(args.max_train_cells),
+                  "--dim", str(args.dim), "--tol", str(args.tol), "--max-train-cells", str(args.max_train_cells),
                   "--max-val-cells", str(args.max_val_cells), "--device", args.device, "--units", str(args.units)]
         results = {}
         for label, extra in (("floor", ["--floor"]), ("shard", [])):

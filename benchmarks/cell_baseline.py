@@ -264,6 +264,46 @@ def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: fl
     return {"times": times, "results": results}
 
 
+def product_gflops(rows: int, width: int, columns: int, repeats: int = 20) -> float:
+    """Single-threaded float32 GFLOP/s of one evaluation's two products on ``rows`` x ``width`` features for
+    ``columns`` (problems x classes) columns, in the groups' (columns, rows) layout."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, width), dtype=np.float32)
+    W = rng.standard_normal((columns, width), dtype=np.float32)
+    G = rng.standard_normal((columns, rows), dtype=np.float32)
+    times = []
+    with threadpool_limits(1):
+        W @ X.T, G @ X
+        for _ in range(repeats):
+            start = time.perf_counter()
+            W @ X.T
+            G @ X
+            times.append(time.perf_counter() - start)
+    return 4 * rows * width * columns / statistics.median(times) / 1e9
+
+
+def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float) -> dict:
+    """What any engine of this kind could reach here: the FLOPs of the two products per L-BFGS iteration the
+    engine itself takes at ``tol`` (every (row, problem) pair; line-search retries and confirmations left
+    out), at this machine's single-threaded float32 product speed on ``threads`` threads, one problem wide
+    (K columns) and all of a subset's C values wide (len(Cs) x K); returns those times and the ratios to
+    ``baseline_seconds`` (the strongest baseline's fits, scoring and reading included) they allow."""
+    flops = {"narrow": 0.0, "wide": 0.0}
+    seconds = {"narrow": 0.0, "wide": 0.0}
+    for call in calls:
+        fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes,
+                                 **dict(call.engine, tol=tol, n_threads=threads))
+        rows = int(np.median([np.unique(s).size for s in call.subsets]))
+        width = call.X.shape[1]
+        work = sum(4.0 * np.unique(s).size * width * call.n_classes * it for s, it in zip(call.subsets, fit.n_iter_))
+        per_subset = len(call.Cs) // max(1, len({np.sort(s).tobytes() for s in call.subsets}))
+        for name, columns in (("narrow", call.n_classes), ("wide", call.n_classes * max(1, per_subset))):
+            flops[name] += work
+            seconds[name] += work / (threads * product_gflops(rows, width, columns) * 1e9)
+    return {"gflop": flops["narrow"] / 1e9, "seconds": seconds,
+            "ratio": {name: baseline_seconds / t for name, t in seconds.items()}}
+
+
 def summarise(times: dict, n_runs: int) -> dict:
     medians = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
     baselines = [name for name in medians if name != "engine"]
