@@ -41,6 +41,7 @@ from fmaudit.cells.features import open_cell_features
 from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
+from fmaudit.probes._row_store import row_space_pays
 
 TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
 
@@ -284,23 +285,31 @@ def product_gflops(rows: int, width: int, columns: int, repeats: int = 20) -> fl
 
 def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float) -> dict:
     """What any engine of this kind could reach here: the FLOPs of the two products per L-BFGS iteration the
-    engine itself takes at ``tol`` (every (row, problem) pair; line-search retries and confirmations left
+    engine itself takes at ``tol`` (every (row, problem) pair, on each subset's features or, where the
+    engine's cost model picks it, its n x n row-space factor; line-search retries and confirmations left
     out), at this machine's single-threaded float32 product speed on ``threads`` threads, one problem wide
     (K columns) and all of a subset's C values wide (len(Cs) x K); returns those times and the ratios to
-    ``baseline_seconds`` (the strongest baseline's fits, scoring and reading included) they allow."""
-    flops = {"narrow": 0.0, "wide": 0.0}
+    ``baseline_seconds`` (the strongest baseline's whole run: fits, scoring and reading) they allow."""
+    flops = 0.0
     seconds = {"narrow": 0.0, "wide": 0.0}
+    speeds: dict[tuple, float] = {}
     for call in calls:
         fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes,
                                  **dict(call.engine, tol=tol, n_threads=threads))
-        rows = int(np.median([np.unique(s).size for s in call.subsets]))
-        width = call.X.shape[1]
-        work = sum(4.0 * np.unique(s).size * width * call.n_classes * it for s, it in zip(call.subsets, fit.n_iter_))
-        per_subset = len(call.Cs) // max(1, len({np.sort(s).tobytes() for s in call.subsets}))
-        for name, columns in (("narrow", call.n_classes), ("wide", call.n_classes * max(1, per_subset))):
-            flops[name] += work
-            seconds[name] += work / (threads * product_gflops(rows, width, columns) * 1e9)
-    return {"gflop": flops["narrow"] / 1e9, "seconds": seconds,
+        per_subset = max(1, len(call.Cs) // max(1, len({np.sort(s).tobytes() for s in call.subsets})))
+        for subset, iterations in zip(call.subsets, fit.n_iter_):
+            rows = np.unique(subset).size
+            width = call.X.shape[1]
+            if row_space_pays(rows, width, per_subset, call.n_classes):
+                width = rows
+            work = 4.0 * rows * width * call.n_classes * int(iterations)
+            flops += work
+            for name, columns in (("narrow", call.n_classes), ("wide", call.n_classes * per_subset)):
+                key = (rows, width, columns)
+                if key not in speeds:
+                    speeds[key] = product_gflops(rows, width, columns)
+                seconds[name] += work / (threads * speeds[key] * 1e9)
+    return {"gflop": flops / 1e9, "seconds": seconds,
             "ratio": {name: baseline_seconds / t for name, t in seconds.items()}}
 
 
