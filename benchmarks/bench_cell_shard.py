@@ -16,11 +16,17 @@ feature-file (RssFile) memory, and what materialising all seven readouts of ever
 the paper's 7.1 M cells (5.8 GB at D = 384; ``simulate --root DIR`` once, then ``--root DIR``), and
 ``--units n`` runs a shard's first n units only (every run of them), which bounds the time on 2 CPU cores.
 
-Baseline (same process as the engine's timing, same unit): scikit-learn
-``make_pipeline(StandardScaler(), LogisticRegression(C, tol=1e-4, max_iter=1000))`` fitted once per
-(run, C) on the same partitions and readouts, C chosen on the same validation cells, evaluated on the same
-test cells with the same metric code: the work of the first ``--baseline-units`` units of the shard, against
-the engine on exactly those runs. Printed: both runs/s, the speed ratio, and the largest |macro-F1| gap.
+Baseline (``baseline`` mode, or after the shard with ``--baseline-units n``): the engine against scikit-learn
+at equal accuracy and equal work on the first n units' runs (every (run, C) probe, C chosen on the same
+validation cells, scored on the same test cells; benchmarks/cell_baseline.py): each side at the largest tol
+whose probes reach max |delta P| <= ``--target`` from a converged reference (found per side), the engine as
+the whole shard with ``--threads`` threads, scikit-learn ``make_pipeline(StandardScaler(),
+LogisticRegression)`` per (run, C) sequential on one thread and in 2 processes (the faster is the baseline);
+``--repeats`` interleaved repeats, medians of wall and CPU seconds. Printed: runs/s of each, the ratio, the
+largest |macro-F1| gap and same-C share, and the CPU-hours this rate projects for the CellPath preset's runs
+of one encoder. ``--ceiling``: the products of the engine's own L-BFGS iterations alone, at this machine's
+single-threaded float32 product speed (one problem wide and a subset's C values wide), and the ratio to
+the strongest baseline that bound allows.
 
 Part 2, bytes per cell on disk. From the format: per cell, Nuc (D float16) + a row of cells.parquet (item id,
 patch, u, v); per patch Mean and Cls (D float16 each) shared by the patch's cells. Fusions are computed on
@@ -29,7 +35,9 @@ and measured on a folder the demo encoder writes on the real slide resources/dat
 (cells on a jittered grid at ``--demo-density`` cells/mm²), against "seven stored float32 copies".
 
 Run: ``OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/bench_cell_shard.py [--protocol LOOO]
-[--cells-per-section 20000] [--dim 384] [--quick]``
+[--cells-per-section 20000] [--dim 384] [--quick]``; the ratio alone on a simulated panel:
+``bench_cell_shard.py simulate --root DIR --cells-per-section 2000 --dim 384`` then
+``bench_cell_shard.py baseline --root DIR --protocol IS --dim 384 --max-train-cells 2000 --max-val-cells 500``
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 PRESET = REPO / "resources" / "presets" / "cellpath.yaml"
@@ -120,7 +129,7 @@ def shard_kwargs(args) -> dict:
     cfg = preset_cells()["cells"]
     return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells or None,
                 max_val_cells=args.max_val_cells or None, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
-                n_classes={"fine": K_FINE, "coarse": 3}, tol=1e-4, device=args.device)
+                n_classes={"fine": K_FINE, "coarse": 3}, tol=args.tol, device=args.device)
 
 
 def inputs(root: Path):
@@ -197,18 +206,11 @@ def child_shard(args) -> None:
 
 
 def baseline(args) -> dict:
-    """scikit-learn vs the engine on the first --baseline-units units' runs (same process, same threads)."""
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+    """The engine against scikit-learn at equal accuracy and equal work on the first --baseline-units units'
+    runs (benchmarks/cell_baseline.py); prints as it goes and returns the summary."""
+    import cell_baseline as cb
 
     from fmaudit.analyses.cell_suite import run_cell_shard
-    from fmaudit.cells.features import open_cell_features
-    from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
-    from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 
     root = Path(args.root)
     runs = job_runs(args.protocol)
@@ -218,54 +220,79 @@ def baseline(args) -> dict:
         sub = sub[sub["seed"].isin(sorted(set(sub["seed"]))[: args.baseline_seeds])]
     sub = sub.reset_index(drop=True)
     features, manifests = inputs(root)
-    cells = preset_cells()["cells"]
+    sections = preset_cells()["cells"]["sections"]
     kw = shard_kwargs(args)
-    t0 = time.perf_counter()
-    engine = run_cell_shard(sub, features, manifests, cells["sections"], **kw)
-    t_engine = time.perf_counter() - t0
+    threads = args.threads
+    print(f"\nequal accuracy: {args.protocol} units {units} ({len(sub)} runs x {len(CS)} C = {len(sub) * len(CS)} "
+          f"probes), target max |dP| <= {args.target:g}; {threads} thread(s); load average {os.getloadavg()}")
+    calls = cb.record_calls(sub, features, manifests, sections, dict(kw, n_threads=threads))
+    shapes = sorted({(c.X.shape[1], c.n_classes, len(c.subsets), int(np.median([s.size for s in c.subsets])))
+                     for c in calls})
+    print(f"engine calls: {len(calls)} (width, classes, problems, median training cells): {shapes}")
+    start = time.perf_counter()
+    cb.add_references(calls)
+    print(f"reference (engine, float64, tol 1e-10) in {time.perf_counter() - start:.0f} s; against scikit-learn lbfgs "
+          f"tol 1e-10 on the first call's largest-C problems: max |dP| {cb.check_reference(calls):.1e}")
+    engine_tol, engine_err = (args.engine_tol, cb.engine_error(calls, args.engine_tol, threads)) if args.engine_tol \
+        else cb.pick_tol("engine", lambda t: cb.engine_error(calls, t, threads), args.target)
+    sk_tol, sk_err = (args.sklearn_tol, cb.sklearn_error(calls, args.sklearn_tol)) if args.sklearn_tol \
+        else cb.pick_tol("sklearn", lambda t: cb.sklearn_error(calls, t), args.target, start=engine_tol)
+    print(f"tol: engine {engine_tol:g} (max |dP| {engine_err:.2e}), scikit-learn {sk_tol:g} (max |dP| {sk_err:.2e})")
+    shard = cb.SklearnShard(root, args.protocol, sections, kw, features, manifests, FOLDS)
+    timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections,
+                                                               **dict(kw, tol=engine_tol, n_threads=threads)),
+                          shard, cb.run_groups(sub), sk_tol, processes=args.processes)
+    summary = cb.summarise(timed["times"], len(sub))
+    engine_out, sk_out = timed["results"]["engine"], timed["results"]["sklearn"]
+    f1_sk = np.array([sk_out[i][0] for i in range(len(sub))])
+    C_sk = np.array([sk_out[i][1] for i in range(len(sub))])
+    gaps = np.abs(f1_sk - engine_out["macro_f1"].to_numpy())
+    summary.update(units=units, runs=len(sub), engine_tol=engine_tol, sklearn_tol=sk_tol, engine_err=engine_err,
+                   sklearn_err=sk_err, max_f1_gap=float(gaps.max()), same_C=float((C_sk == engine_out["C"]).mean()))
+    if args.ceiling:
+        best = summary["medians"][summary["strongest"]]["wall"]
+        summary["ceiling"] = cb.ceiling(calls, engine_tol, threads, best)
+    return summary
 
-    panel = panel_from_manifests(manifests, ["fine", "coarse"], kw["n_classes"])
-    folds = read_fold_manifest(FOLDS, cells["sections"], kw["n_folds"])
-    opened = {s: open_cell_features(p) for s, p in features.items()}
 
-    def rows_readout(rows, readout):
-        parts = []
-        for code in np.unique(panel.section_code[rows]):
-            s = panel.sections[code]
-            local = rows[panel.section_code[rows] == code] - panel.offsets[code]
-            parts.append(opened[s].readout(readout, local))
-        return np.concatenate(parts)
+def print_baseline(b: dict, args) -> None:
+    for name, m in b["medians"].items():
+        print(f"{name:>22}: {b['runs_per_s'][name]:7.2f} runs/s (median {m['wall']:.1f} s wall, {m['cpu']:.1f} s CPU "
+              f"of {args.repeats})")
+    print(f"strongest baseline: {b['strongest']}; |macro-F1 gap| max {b['max_f1_gap']:.4f}, same C chosen in "
+          f"{100 * b['same_C']:.0f}% of runs")
+    print(f"RATIO engine vs strongest baseline: {b['ratio_wall']:.2f}x wall ({b['ratio_cpu']:.2f}x CPU seconds), "
+          f"{args.protocol} shard, D={args.dim}, both at max |dP| <= {args.target:g} (engine tol {b['engine_tol']:g}: "
+          f"{b['engine_err']:.1e}; scikit-learn tol {b['sklearn_tol']:g}: {b['sklearn_err']:.1e}); load average "
+          f"{os.getloadavg()}")
+    if "ceiling" in b:
+        c = b["ceiling"]
+        print(f"ceiling: the engine's own iterations at tol {b['engine_tol']:g} are {c['gflop']:.1f} GFLOP of products; "
+              f"at this machine's float32 product speed on {args.threads} thread(s) they take >= "
+              f"{c['seconds']['narrow']:.2f} s one problem wide, >= {c['seconds']['wide']:.2f} s a subset's C values "
+              f"wide: a ratio of at most {c['ratio']['narrow']:.1f}x / {c['ratio']['wide']:.1f}x against the strongest "
+              f"baseline's whole run (products alone, nothing else of the shard)")
+    if torch.cuda.is_available() and str(args.device).startswith("cuda"):
+        print(f"peak GPU memory (this process): {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    runs = preset_runs_per_encoder()
+    rate = b["runs_per_s"]["engine"]
+    total = sum(runs.values())
+    own = runs[args.protocol]
+    print(f"projection (CellPath preset, one encoder of width {args.dim}, 3 magnifications, {args.threads} cores): "
+          f"{args.protocol} {own:,} runs -> {own / rate * args.threads / 3600:.2f} CPU-hours at the engine's "
+          f"{rate:.2f} runs/s ({own / b['runs_per_s'][b['strongest']] * args.threads / 3600:.2f} with "
+          f"{b['strongest']}); all {total:,} runs of the four protocols at this rate -> "
+          f"{total / rate * args.threads / 3600:.2f} CPU-hours")
 
-    t0 = time.perf_counter()
-    f1s = np.full(len(sub), np.nan)
-    chosen = np.full(len(sub), np.nan)
-    warnings.simplefilter("ignore", ConvergenceWarning)
-    for (unit, seed), group in sub.groupby(["unit", "seed"], sort=False, observed=True):
-        part = make_partition(panel, args.protocol, str(unit), int(seed), sections_by_organ=cells["sections"],
-                              folds=folds, taxonomies=["fine", "coarse"], roi_fraction=kw["roi_fraction"],
-                              val_fraction=kw["val_fraction"], max_train_cells=kw["max_train_cells"],
-                              max_val_cells=kw["max_val_cells"])
-        for run in group.itertuples():
-            lab = panel.labels[str(run.taxonomy)]
-            tr, va, te = (r[lab[r] >= 0] for r in (part.train, part.val, part.test))
-            Xtr, Xva, Xte = (rows_readout(r, str(run.readout)) for r in (tr, va, te))
-            best = None
-            for C in kw["Cs"]:
-                model = make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-4, max_iter=1000)).fit(Xtr, lab[tr])
-                f1 = macro_f1_present(lab[va], model.predict(Xva), panel.n_classes[str(run.taxonomy)])
-                if best is None or f1 > best[0]:
-                    best = (f1, model)
-            chosen[run.Index] = best[1][-1].C
-            proba = np.zeros((te.size, panel.n_classes[str(run.taxonomy)]), dtype=np.float32)
-            proba[:, best[1].classes_] = best[1].predict_proba(Xte)
-            f1s[run.Index] = macro_f1_present(lab[te], proba.argmax(1), proba.shape[1])
-            macro_auroc_present(lab[te].astype(np.int64), proba)
-    t_sklearn = time.perf_counter() - t0
-    gaps = np.abs(f1s - engine["macro_f1"].to_numpy())
-    return {"baseline_units": units, "baseline_runs": len(sub), "engine_runs_per_s": len(sub) / t_engine,
-            "sklearn_runs_per_s": len(sub) / t_sklearn, "speedup": t_sklearn / t_engine,
-            "max_abs_macro_f1_gap": float(gaps.max()), "median_abs_macro_f1_gap": float(np.median(gaps)),
-            "same_C": float((np.asarray(chosen) == engine["C"].to_numpy()).mean())}
+
+def preset_runs_per_encoder() -> dict:
+    """Runs per protocol of one encoder (all magnifications) in the CellPath preset's grid."""
+    from fmaudit import grid
+
+    cfg = preset_cells()
+    cfg["encoders"] = cfg["encoders"][:1]
+    runs = grid.cell_runs(cfg)
+    return runs["protocol"].value_counts().to_dict()
 
 
 def bytes_per_cell(args) -> pd.DataFrame:
@@ -317,7 +344,7 @@ def bytes_per_cell(args) -> pd.DataFrame:
     return table
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", nargs="?", default="all", choices=["all", "shard", "bytes", "baseline", "simulate"])
     parser.add_argument("--protocol", default="LOOO", choices=["IS", "IOCD", "MOCV", "LOOO"])
@@ -330,13 +357,21 @@ def main() -> None:
                         help="run only the shard's first n units (all their runs); 0 = the whole shard")
     parser.add_argument("--baseline-units", type=int, default=1)
     parser.add_argument("--baseline-seeds", type=int, default=0, help="only the first n seeds (0 = all)")
+    parser.add_argument("--target", type=float, default=1e-3, help="max |delta P| both sides must reach")
+    parser.add_argument("--engine-tol", type=float, help="skip the engine's tol search")
+    parser.add_argument("--sklearn-tol", type=float, help="skip scikit-learn's tol search")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (medians)")
+    parser.add_argument("--threads", type=int, default=2, help="engine threads")
+    parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
+    parser.add_argument("--ceiling", action="store_true", help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--tol", type=float, default=1e-4, help="the shard's engine tol (the preset's default 1e-4)")
     parser.add_argument("--root", default=None, help="reuse a simulated panel folder")
     parser.add_argument("--keep", action="store_true", help="keep the simulated panel folder")
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="2,000 cells per section, caps 2,000/500")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.cells_per_section, args.max_train_cells, args.max_val_cells = 2000, 2000, 500
     if args.mode in ("shard", "simulate", "baseline") and args.root is None:
@@ -353,7 +388,7 @@ def main() -> None:
         print(f"simulated 25 sections x {args.cells_per_section} cells in {time.perf_counter() - t0:.0f} s")
         return
     if args.mode == "baseline":  # on an existing --root
-        print(json.dumps(baseline(args), indent=1))
+        print_baseline(baseline(args), args)
         return
 
     print(f"load average at start: {os.getloadavg()}")
@@ -371,7 +406,7 @@ def main() -> None:
         all_readouts = n_cells * args.dim * 4 * 9
         print(f"materialising all 7 readouts of all sections in float32 would take {all_readouts / 2**20:.0f} MiB")
         common = [sys.executable, __file__, "shard", "--root", str(root), "--protocol", args.protocol,
-                  "--dim", str(args.dim), "--max-train-cells", str(args.max_train_cells),
+                  "--dim", str(args.dim), "--tol", str(args.tol), "--max-train-cells", str(args.max_train_cells),
                   "--max-val-cells", str(args.max_val_cells), "--device", args.device, "--units", str(args.units)]
         results = {}
         for label, extra in (("floor", ["--floor"]), ("shard", [])):
@@ -396,11 +431,7 @@ def main() -> None:
         print(f"mean macro-F1 (fine): Nuc {s['macro_f1_nuc_fine']:.3f}, Mean {s['macro_f1_mean_fine']:.3f}")
         if args.baseline_units:
             args.root = str(root)
-            b = baseline(args)
-            print(f"\nbaseline on units {b['baseline_units']} ({b['baseline_runs']} runs, same process): engine "
-                  f"{b['engine_runs_per_s']:.2f} runs/s, scikit-learn {b['sklearn_runs_per_s']:.2f} runs/s, "
-                  f"ratio {b['speedup']:.2f}x; |macro-F1 gap| max {b['max_abs_macro_f1_gap']:.4f}, median "
-                  f"{b['median_abs_macro_f1_gap']:.4f}; same C chosen in {100 * b['same_C']:.0f}% of runs")
+            print_baseline(baseline(args), args)
         print("\nbytes per cell on disk (float16):")
         print(bytes_per_cell(args).to_string(index=False))
         print(f"load average at end: {os.getloadavg()}")

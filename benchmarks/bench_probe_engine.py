@@ -16,7 +16,8 @@ standardised on itself (the pipeline's default); ``--features raw``: unscaled, a
 - accuracy: max |delta P| over all runs and 2,000 test items against a tightly converged reference
   (scikit-learn lbfgs tol 1e-10 for std; for raw, where lbfgs at 1e-10 takes hours, scikit-learn
   newton-cg tol 1e-10 with ``--raw-reference sklearn``, or the engine's float64 solve at tol 1e-10 with
-  ``--raw-reference engine64``, which matched newton-cg to 4e-6 on the problems checked). Each side's tol
+  ``--raw-reference engine64``, which matched newton-cg to 4e-6 on the problems checked; ``--std-reference
+  engine64`` likewise for std). Each side's tol
   is the largest of ``--tols`` whose fit reaches max |delta P| <= ``--target`` (checked untimed first, and
   printed again for the timed fits).
 
@@ -46,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
@@ -158,18 +160,13 @@ class Baseline:
     def __init__(self, X, y, problems, C, standardize, mode):
         self.X, self.y, self.problems, self.C, self.standardize, self.mode = X, y, problems, C, standardize, mode
         self._parallel = None
-        if mode == "2 processes":
-            from joblib import Parallel
-
-            from joblib import delayed
-
-            self._parallel = Parallel(n_jobs=2, backend="loky")
-            self._parallel(delayed(abs)(i) for i in range(2))  # start the workers before anything is timed
+        if mode.endswith(" processes"):
+            n_jobs = int(mode.split()[0])
+            self._parallel = Parallel(n_jobs=n_jobs, backend="loky")
+            self._parallel(delayed(abs)(i) for i in range(n_jobs))  # start the workers before anything is timed
 
     def fit(self, tol):
-        if self.mode == "2 processes":
-            from joblib import delayed
-
+        if self._parallel is not None:
             order = sorted(range(len(self.problems)), key=lambda r: -self.problems[r].size)  # largest first
             fitted = self._parallel(
                 delayed(_one_fit_single_thread)(self.X, self.y, self.problems[r], self.C, tol, self.standardize)
@@ -186,7 +183,8 @@ class Baseline:
 
 def reference_proba(args, X64, y, problems, X_test):
     cache = Path(args.reference_cache) if args.reference_cache else None
-    kind = "sklearn-lbfgs" if args.features == "std" else f"raw-{args.raw_reference}"
+    kind = ("sklearn-lbfgs" if args.std_reference == "sklearn" else "std-engine64") if args.features == "std" \
+        else f"raw-{args.raw_reference}"
     key = f"{kind}_{args.n_train}_{args.dim}_{args.classes}_{args.seeds}_{args.C}_{args.separation}"
     if cache is not None and cache.exists():
         stored = np.load(cache)
@@ -194,15 +192,15 @@ def reference_proba(args, X64, y, problems, X_test):
             print(f"reference: {kind} (cached in {cache})")
             return stored[key]
     start = time.perf_counter()
-    if args.features == "std":
+    if args.features == "std" and args.std_reference == "sklearn":
         fitted = [sklearn_fit(X64, y, idx, args.C, 1e-10, 100_000, True) for idx in problems]
         P = sklearn_proba(fitted, X_test, args.classes)
-    elif args.raw_reference == "sklearn":
+    elif args.features == "raw" and args.raw_reference == "sklearn":
         fitted = [sklearn_fit(X64, y, idx, args.C, 1e-10, 10_000, False, solver="newton-cg") for idx in problems]
         P = sklearn_proba(fitted, X_test, args.classes)
     else:
-        fit = fit_logistic_batch(X64, y, problems, args.C, args.classes, standardize=False, dtype=torch.float64,
-                                 tol=1e-10, max_iter=100_000)
+        fit = fit_logistic_batch(X64, y, problems, args.C, args.classes, standardize=args.features == "std",
+                                 dtype=torch.float64, tol=1e-10, max_iter=100_000, device=args.device)
         assert fit.converged_.all(), "engine float64 reference did not converge"
         P = fit.predict_proba(X_test)
     print(f"reference: {kind}, computed in {time.perf_counter() - start:.0f} s")
@@ -213,7 +211,7 @@ def reference_proba(args, X64, y, problems, X_test):
     return P
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--features", choices=["std", "raw"], default="std")
     parser.add_argument("--n-train", type=int, default=10_000)
@@ -230,11 +228,16 @@ def main() -> None:
     parser.add_argument("--engine-tol", type=float, help="skip the engine's tol search")
     parser.add_argument("--sklearn-tol", type=float, help="skip the baseline's tol search")
     parser.add_argument("--baselines", default="sequential, 1 thread;sequential, 2 threads;2 processes",
-                        help="';'-separated baseline modes to time (with --threads 1 only the first is used)")
+                        help="';'-separated baseline modes to time (with --threads 1 only the first is used; "
+                        "'N processes' for any N)")
+    parser.add_argument("--device", default="cpu", help="the engine's device (cpu, cuda); the baselines run on CPU")
     parser.add_argument("--raw-reference", choices=["sklearn", "engine64"], default="engine64")
+    parser.add_argument("--std-reference", choices=["sklearn", "engine64"], default="sklearn",
+                        help="std features' reference: scikit-learn lbfgs tol 1e-10, or the engine in float64 at "
+                        "tol 1e-10 (fast on a GPU)")
     parser.add_argument("--reference-cache", default=None, help="npz file caching reference probabilities")
     parser.add_argument("--ceiling", action="store_true", help="also print the bound on any L-BFGS engine's ratio")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     warnings.simplefilter("ignore", ConvergenceWarning)
     standardize = args.features == "std"
 
@@ -258,7 +261,7 @@ def main() -> None:
 
     def engine_fit(tol):
         return fit_logistic_batch(X, y, problems, args.C, args.classes, standardize=standardize, tol=tol,
-                                  n_threads=args.threads)
+                                  n_threads=args.threads, device=args.device)
 
     def error(P):
         return float(np.abs(P - P_ref).max())
@@ -306,6 +309,8 @@ def main() -> None:
     print(f"RATIO engine vs strongest baseline: {medians[best] / medians['engine']:.2f}x (medians, {args.threads} "
           f"thread(s), {args.features} features, both at max |dP| <= {args.target:g}: engine "
           f"{errors['engine']:.2e}, sklearn {errors[best]:.2e}); load average at end {os.getloadavg()}")
+    if torch.cuda.is_available() and str(args.device).startswith("cuda"):
+        print(f"peak GPU memory (this process): {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     if args.ceiling:
         if not standardize:
             raise SystemExit("--ceiling: std features only (raw lbfgs takes hours to reach the target)")

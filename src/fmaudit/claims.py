@@ -1,6 +1,6 @@
 """The paper check: a paper's headline statements as checks over a run's result tables.
 
-A *claims file* (``resources/presets/<preset>.claims.yaml``, schema ``resources/schemas/claims.schema.yaml``) lists
+A *claims file* (``resources/presets/claims/<preset>.yaml``, schema ``resources/schemas/claims.schema.yaml``) lists
 a paper's claims, each with the sentence it checks (``quote``), a *quantity* (a function of :data:`QUANTITIES`
 over the run's result tables, with its ``args``), the value the paper publishes and what counts as reproduced:
 ``|value - published| <= tolerance``, or ``value <direction> threshold`` (``global standardisation harmful in at
@@ -327,8 +327,8 @@ class ClaimsFile:
 
 
 def claims_path(preset: str) -> Path:
-    """``resources/presets/<preset>.claims.yaml``."""
-    return PRESETS / f"{preset}.claims.yaml"
+    """``resources/presets/claims/<preset>.yaml``."""
+    return PRESETS / "claims" / f"{preset}.yaml"
 
 
 def load_claims(path: PathLike) -> ClaimsFile:

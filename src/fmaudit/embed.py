@@ -58,10 +58,12 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchvision.io import ImageReadMode, decode_jpeg, read_file
 
 from fmaudit.datasets.manifest import make_manifest, validate_manifest
 from fmaudit.devices import resolve_device
 from fmaudit.encoders import ENCODER_CACHE, READOUTS, ResolvedWeights, check_against_hub_config, resolve_weights
+from fmaudit.encoders.transforms import DecodeOnly, DevicePreprocess, collate_pixels, resolve_data_config
 from fmaudit.io import (
     H5_SUFFIXES,
     FmauditInputError,
@@ -101,9 +103,12 @@ class ItemDataset(Dataset):
     """Manifest rows -> ``(row_index, transform(image))``.
 
     A row with ``x`` set is a slide tile read with :func:`fmaudit.slides.read_tile` (one open slide handle per
-    source, kept per DataLoader worker); otherwise ``source`` is an image file read with PIL. Unreadable items
-    raise :class:`FmauditInputError` naming the item id and the file. A row with a ``perturbation`` spec
-    (derived manifests, :mod:`fmaudit.ood.perturb`) is perturbed after reading, before the transform.
+    source, kept per DataLoader worker); otherwise ``source`` is an image file: a JPEG is decoded by
+    torchvision's ``decode_jpeg`` into a uint8 tensor (the same pixels as PIL's decode, measured faster:
+    benchmarks/bench_loader.py), anything else (PNG, where PIL is faster) read with PIL. The transform takes
+    either (:class:`fmaudit.encoders.transforms.PixelTransform`). Unreadable items raise
+    :class:`FmauditInputError` naming the item id and the file. A row with a ``perturbation`` spec (derived
+    manifests, :mod:`fmaudit.ood.perturb`) is read with PIL and perturbed, before the transform.
     """
 
     def __init__(self, manifest: pd.DataFrame, transform):
@@ -166,13 +171,37 @@ class ItemDataset(Dataset):
         except (FmauditInputError, FileNotFoundError) as e:
             raise FmauditInputError(f"item {item!r}: {e}") from e
 
+    def load_pixels(self, i: int):
+        """What the transform gets: a plain JPEG file as a uint8 tensor (3, H, W), else :meth:`load_image`."""
+        source = self.sources[i]
+        if self.xs[i] is None and self.perturbations[i] is None and source.lower().endswith(_JPEG_SUFFIXES):
+            pixels = _decode_jpeg_rgb(source)
+            if pixels is not None:
+                return pixels
+        return self.load_image(i)
+
     def __getitem__(self, i: int):
-        return i, self.transform(self.load_image(i))
+        return i, self.transform(self.load_pixels(i))
 
     def close(self) -> None:
         for slide in self._slides.values():
             slide.close()
         self._slides.clear()
+
+
+_JPEG_SUFFIXES = (".jpg", ".jpeg")
+
+
+def _decode_jpeg_rgb(path: str) -> torch.Tensor | None:
+    """A JPEG file as a uint8 RGB tensor (3, H, W) by torchvision, or None where PIL should read it (CMYK, a
+    file torchvision cannot decode: PIL then gives the error naming the item)."""
+    try:
+        pixels = decode_jpeg(read_file(path), mode=ImageReadMode.UNCHANGED)
+    except (RuntimeError, OSError, ValueError):
+        return None
+    if pixels.shape[0] == 1:  # greyscale, replicated as PIL's convert("RGB") does
+        return pixels.expand(3, -1, -1).contiguous()
+    return pixels if pixels.shape[0] == 3 else None
 
 
 def _worker_init(_worker_id: int) -> None:
@@ -181,7 +210,7 @@ def _worker_init(_worker_id: int) -> None:
 
 
 def chunked_loader(dataset, bounds, pending, batch_size: int, num_workers: int, device: torch.device,
-                   precision: str):
+                   precision: str, collate_fn=None):
     """(DataLoader over the ``pending`` chunks' items, autocast context) as every chunked embedding job uses them.
 
     Batches never straddle chunks (``bounds[c]`` = (start, end) of chunk c): the same items share a batch
@@ -189,7 +218,7 @@ def chunked_loader(dataset, bounds, pending, batch_size: int, num_workers: int, 
     batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
                for b in range(s, e, batch_size)]
     loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
-                        worker_init_fn=_worker_init if num_workers > 0 else None)
+                        worker_init_fn=_worker_init if num_workers > 0 else None, collate_fn=collate_fn)
     dtype = _AUTOCAST_DTYPES.get(precision)
     autocast = (torch.autocast(device_type="cuda", dtype=dtype) if device.type == "cuda" and dtype
                 else contextlib.nullcontext())
@@ -355,6 +384,7 @@ def embed_manifest(
     overwrite: bool = False,
     log_every: int = 20,
     features_readout: str | None = None,
+    pixels_on_device: bool | None = None,
 ) -> dict[str, Any]:
     """Embed every manifest item with one encoder and write ``out_path`` (see the module doc); returns its
     provenance.
@@ -362,7 +392,11 @@ def embed_manifest(
     ``spec``: a registry entry (with ``name``) or an encoder slug. ``readouts``: defaults to the entry's.
     ``num_threads``: torch intra-op threads for this call (restored afterwards). ``log``: a Logger, a log
     file path, or None for the ``fmaudit.embed`` logger. ``features_readout``: the readout an HDF5 output holds
-    as ``features`` (default: the entry's default_readout, else the first readout).
+    as ``features`` (default: the entry's default_readout, else the first readout). ``pixels_on_device``: the
+    DataLoader workers only decode and the model's device resizes, crops and normalises whole uint8 batches,
+    straight to the autocast dtype (:class:`fmaudit.encoders.transforms.DevicePreprocess`; its resize is
+    torch's, within a few grey levels of the workers' PIL resize); None (default): on a GPU, so its workers keep
+    up. It is part of the chunk key (its numbers differ) and recorded as ``pixels_on_device``.
     """
     logger, handler = _logger(log)
     previous_threads = torch.get_num_threads()
@@ -394,6 +428,7 @@ def embed_manifest(
 
         dev = resolve_device(device, logger)
         precision = spec.get("precision", "float32") if dev.type == "cuda" else "float32"
+        on_device = dev.type == "cuda" if pixels_on_device is None else bool(pixels_on_device)
         out = Path(out_path)
         config_hash = encoder_config_hash(spec)
         hub = check_against_hub_config(spec, source=f"encoder {name!r}")  # before anything is computed
@@ -418,8 +453,10 @@ def embed_manifest(
         ids = manifest["item_id"].astype(str).tolist()
         bounds = [(s, min(s + chunk_size, len(ids))) for s in range(0, len(ids), chunk_size)]
         pixels = manifest[PIXEL_COLUMNS + [c for c in (PERTURBATION_COLUMN,) if c in manifest.columns]]
+        # pixels prepared on the device are not the workers' PIL pixels: they key other chunks
+        device_key = {"pixels_on_device": True} if on_device else {}
         keys = [stable_hash({"encoder_config_hash": config_hash, "weights": weights_id, "readouts": readouts,
-                             "precision": precision, "items": dataframe_hash(pixels.iloc[s:e])})
+                             "precision": precision, "items": dataframe_hash(pixels.iloc[s:e]), **device_key})
                 for s, e in bounds]
         chunk_dir = Path(f"{out}.chunks")
         in_chunks = {c for c, (s, e) in enumerate(bounds)
@@ -439,7 +476,7 @@ def embed_manifest(
             images_per_s = _compute_chunks(manifest, spec, readouts, bounds, keys, pending, chunk_dir, ids,
                                            batch_size=batch_size, num_workers=num_workers, device=dev,
                                            precision=precision, weights_path=weights_path, resolved=resolved,
-                                           logger=logger, log_every=log_every)
+                                           logger=logger, log_every=log_every, on_device=on_device)
 
         finished_arrays = _read_features(finished_copy_path(out))[0] if in_finished else {}
         arrays: dict[str, Any] = {"item_id": np.asarray(ids, dtype=str)}
@@ -465,7 +502,8 @@ def embed_manifest(
         prov = provenance(**expected, embedding_key=key, weight_files=resolved.files,
                           weights_sha256_checked=resolved.sha256_checked, n_items=len(ids), embed_dim=dims,
                           images_per_s=images_per_s, device=str(dev), precision=precision, chunk_size=chunk_size,
-                          chunk_keys=keys, hub_config=[str(p) for p in hub.files] if hub is not None else None)
+                          chunk_keys=keys, hub_config=[str(p) for p in hub.files] if hub is not None else None,
+                          pixels_on_device=on_device)
         if _is_h5(out):
             prov["features_readout"] = features_readout
         _write_output(out, arrays, prov, features_readout)
@@ -483,14 +521,22 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
                     bounds: list[tuple[int, int]], keys: list[str], pending: list[int], chunk_dir: Path,
                     ids: list[str], *, batch_size: int, num_workers: int, device: torch.device, precision: str,
                     weights_path: PathLike | None, resolved: ResolvedWeights, logger: logging.Logger,
-                    log_every: int) -> float:
+                    log_every: int, on_device: bool = False) -> float:
     """Embed the pending chunks, writing each as it completes; returns images/s of the full path."""
     name = spec.get("name", "?")
     # built once per process (logged there with the process's load count), reused by a later call of the process
     encoder = ENCODER_CACHE.get(spec, weights_path=weights_path, device=device, resolved=resolved, logger=logger)
-    # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
-    dataset = ItemDataset(manifest, encoder.pixel_transform)
-    loader, autocast = chunked_loader(dataset, bounds, pending, batch_size, num_workers, device, precision)
+    if on_device:
+        # workers only decode; the device resizes, crops and normalises uint8 batches into the autocast dtype
+        dataset = ItemDataset(manifest, DecodeOnly())
+        prepare = DevicePreprocess(resolve_data_config(encoder.spec), _AUTOCAST_DTYPES.get(precision, torch.float32))
+        collate = collate_pixels
+    else:
+        # workers decode, resize and crop to uint8; scaling and normalisation run batched on the model's device
+        dataset = ItemDataset(manifest, encoder.pixel_transform)
+        prepare, collate = encoder.normalize, None
+    loader, autocast = chunked_loader(dataset, bounds, pending, batch_size, num_workers, device, precision,
+                                      collate_fn=collate)
     todo = {c: bounds[c] for c in pending}
     collected: dict[int, dict[str, list[np.ndarray]]] = {c: {r: [] for r in readouts} for c in pending}
     filled = {c: 0 for c in pending}
@@ -504,7 +550,9 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
     try:
         with torch.inference_mode(), autocast:
             for b, (index, images) in enumerate(loader, start=1):
-                feats = encoder(encoder.normalize(images.to(device, non_blocking=True)), readouts)
+                images = (images.to(device, non_blocking=True) if isinstance(images, torch.Tensor)
+                          else [img.to(device, non_blocking=True) for img in images])
+                feats = encoder(prepare(images), readouts)
                 c = chunk_of[int(index[0])]
                 for r in readouts:
                     collected[c][r].append(feats[r].float().cpu().numpy())

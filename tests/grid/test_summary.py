@@ -46,3 +46,37 @@ def test_the_cellpath_preset_totals_304920_runs():
 def test_without_totals_every_job_is_on_one_row():
     s = grid.summarize(_config())
     assert "total" not in set(s["protocol"]) and s["jobs"].sum() == 2 + 4  # embed pairs + probe shards
+
+
+def _configs():
+    from fmaudit.config import load_config
+    from fmaudit.schema import REPO_ROOT
+
+    presets = sorted((REPO_ROOT / "resources" / "presets").glob("*.yaml"))
+    return [("demo", load_config(REPO_ROOT / "config.yaml"))] + [(p.stem, load_config(p)) for p in presets]
+
+
+def test_counted_runs_and_jobs_are_the_enumerated_ones_on_the_demo_and_every_preset():
+    from fmaudit.registry import load_dataset_registry
+
+    for name, config in _configs():
+        registry = load_dataset_registry(config["dataset_registry"])
+        for analysis in grid.ANALYSES:
+            counted = grid.count_runs(config, registry, analysis)
+            table = grid.enumerate_runs(config, registry, analysis)
+            assert counted["runs"].sum() == len(table), (name, analysis)
+            expected = grid.jobs(table, analysis)
+            keys = list(grid.JOB_KEYS[analysis])
+            assert counted[keys].astype(str).values.tolist() == expected[keys].astype(str).values.tolist(), (name, analysis)
+            if len(table):
+                per_job = table.groupby(keys, sort=False, observed=True).size().to_numpy()
+                assert counted["runs"].tolist() == per_job.tolist(), (name, analysis)
+
+
+def test_the_printed_table_says_why_its_jobs_are_fewer_than_snakemakes(capsys):
+    from fmaudit import cli
+    from fmaudit.schema import REPO_ROOT
+
+    assert cli.main(["grid", "--configfile", str(REPO_ROOT / "resources" / "presets" / "cellpath.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "304920" in out and "1110" in out and grid.JOBS_NOTE in out  # 750 feature jobs (encoder x section) + 360 shards

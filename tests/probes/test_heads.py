@@ -201,3 +201,41 @@ def test_heads_are_deterministic():
         a = make_head(name).fit(X, y).decision_logits(X)
         b = make_head(name).fit(X, y).decision_logits(X)
         np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_every_head_is_a_scikit_learn_classifier(name):
+    from sklearn.base import clone, is_classifier
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    X, y = mixture(120, 6, 3, separation=2.0, seed=21)
+    head = make_head(name, standardize=False)
+    assert is_classifier(head)
+    twin = clone(head)
+    assert twin is not head and twin.get_params().keys() == head.get_params().keys()
+    assert all(np.array_equal(v, head.get_params()[k]) for k, v in twin.get_params().items())
+    assert "standardize" in head.get_params() and head.set_params(standardize=True) is head and head.standardize
+    pipe = make_pipeline(FunctionTransformer(lambda a: a * 2.0), clone(twin)).fit(X, y)
+    np.testing.assert_array_equal(pipe.predict(X), make_head(name, standardize=False).fit(X * 2.0, y).predict(X * 2.0))
+    assert 0.6 < pipe.score(X, y) <= 1.0
+    grid_params = {"standardize": [True, False]}
+    search = GridSearchCV(make_head(name), grid_params, cv=3).fit(X, y)
+    assert search.best_params_["standardize"] in (True, False)
+    assert search.best_estimator_.predict(X).shape == (120,)
+
+
+def test_decision_function_follows_scikit_learn_and_decision_logits_keeps_k_columns():
+    X, y = mixture(100, 5, 2, separation=2.0, seed=22)
+    head = LogisticProbe(tol=1e-10, max_iter=10_000).fit(X, y)
+    logits = head.decision_logits(X)
+    assert logits.shape == (100, 2) and head.decision_function(X).shape == (100,)
+    np.testing.assert_allclose(head.decision_function(X), logits[:, 1] - logits[:, 0])
+    # the binary decision value is scikit-learn's own on the same standardised features
+    Xs = StandardScaler().fit_transform(X)
+    sk = LogisticRegression(tol=1e-10, max_iter=10_000).fit(Xs, y)
+    np.testing.assert_allclose(head.decision_function(X), sk.decision_function(Xs), atol=1e-4)
+    X3, y3 = mixture(90, 5, 3, separation=2.0, seed=23)
+    three = LogisticProbe().fit(X3, y3)
+    np.testing.assert_array_equal(three.decision_function(X3), three.decision_logits(X3))

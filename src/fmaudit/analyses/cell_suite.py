@@ -131,10 +131,11 @@ def run_cell_shard(
     tol: float = 1e-4,
     max_iter: int = 1000,
     device: str = "auto",
-    dtype: str = "float32",
+    dtype: str = "mixed",
     chunk_bytes: int = 64 << 20,
     score_budget_bytes: int = 256 << 20,
     fit_budget_bytes: int = 1 << 30,
+    n_threads: int | None = None,
     logger: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Run every cell run of one job and return one row per run (``runs``' columns + :data:`RESULT_COLUMNS`).
@@ -145,9 +146,12 @@ def run_cell_shard(
     cell order as the features). ``sections_by_organ``: the config's ``cells.sections``. ``roi_fraction``: IS's
     ROI share (needed for IS). ``fold_manifest`` and ``n_folds``: MOCV's fold manifest (None: the organ-aware
     :func:`~fmaudit.cells.protocols.make_fold_manifest`) and fold count. ``Cs``: the probe's C grid.
-    ``n_classes``: K per taxonomy (default: from the labels). ``dtype``: the engine's float dtype.
+    ``n_classes``: K per taxonomy (default: from the labels). ``dtype``: the engine's precision: "mixed"
+    (float32 products, float64 sums and state, tol confirmed in float64: :func:`fmaudit.probes.fit_logistic_batch`
+    with ``dtype=None``), "float32" (products only in float32: a probe stops where float32 stalls, short of a
+    tight tol) or "float64".
     ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
-    how the work is batched, never the numbers.
+    how the work is batched, never the numbers. ``n_threads``: the engine's CPU threads (default: torch's).
     """
     import torch
 
@@ -159,9 +163,10 @@ def run_cell_shard(
     for name, cap in (("max_train_cells", max_train_cells), ("max_val_cells", max_val_cells)):
         if cap is not None and (isinstance(cap, bool) or int(cap) != cap or cap < 1):
             raise FmauditInputError(f"cells probe {name}={cap!r}: need a whole number >= 1, or None for no cap")
-    torch_dtype = {"float32": torch.float32, "float64": torch.float64}.get(dtype)
-    if torch_dtype is None:
-        raise FmauditInputError(f"engine dtype {dtype!r}: use float32 or float64")
+    dtypes = {"mixed": None, "float32": torch.float32, "float64": torch.float64}
+    if dtype not in dtypes:
+        raise FmauditInputError(f"engine dtype {dtype!r}: use mixed, float32 or float64")
+    torch_dtype = dtypes[dtype]
     taxonomies = list(dict.fromkeys(runs["taxonomy"].astype(str)))
     folds = None
     if protocol == "MOCV":
@@ -199,7 +204,8 @@ def run_cell_shard(
     settings = dict(sections_by_organ=sections_by_organ, folds=folds, taxonomies=taxonomies,
                     roi_fraction=roi_fraction, val_fraction=val_fraction, max_train_cells=max_train_cells,
                     max_val_cells=max_val_cells)
-    engine = dict(standardize=standardize, tol=tol, max_iter=max_iter, device=device, dtype=torch_dtype)
+    engine = dict(standardize=standardize, tol=tol, max_iter=max_iter, device=device, dtype=torch_dtype,
+                  n_threads=n_threads)
 
     t0 = time.perf_counter()
     results: dict[int, dict[str, Any]] = {}

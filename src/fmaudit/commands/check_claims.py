@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         raise FmauditInputError("check-claims: give --results FOLDER (a study's results) or --tables FOLDER")
     path = claims_path(args.preset) if args.preset else Path(args.claims)
     if args.preset and not path.exists():
-        known = sorted(p.name.removesuffix(".claims.yaml") for p in path.parent.glob("*.claims.yaml"))
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise FmauditInputError(f"--preset {args.preset}: no claims file {path} (presets with one: {', '.join(known)})")
     tables = Path(args.tables) if args.tables else Path(args.results) / "report" / "tables"
     if not tables.is_dir():
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("check-claims", help="check a paper's claims file against a run's result tables (the "
                               "report's Paper check, outside the workflow)")
-    p.add_argument("--preset", help="a preset with a claims file (resources/presets/<preset>.claims.yaml)")
+    p.add_argument("--preset", help="a preset with a claims file (resources/presets/claims/<preset>.yaml)")
     p.add_argument("--claims", help="a claims file (instead of --preset)")
     p.add_argument("--results", help="a study's results folder (results/<study>; its report/tables are read)")
     p.add_argument("--tables", help="a folder of result tables <name>.csv (instead of --results)")

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary.to_dict(orient="records"), indent=2))
     else:
         print(summary.to_string(index=False))
+        print(grid.JOBS_NOTE)
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from fmaudit.grid.cells import cell_feature_runs, cell_runs, check_cell_protocols
+from fmaudit.grid.cells import cell_feature_runs, cell_run_counts, cell_runs, check_cell_protocols
 from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs, ood_split_runs
 from fmaudit.grid.prior_shift import prior_shift_runs, scratch_reference_runs
 from fmaudit.grid.probe import cross_dataset_runs, embed_runs, head_sweep_runs, probe_runs
@@ -28,8 +28,8 @@ from fmaudit.io import FmauditInputError
 
 Enumerator = Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame]
 
-__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "analysis_modules", "check_grid", "enumerate_runs",
-           "jobs", "retried_rules", "ruled"]
+__all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "analysis_modules", "check_grid", "count_runs",
+           "enumerate_runs", "jobs", "retried_rules", "ruled"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,9 @@ class Analysis:
     the OOD shard, the blurred copies are embedding jobs); ``retried``: a job of it can fail for lack of memory
     or time, or on a lost node, so the cluster profile resubmits it (:func:`retried_rules`). :func:`check_grid`
     runs the enumerator on every dry-run, or ``check`` instead where the run table is large; ``checked=False``
-    where another analysis's check covers this one."""
+    where another analysis's check covers this one. ``count(config, dataset_registry)``, where the run table is
+    large, gives its jobs and how many runs each has without building it (:func:`count_runs`; tested equal to
+    the enumerator's)."""
 
     name: str
     enumerate: Enumerator
@@ -51,6 +53,7 @@ class Analysis:
     retried: bool = True
     check: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = dataclasses.field(default=None)
     checked: bool = True
+    count: Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame] | None = dataclasses.field(default=None)
 
     @property
     def ruled(self) -> bool:
@@ -89,7 +92,8 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     # one job per (encoder, section): every magnification of the section with the encoder loaded once
     Analysis("cell_features", cell_feature_runs, ("encoder", "section"), rule="cell_features",
              checked=False),  # checked with cells
-    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), rule="cell_shard", check=_cells_check),
+    Analysis("cells", cell_runs, ("encoder", "magnification", "protocol"), rule="cell_shard", check=_cells_check,
+             count=cell_run_counts),
 )}
 
 #: Analyses the workflow plans today (their rules exist).
@@ -132,6 +136,22 @@ def jobs(runs: pd.DataFrame, analysis: str) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=keys)
     return runs[keys].drop_duplicates().reset_index(drop=True).astype(object)
+
+
+def count_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None, analysis: str,
+               by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """The jobs of one analysis (its :data:`JOB_KEYS`, and the columns ``by``, in run order) with ``runs``,
+    how many runs each has: from the analysis's ``count`` where it has one (its run table is never built),
+    else from its run table."""
+    entry = ANALYSES[analysis]
+    keys = list(dict.fromkeys([*by, *entry.job_keys]))
+    if entry.count is not None:
+        return entry.count(config, dataset_registry)[[*keys, "runs"]].reset_index(drop=True)
+    table = entry.enumerate(config, dataset_registry)
+    if table.empty:
+        return pd.DataFrame(columns=[*keys, "runs"])
+    counted = table.groupby(keys, sort=False, observed=True).size().rename("runs").reset_index()
+    return counted.astype({k: object for k in keys})
 
 
 def check_grid(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> None:

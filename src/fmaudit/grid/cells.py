@@ -14,8 +14,8 @@ from fmaudit.io import FmauditInputError
 
 CELL_PROTOCOLS = ("IS", "IOCD", "MOCV", "LOOO")
 
-__all__ = ["CELL_PROTOCOLS", "CellPlan", "cell_feature_runs", "cell_plan", "cell_runs", "check_cell_protocols",
-           "protocol_sections"]
+__all__ = ["CELL_PROTOCOLS", "CellPlan", "cell_feature_runs", "cell_plan", "cell_run_counts", "cell_runs",
+           "check_cell_protocols", "protocol_sections"]
 
 
 def _cell_units(cells: Mapping[str, Any], protocol: str, spec: Mapping[str, Any],
@@ -82,6 +82,25 @@ def cell_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
             frames.append(frame)
     cols = ["analysis", "protocol", "encoder", "magnification", "taxonomy", "readout", "seed", "unit", "organ"]
     return concat_runs(frames, cols)
+
+
+def cell_run_counts(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """:func:`cell_runs` counted, not built: one row per job (its job keys and ``protocol``) with ``runs``,
+    the number of its rows in :func:`cell_runs` (taxonomies x readouts x seeds x units of the protocol), in
+    the same job order. A few hundred rows where the run table has ~300,000."""
+    rows = []
+    for where, part, cells in parts_with(config, "cells"):
+        _check_cells(part, cells, where)
+        for protocol in CELL_PROTOCOLS:
+            spec = (cells.get("protocols") or {}).get(protocol)
+            if spec is None:
+                continue
+            units, _ = _cell_units(cells, protocol, spec, f"{where}.protocols.{protocol}")
+            per_job = len(cells["taxonomies"]) * len(cells["readouts"]) * len(spec["seeds"]) * len(units)
+            rows += [{"protocol": protocol, "encoder": e, "magnification": m, "runs": per_job}
+                     for e in part["encoders"] for m in cells["magnifications"]]
+    frame = pd.DataFrame(rows, columns=["protocol", "encoder", "magnification", "runs"])
+    return frame.drop_duplicates(["encoder", "magnification", "protocol"], ignore_index=True)
 
 
 def check_cell_protocols(config: Mapping[str, Any]) -> None:

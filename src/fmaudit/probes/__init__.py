@@ -1,9 +1,10 @@
 """Probe heads, label-fraction subsampling and the batched logistic engine.
 
-- ``heads``: estimator-style probe heads with one output convention (``decision_logits`` -> (N, K)) and
-  ``make_head(name, **params)``.
+- ``heads``: probe heads, scikit-learn classifiers with one output convention (``decision_logits`` -> (N, K);
+  ``decision_function`` as scikit-learn gives it) and ``make_head(name, **params)``.
 - ``subsample``: ``label_fraction_subsample`` (PRISM label fractions) and ``split_train_val``.
-- ``logistic_batch``: ``fit_logistic_batch``, many L2 logistic probes fitted at once in torch.
+- ``logistic_batch``: ``fit_logistic_batch``, many L2 logistic probes fitted at once in torch (its objective,
+  row layouts, path and solver in ``_logistic_loss``, ``_row_store``, ``_logistic_path`` and ``_lbfgs``).
 """
 
 from fmaudit.probes.heads import (

@@ -1,10 +1,14 @@
-"""Probe heads on frozen embeddings: estimator-style classes with one output convention.
+"""Probe heads on frozen embeddings: scikit-learn classifiers with one output convention.
 
-Every head has ``fit(X, y, n_classes=None) -> self`` and, after fitting, ``classes_``,
-``decision_logits(X) -> (N, K)``, ``predict_proba(X)`` (the softmax of the logits), ``predict(X)`` (argmax of
-the logits, ties to the lowest class index, returned as ``classes_`` values) and the attribute
-``probabilistic`` (True for the logistic heads, whose softmax is a fitted probability; for the others the
-softmax of a score, usable for temperature scaling but not calibrated by construction).
+Every head is a scikit-learn estimator (``BaseEstimator``, ``ClassifierMixin``: ``get_params``,
+``set_params``, ``sklearn.base.clone``, pipelines and ``GridSearchCV`` work) with ``fit(X, y, n_classes=None)
+-> self`` and, after fitting, ``classes_``, ``decision_logits(X) -> (N, K)`` (the fmaudit convention: K logit
+columns whatever K, what calibration and the OOD scorers read), ``decision_function(X)`` (scikit-learn's:
+the same (N, K), or (N,) = logit 1 - logit 0 when there are two classes), ``predict_proba(X)`` (the softmax
+of the logits), ``predict(X)`` (argmax of the logits, ties to the lowest class index, returned as
+``classes_`` values), ``score(X, y)`` (accuracy) and the attribute ``probabilistic`` (True for the logistic
+heads, whose softmax is a fitted probability; for the others the softmax of a score, usable for temperature
+scaling but not calibrated by construction).
 
 Conventions
 - Labels: with ``n_classes=K`` (constructor or ``fit`` keyword) labels must be class indices 0..K-1 and the
@@ -26,6 +30,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
 
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import reject_missing_labels
@@ -42,7 +47,21 @@ DEFAULT_CV_CS = np.logspace(-6, 0, 7)
 
 
 def fill_absent_classes(scores: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """(N, K_present) scores of the present classes -> (N, K) logits with absent classes far below."""
+    """Logits of every class from the scores of the classes present in training.
+
+    Parameters
+    ----------
+    scores : ndarray of shape (N, K_present)
+        Scores of the present classes, in class order.
+    present : ndarray of bool, shape (K,)
+        Which classes were present in training.
+
+    Returns
+    -------
+    ndarray of shape (N, K)
+        The scores in their columns; an absent class gets ``ABSENT_CLASS_LOGIT_GAP`` below the row's lowest
+        score (probability 0 after a softmax, finite logits).
+    """
     out = np.empty((scores.shape[0], present.size), dtype=np.float64)
     out[:, present] = scores
     if not present.all():
@@ -54,8 +73,16 @@ def _binary_logits(d: np.ndarray) -> np.ndarray:
     return np.stack([-d / 2.0, d / 2.0], axis=1)
 
 
-class ProbeHead:
-    """Shared fitting plumbing: label encoding, optional standardisation, output checks."""
+class ProbeHead(ClassifierMixin, BaseEstimator):
+    """Shared fitting plumbing: label encoding, optional standardisation, output checks.
+
+    Parameters
+    ----------
+    standardize : bool, default True
+        Fit a StandardScaler-equivalent on the training rows and apply it inside the head.
+    n_classes : int or None, default None
+        Fix the label space to class indices 0..K-1 (module doc); None: the labels seen in ``fit``.
+    """
 
     probabilistic = False
 
@@ -70,11 +97,24 @@ class ProbeHead:
     def _scores(self, X: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def get_params(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if not k.endswith("_") and not k.startswith("_")}
-
     def fit(self, X, y, n_classes: int | None = None, **kwargs) -> "ProbeHead":
-        """Fit on features X (N, D) and labels y (N,); ``n_classes`` fixes the label space (module doc)."""
+        """Fit the head.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Training features.
+        y : array-like of shape (N,)
+            Training labels: class indices 0..K-1 with ``n_classes``, else any sortable labels.
+        n_classes : int or None, default None
+            Overrides the constructor's ``n_classes`` for this fit.
+        **kwargs
+            Head-specific fit arguments (``groups`` for :class:`LogisticCVProbe`).
+
+        Returns
+        -------
+        self
+        """
         X = check_features(X)
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != X.shape[0]:
@@ -112,10 +152,37 @@ class ProbeHead:
         return X
 
     def decision_logits(self, X) -> np.ndarray:
-        """(N, K) scores usable as logits; columns follow ``classes_``."""
+        """Scores usable as logits.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+
+        Returns
+        -------
+        ndarray of shape (N, K)
+            One column per class of ``classes_``, whatever K.
+        """
         return self._scores(self._transform(X))
 
+    def decision_function(self, X) -> np.ndarray:
+        """scikit-learn's decision values.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+
+        Returns
+        -------
+        ndarray of shape (N, K), or (N,) with two classes
+            :meth:`decision_logits`; with two classes the score of ``classes_[1]`` over ``classes_[0]``
+            (logit 1 - logit 0), as scikit-learn's binary classifiers give it.
+        """
+        logits = self.decision_logits(X)
+        return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
+
     def predict_proba(self, X) -> np.ndarray:
+        """Softmax of :meth:`decision_logits`, (N, K)."""
         return softmax_last_axis(self.decision_logits(X))
 
     def predict(self, X) -> np.ndarray:
@@ -135,9 +202,30 @@ class ProbeHead:
 class LogisticProbe(ProbeHead):
     """L2 multinomial logistic regression, scikit-learn's ``LogisticRegression(C, lbfgs)`` objective.
 
-    ``backend``: "torch" runs ``fit_logistic_batch`` with one problem (float64, ``device``), "sklearn" runs
-    scikit-learn; "auto" is "torch". Both give the same probabilities up to ``tol`` (sklearn semantics).
-    Fitted: ``coef_`` (K, D) and ``intercept_`` (K,) on standardised features (absent classes 0), ``n_iter_``.
+    Both backends give the same probabilities up to ``tol`` (scikit-learn's stopping semantics).
+
+    Parameters
+    ----------
+    C : float, default 1.0
+        Inverse penalty strength.
+    max_iter : int, default 1000
+    tol : float, default 1e-6
+        Stopping tolerance (max-abs gradient of the scaled objective).
+    standardize, n_classes
+        See :class:`ProbeHead`.
+    backend : {"auto", "torch", "sklearn"}, default "auto"
+        "torch" runs :func:`~fmaudit.probes.fit_logistic_batch` with one problem on ``device``, "sklearn"
+        runs scikit-learn; "auto" is "torch".
+    device : str or None, default None
+        The torch backend's device (None: CPU).
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (K, D)
+        Weights on the standardised features (absent classes 0).
+    intercept_ : ndarray of shape (K,)
+    n_iter_ : int
+    converged_ : bool
     """
 
     probabilistic = True
@@ -196,14 +284,32 @@ class LogisticProbe(ProbeHead):
 
 
 class LogisticCVProbe(ProbeHead):
-    """Seed 003's probe: C chosen by grouped, stratified k-fold CV on log-loss, then refit on all rows.
+    """The audit preset's probe: C chosen by grouped, stratified k-fold CV on log-loss, then refit on all rows.
 
-    As in seed 003 the scaler is fitted once on the whole training set, outside the folds. Folds come from
-    ``StratifiedGroupKFold(n_folds, shuffle=True, random_state)`` with ``fit(X, y, groups=...)``, or
+    As in the audit paper the scaler is fitted once on the whole training set, outside the folds. Folds come
+    from ``StratifiedGroupKFold(n_folds, shuffle=True, random_state)`` with ``fit(X, y, groups=...)``, or
     ``StratifiedKFold`` without groups. The mean held-out log-loss (probabilities clipped at float64 eps, as
     scikit-learn's ``log_loss``) picks ``C_``; ties go to the first C in ``Cs``. The torch backend fits all
     fold x C problems in one batch; "sklearn" uses ``LogisticRegressionCV`` with the same folds.
-    Fitted: ``C_``, ``cv_scores_`` (n_folds, n_Cs) of negative log-loss, and those of ``LogisticProbe``.
+
+    Parameters
+    ----------
+    Cs : array-like, default ``DEFAULT_CV_CS`` (1e-6 ... 1)
+        The C grid.
+    n_folds : int, default 3
+    max_iter, tol, standardize, backend, device, n_classes
+        See :class:`LogisticProbe`.
+    random_state : int or None, default 0
+        Seed of the folds' shuffling.
+
+    Attributes
+    ----------
+    C_ : float
+        The chosen C.
+    cv_scores_ : ndarray of shape (n_folds, n_Cs)
+        Negative held-out log-loss.
+    coef_, intercept_, n_iter_, converged_
+        Those of the refit :class:`LogisticProbe`.
     """
 
     probabilistic = True
@@ -230,6 +336,8 @@ class LogisticCVProbe(ProbeHead):
         self.device = device
 
     def fit(self, X, y, n_classes: int | None = None, groups=None) -> "LogisticCVProbe":
+        """Fit as :meth:`ProbeHead.fit`; ``groups`` (N,) (patient or slide per row) make the folds
+        group-disjoint."""
         return super().fit(X, y, n_classes=n_classes, groups=groups)
 
     def _folds(self, X, codes, groups):
@@ -301,7 +409,16 @@ def _resolve_backend(backend: str) -> str:
 
 
 class LinearSVMProbe(ProbeHead):
-    """scikit-learn ``LinearSVC(C)`` (squared hinge, one-vs-rest); its decision values are the logits."""
+    """scikit-learn ``LinearSVC(C)`` (squared hinge, one-vs-rest); its decision values are the logits.
+
+    Parameters
+    ----------
+    C : float, default 1.0
+    max_iter : int, default 1000
+    standardize, n_classes
+        See :class:`ProbeHead`.
+    random_state : int or None, default 0
+    """
 
     def __init__(
         self,
@@ -333,7 +450,13 @@ class LinearSVMProbe(ProbeHead):
 
 
 class NearestCentroidProbe(ProbeHead):
-    """Euclidean nearest class mean; logits are minus the squared distances to the class means."""
+    """Euclidean nearest class mean; logits are minus the squared distances to the class means.
+
+    Parameters
+    ----------
+    standardize, n_classes
+        See :class:`ProbeHead`.
+    """
 
     def _fit(self, X, codes, n_classes, present, **kwargs):
         centroids = np.zeros((n_classes, X.shape[1]))
@@ -354,7 +477,13 @@ def _l2_normalise(X: np.ndarray) -> np.ndarray:
 
 
 class CosineCentroidProbe(ProbeHead):
-    """L2-normalise, average per class; logits are the cosine similarities to the class means."""
+    """L2-normalise, average per class; logits are the cosine similarities to the class means.
+
+    Parameters
+    ----------
+    standardize, n_classes
+        See :class:`ProbeHead`.
+    """
 
     def _fit(self, X, codes, n_classes, present, **kwargs):
         Xn = _l2_normalise(X)
@@ -372,6 +501,15 @@ class KNNProbe(ProbeHead):
     Logits are the neighbours' vote shares per class (k=1: 1 for the nearest neighbour's class, 0 elsewhere;
     absent classes 0). Distance ties go to the earlier row in the bank's (training) order, vote ties to the
     lowest class index.
+
+    Parameters
+    ----------
+    k : int, default 1
+    metric : {"cosine", "euclidean"}, default "cosine"
+    standardize, n_classes
+        See :class:`ProbeHead`.
+    chunk_size : int, default 2048
+        Query rows per distance block (memory, not results).
     """
 
     def __init__(
@@ -397,7 +535,17 @@ class KNNProbe(ProbeHead):
         self._bank_sq = (self.bank_ * self.bank_).sum(axis=1)
 
     def neighbours(self, X) -> np.ndarray:
-        """(N, k) bank row indices of the k nearest neighbours, nearest first, ties in bank order."""
+        """The k nearest training rows of each query.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+
+        Returns
+        -------
+        ndarray of shape (N, k)
+            Bank (training) row indices, nearest first, ties in bank order.
+        """
         return self._neighbours(self._transform(X))
 
     def _neighbours(self, X):
@@ -445,7 +593,20 @@ HEADS = {
 
 
 def make_head(name: str, **params) -> ProbeHead:
-    """A head by name: logistic, logistic_cv, linear_svm, nearest_centroid, cosine_centroid, knn, 1nn."""
+    """A head by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`HEADS`: logistic, logistic_cv, linear_svm, nearest_centroid, cosine_centroid, knn, 1nn.
+    **params
+        The head's constructor parameters.
+
+    Returns
+    -------
+    ProbeHead
+        Unfitted.
+    """
     if name not in HEADS:
         raise FmauditInputError(f"unknown probe head {name!r}; known heads: {', '.join(sorted(HEADS))}")
     if name == "1nn":

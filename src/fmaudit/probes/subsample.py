@@ -30,7 +30,20 @@ def _as_labels(labels, name: str = "labels") -> np.ndarray:
 
 
 def label_fraction_subsample(labels, fraction: float, random_state: int | None = 0) -> np.ndarray:
-    """Sorted row indices keeping ``max(1, int(n_c * fraction))`` items of each class (see module doc)."""
+    """Nested label-fraction subset: ``max(1, int(n_c * fraction))`` items of each class (module doc).
+
+    Parameters
+    ----------
+    labels : array-like of shape (N,)
+    fraction : float in (0, 1]
+    random_state : int or None, default 0
+        Seed of the per-class order; one seed's subsets are nested across fractions.
+
+    Returns
+    -------
+    ndarray of int, sorted
+        Row indices of the subset.
+    """
     labels = _as_labels(labels)
     fraction = float(fraction)
     if not 0.0 < fraction <= 1.0:
@@ -78,6 +91,20 @@ def prism_subsample(labels, fraction: float, seed: int, per_class: bool = True) 
     (so its softmax is sigmoid(2d), not ``predict_proba``, and its fitted T is twice the T of
     ``sigmoid(d / T)``; fmaudit uses ``(-d/2, d/2)``), fitted by ``minimize_scalar`` bounded to
     ``[0.1, 10]`` on the validation NLL. ``n_classes`` is the number of classes in the training labels.
+
+    Parameters
+    ----------
+    labels : array-like of shape (N,)
+    fraction : float in (0, 1]
+    seed : int
+        numpy legacy seed in [0, 2**32).
+    per_class : bool, default True
+        False: the class-agnostic draw of the submitted paper.
+
+    Returns
+    -------
+    ndarray of int, sorted
+        Row indices of the subset.
     """
     labels = _as_labels(labels)
     fraction = float(fraction)
@@ -117,6 +144,20 @@ def split_train_val(
     the items are in validation; of ``n_candidates`` seeded draws the first whose train side holds every
     class is kept (else the one missing the fewest classes), and the validation side never takes the last
     group. Deterministic for a given ``random_state``.
+
+    Parameters
+    ----------
+    labels : array-like of shape (N,)
+    groups : array-like of shape (N,) or None, default None
+        Patient or slide of each item.
+    val_fraction : float in (0, 1), default 0.2
+    random_state : int or None, default 0
+    n_candidates : int, default 20
+        Seeded group draws tried.
+
+    Returns
+    -------
+    (train_idx, val_idx) : tuple of sorted int ndarrays
     """
     labels = _as_labels(labels)
     val_fraction = float(val_fraction)

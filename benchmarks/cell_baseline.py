@@ -1,0 +1,326 @@
+"""The cell-shard engine against scikit-learn at equal accuracy and equal work (used by bench_cell_shard.py).
+
+The work: every (run, C) probe of a shard's first units, as ``fmaudit.analyses.cell_suite.run_cell_shard``
+fits them (the same partitions, readouts, rows and C grid), C chosen on the same validation cells, scored on
+the same test cells.
+
+- Problems. One untimed shard run records every engine call (features, labels, training subsets, Cs).
+- Reference. Each call refitted by the engine in float64 at tol 1e-10; checked against scikit-learn lbfgs at
+  tol 1e-10 on the first call's largest-C problems (the slowest to converge), printed.
+- Accuracy. max |delta P| over every (run, C) probe and every row of its call (the training and
+  validation cells of the units fitted together) against the reference. Each side's tol is the largest of
+  ``tols`` whose fits reach ``target`` (found per side, untimed, largest tol first).
+- Timing (interleaved repeats, medians, wall and CPU seconds): the engine is the whole shard,
+  ``run_cell_shard`` at its tol with ``n_threads`` threads (reading the features, every fit, the choice of C,
+  the test scores); scikit-learn is the same work as a loop, ``make_pipeline(StandardScaler(),
+  LogisticRegression(C, tol, max_iter))`` on float64 features, one fit per (run, C), sequential with one
+  BLAS thread, and the same loop split over worker processes (one thread each; two by default) by (unit, seed). CPU
+  seconds include the workers' (each reports its own).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from fmaudit.analyses import cell_suite
+from fmaudit.cells.features import open_cell_features
+from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
+from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
+from fmaudit.probes import fit_logistic_batch
+from fmaudit.probes._row_store import row_space_pays
+
+TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
+
+
+@dataclass
+class Call:
+    """One engine call of the shard: its problems and the reference probabilities on its rows."""
+
+    X: np.ndarray
+    y: np.ndarray
+    subsets: list
+    Cs: np.ndarray
+    n_classes: int
+    engine: dict
+    reference: np.ndarray | None = None  # (R, N, K)
+
+
+def record_calls(runs, features, manifests, sections, kw) -> list[Call]:
+    """The engine calls one shard run makes (untimed), with the keyword arguments it passes."""
+    calls: list[Call] = []
+    real = cell_suite.fit_logistic_batch
+
+    def spy(X, y, subsets, Cs, n_classes, **engine):
+        calls.append(Call(X=X, y=y, subsets=list(subsets), Cs=np.asarray(Cs, dtype=float), n_classes=n_classes,
+                          engine=dict(engine)))
+        return real(X, y, subsets, Cs, n_classes=n_classes, **engine)
+
+    cell_suite.fit_logistic_batch = spy
+    try:
+        cell_suite.run_cell_shard(runs, features, manifests, sections, **kw)
+    finally:
+        cell_suite.fit_logistic_batch = real
+    return calls
+
+
+def add_references(calls: list[Call]) -> None:
+    for call in calls:
+        fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes, dtype=torch.float64,
+                                 tol=1e-10, max_iter=100_000, standardize=call.engine.get("standardize", True),
+                                 n_threads=call.engine.get("n_threads"))
+        if not fit.converged_.all():
+            raise SystemExit("reference: the float64 engine did not converge at tol 1e-10")
+        call.reference = fit.predict_proba(call.X)
+
+
+def sklearn_probe(X, y, C, tol, max_iter=1000):
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=tol, max_iter=max_iter)).fit(X, y)
+
+
+def sklearn_proba(model, X, n_classes):
+    out = np.zeros((X.shape[0], n_classes))
+    out[:, model[-1].classes_] = model.predict_proba(X)
+    return out
+
+
+def check_reference(calls: list[Call]) -> float:
+    """max |delta P| between the reference and scikit-learn lbfgs at tol 1e-10 on the first call's
+    problems at its largest C."""
+    call = calls[0]
+    X64 = call.X.astype(np.float64)
+    worst = 0.0
+    with threadpool_limits(1):
+        for r in np.flatnonzero(call.Cs == call.Cs.max()):
+            idx = call.subsets[r]
+            model = sklearn_probe(X64[idx], call.y[idx], call.Cs[r], 1e-10, 100_000)
+            worst = max(worst, float(np.abs(sklearn_proba(model, X64, call.n_classes) - call.reference[r]).max()))
+    return worst
+
+
+def engine_error(calls: list[Call], tol: float, n_threads: int) -> float:
+    worst = 0.0
+    for call in calls:
+        engine = dict(call.engine, tol=tol, n_threads=n_threads)
+        fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes, **engine)
+        worst = max(worst, float(np.abs(fit.predict_proba(call.X) - call.reference).max()))
+    return worst
+
+
+def sklearn_error(calls: list[Call], tol: float) -> float:
+    worst = 0.0
+    with threadpool_limits(1):
+        for call in calls:
+            X64 = call.X.astype(np.float64)
+            for r, idx in enumerate(call.subsets):
+                model = sklearn_probe(X64[idx], call.y[idx], call.Cs[r], tol)
+                worst = max(worst, float(np.abs(sklearn_proba(model, X64, call.n_classes) - call.reference[r]).max()))
+    return worst
+
+
+def pick_tol(name: str, error_at, target: float, tols=TOLS, start: float | None = None, log=print):
+    """The largest tol of ``tols`` whose error is at most ``target`` (the error grows with tol): from
+    ``start`` (default: the middle of ``tols``) up while the target is met, or down until it is."""
+    tols = sorted(tols, reverse=True)
+    i = tols.index(min(tols, key=lambda t: abs(np.log(t / start)))) if start else len(tols) // 2
+    errors: dict[float, float] = {}
+
+    def error(j):
+        if tols[j] not in errors:
+            errors[tols[j]] = error_at(tols[j])
+            log(f"  tol search {name}: tol {tols[j]:g} -> max |dP| {errors[tols[j]]:.2e}")
+        return errors[tols[j]]
+
+    if error(i) <= target:
+        while i > 0 and error(i - 1) <= target:
+            i -= 1
+        return tols[i], errors[tols[i]]
+    while i + 1 < len(tols):
+        i += 1
+        if error(i) <= target:
+            return tols[i], errors[tols[i]]
+    raise SystemExit(f"{name}: no tol in {tols} reaches max |dP| <= {target:g}")
+
+
+class SklearnShard:
+    """The shard's work with scikit-learn: per (unit, seed), per run, one pipeline per C."""
+
+    def __init__(self, root: Path, protocol: str, sections: dict, kw: dict, features: dict, manifests: dict,
+                 folds_path: Path):
+        self.root, self.protocol, self.sections, self.kw = Path(root), protocol, sections, kw
+        self.features, self.manifests, self.folds_path = features, manifests, folds_path
+        self._opened = None
+
+    def _open(self):
+        if self._opened is None:
+            panel = panel_from_manifests(self.manifests, ["fine", "coarse"], self.kw["n_classes"])
+            folds = read_fold_manifest(self.folds_path, self.sections, self.kw["n_folds"])
+            opened = {s: open_cell_features(p) for s, p in self.features.items()}
+            self._opened = panel, folds, opened
+        return self._opened
+
+    def run(self, groups, tol: float) -> tuple[dict, float]:
+        """Fit every run of ``groups`` [(unit, seed, [(index, taxonomy, readout), ...]), ...]; returns
+        ({index: (macro_f1, C)}, CPU seconds)."""
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        start = time.process_time()
+        panel, folds, opened = self._open()
+        kw = self.kw
+
+        def rows_readout(rows, readout):
+            parts = []
+            for code in np.unique(panel.section_code[rows]):
+                s = panel.sections[code]
+                local = rows[panel.section_code[rows] == code] - panel.offsets[code]
+                parts.append(opened[s].readout(readout, local))
+            return np.concatenate(parts).astype(np.float64)
+
+        out = {}
+        with threadpool_limits(1):
+            for unit, seed, runs in groups:
+                part = make_partition(panel, self.protocol, str(unit), int(seed), sections_by_organ=self.sections,
+                                      folds=folds, taxonomies=["fine", "coarse"], roi_fraction=kw["roi_fraction"],
+                                      val_fraction=kw["val_fraction"], max_train_cells=kw["max_train_cells"],
+                                      max_val_cells=kw["max_val_cells"])
+                for index, taxonomy, readout in runs:
+                    lab = panel.labels[taxonomy]
+                    k = panel.n_classes[taxonomy]
+                    tr, va, te = (r[lab[r] >= 0] for r in (part.train, part.val, part.test))
+                    Xtr, Xva, Xte = (rows_readout(r, readout) for r in (tr, va, te))
+                    best = None
+                    for C in kw["Cs"]:
+                        model = sklearn_probe(Xtr, lab[tr], C, tol)
+                        f1 = macro_f1_present(lab[va], model.predict(Xva), k)
+                        if best is None or f1 > best[0]:
+                            best = (f1, C, model)
+                    proba = sklearn_proba(best[2], Xte, k).astype(np.float32)
+                    f1 = macro_f1_present(lab[te], proba.argmax(1), k)
+                    macro_auroc_present(lab[te].astype(np.int64), proba)
+                    out[index] = (f1, best[1])
+        return out, time.process_time() - start
+
+
+def _worker_run(shard: SklearnShard, groups, tol):
+    return shard.run(groups, tol)
+
+
+def run_groups(runs) -> list:
+    """(unit, seed, [(index, taxonomy, readout), ...]) per (unit, seed) of a shard's runs."""
+    out = []
+    for (unit, seed), group in runs.groupby(["unit", "seed"], sort=False, observed=True):
+        out.append((str(unit), int(seed), [(int(i), str(r.taxonomy), str(r.readout)) for i, r in group.iterrows()]))
+    return out
+
+
+def split_groups(groups, parts: int) -> list[list]:
+    """``parts`` shares of the (unit, seed) groups with about as many runs each."""
+    shares: list[list] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for g in sorted(groups, key=lambda g: -len(g[2])):
+        i = loads.index(min(loads))
+        shares[i].append(g)
+        loads[i] += len(g[2])
+    return [share for share in shares if share]
+
+
+def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: float, processes: int = 2,
+               log=print) -> dict:
+    """Interleaved repeats of: the engine's shard, scikit-learn sequential, scikit-learn in ``processes``
+    processes. Returns per side the wall and CPU seconds of each repeat and the last repeat's per-run
+    results."""
+    parallel = f"sklearn, {processes} processes"
+    times = {name: {"wall": [], "cpu": []} for name in ("engine", "sklearn, sequential", parallel)}
+    results = {}
+    shares = split_groups(groups, processes)
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        list(pool.map(abs, range(processes)))  # start the workers before anything is timed
+        for rep in range(repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            results["engine"] = engine_run()
+            times["engine"]["wall"].append(time.perf_counter() - wall)
+            times["engine"]["cpu"].append(time.process_time() - cpu)
+            wall = time.perf_counter()
+            results["sklearn"], seconds = shard.run(groups, sk_tol)
+            times["sklearn, sequential"]["wall"].append(time.perf_counter() - wall)
+            times["sklearn, sequential"]["cpu"].append(seconds)
+            wall = time.perf_counter()
+            parts = list(pool.map(_worker_run, [shard] * len(shares), shares, [sk_tol] * len(shares)))
+            times[parallel]["wall"].append(time.perf_counter() - wall)
+            times[parallel]["cpu"].append(sum(seconds for _, seconds in parts))
+            log(f"  repeat {rep + 1}: " + ", ".join(f"{name} {t['wall'][-1]:.1f} s" for name, t in times.items())
+                + f"; load average {os.getloadavg()[0]:.1f}")
+    return {"times": times, "results": results}
+
+
+def product_gflops(rows: int, width: int, columns: int, repeats: int = 20) -> float:
+    """Single-threaded float32 GFLOP/s of one evaluation's two products on ``rows`` x ``width`` features for
+    ``columns`` (problems x classes) columns, in the groups' (columns, rows) layout."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, width), dtype=np.float32)
+    W = rng.standard_normal((columns, width), dtype=np.float32)
+    G = rng.standard_normal((columns, rows), dtype=np.float32)
+    times = []
+    with threadpool_limits(1):
+        W @ X.T, G @ X
+        for _ in range(repeats):
+            start = time.perf_counter()
+            W @ X.T
+            G @ X
+            times.append(time.perf_counter() - start)
+    return 4 * rows * width * columns / statistics.median(times) / 1e9
+
+
+def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float) -> dict:
+    """What any engine of this kind could reach here: the FLOPs of the two products per L-BFGS iteration the
+    engine itself takes at ``tol`` (every (row, problem) pair, on each subset's features or, where the
+    engine's cost model picks it, its n x n row-space factor; line-search retries and confirmations left
+    out), at this machine's single-threaded float32 product speed on ``threads`` threads, one problem wide
+    (K columns) and all of a subset's C values wide (len(Cs) x K); returns those times and the ratios to
+    ``baseline_seconds`` (the strongest baseline's whole run: fits, scoring and reading) they allow."""
+    flops = 0.0
+    seconds = {"narrow": 0.0, "wide": 0.0}
+    speeds: dict[tuple, float] = {}
+    for call in calls:
+        fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes,
+                                 **dict(call.engine, tol=tol, n_threads=threads))
+        per_subset = max(1, len(call.Cs) // max(1, len({np.sort(s).tobytes() for s in call.subsets})))
+        for subset, iterations in zip(call.subsets, fit.n_iter_):
+            rows = np.unique(subset).size
+            width = call.X.shape[1]
+            if row_space_pays(rows, width, per_subset, call.n_classes):
+                width = rows
+            work = 4.0 * rows * width * call.n_classes * int(iterations)
+            flops += work
+            for name, columns in (("narrow", call.n_classes), ("wide", call.n_classes * per_subset)):
+                key = (rows, width, columns)
+                if key not in speeds:
+                    speeds[key] = product_gflops(rows, width, columns)
+                seconds[name] += work / (threads * speeds[key] * 1e9)
+    return {"gflop": flops / 1e9, "seconds": seconds,
+            "ratio": {name: baseline_seconds / t for name, t in seconds.items()}}
+
+
+def summarise(times: dict, n_runs: int) -> dict:
+    medians = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
+    baselines = [name for name in medians if name != "engine"]
+    best = min(baselines, key=lambda name: medians[name]["wall"])
+    return {
+        "medians": medians,
+        "runs_per_s": {name: n_runs / m["wall"] for name, m in medians.items()},
+        "strongest": best,
+        "ratio_wall": medians[best]["wall"] / medians["engine"]["wall"],
+        "ratio_cpu": min(medians[name]["cpu"] for name in baselines) / medians["engine"]["cpu"],
+    }

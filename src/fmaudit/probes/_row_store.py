@@ -1,0 +1,395 @@
+"""How the batched logistic engine lays out its rows: shared blocks, or one group per distinct subset.
+
+Two layouts (the engine picks one per call, :func:`grouped_layout_pays`):
+- *Shared rows*: rows with the same membership pattern (the set of problems containing them) form blocks
+  evaluated for all their problems in one pair of wide products; rows of rare patterns are chunked
+  (:func:`build_blocks`). The store holds the rows once, globally standardised, and every problem's own
+  scaler is computed in the same pass (:func:`standardised_store`) and folded into its weights. Best where
+  subsets nest and overlap heavily (label fractions of one training set).
+- *Groups*: the problems fitted on one subset (the C values of a grid) form a group holding that subset's
+  distinct rows, standardised on the subset itself (:func:`build_groups`): one pair of products per group,
+  no folding, rows copied once per subset. Best for many small, weakly overlapping subsets (cell units,
+  folds, seeds). Where a subset has fewer distinct rows n than features D, its group can hold the exact
+  row-space form instead (:class:`Group`): the optimum's weights lie in the span of the subset's rows, so
+  the problem is solved in n coordinates per class on an n x n factor of the rows' Gram matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+# Rows sharing a problem set form their own blocks when there are at least this many of them; rows of
+# rarer membership patterns are chunked (build_blocks). Blocks are cut at _MAX_BLOCK_ROWS rows so that a
+# block's rows stay in cache between its two products and its temporaries stay small.
+_MIN_SHARED_ROWS = 32
+_RARE_CHUNK_ROWS = 256
+_MAX_BLOCK_ROWS = 1024
+
+def subset_scaler(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The standardisation of ``rows`` as scikit-learn's ``StandardScaler`` computes it.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (N, D)
+
+    Returns
+    -------
+    (mean, scale) : tuple of float64 ndarrays of shape (D,)
+        Column means and standard deviations (ddof 0); a near-constant column gets scale 1.
+    """
+    mean = rows.mean(axis=0, dtype=np.float64)
+    var = rows.var(axis=0, dtype=np.float64)
+    eps = np.finfo(np.float64).eps
+    n = rows.shape[0]
+    constant = var <= n * eps * var + (n * mean * eps) ** 2
+    scale = np.sqrt(var)
+    scale[constant] = 1.0
+    return mean, scale
+
+
+@dataclass
+class Block:
+    """Rows ``start:stop`` of the row store, evaluated for the problems ``problems`` at once."""
+
+    start: int
+    stop: int
+    problems: torch.Tensor  # (k,) unique-problem ids
+    weights: torch.Tensor  # (k, n_b) float64: multiplicity / n_r, 0 where a row is not in that problem
+    y: torch.Tensor  # (n_b,)
+    cost: float  # modelled cost of one evaluation, for balancing blocks over threads
+
+
+# Modelled cost of evaluating one block row for k problems: reading the row (BLAS packing, memory) plus a
+# per-problem part, in units of one problem's products. Fitted to float32 OpenBLAS CPU times of the
+# (1024 x 1024) @ (1024 x 9k) and (9k x 1024) @ (1024 x 1024) products on the 2-core benchmark machine (the
+# pair for 1 problem ~1.4 us per row, for 16 problems ~9.7 us per row).
+_ROW_READ_COST = 1.0
+_BLOCK_OVERHEAD_ROWS = 24  # fixed cost of a block (two BLAS calls and ~15 small torch ops), in rows
+
+
+def block_cost(n_rows: int, n_problems: int) -> float:
+    return (n_rows + _BLOCK_OVERHEAD_ROWS) * (_ROW_READ_COST + n_problems)
+
+
+def build_blocks(index_sets, y, n_rows, device):
+    """Group rows by the set of problems containing them; returns (row ids of the store, blocks).
+
+    Rows with the same membership pattern form blocks evaluated for all their problems in one pair of wide
+    products. Rows of rare patterns (a block would be too small to pay its overhead) are sorted by pattern and
+    cut into chunks; each chunk is evaluated either for the union of its problems (rows outside a problem
+    get weight 0) or problem by problem, whichever the cost model says is cheaper.
+    """
+    n_problems = len(index_sets)
+    counts = np.zeros((n_problems, n_rows), dtype=np.int32)
+    for u, idx in enumerate(index_sets):
+        np.add.at(counts[u], idx, 1)
+    # A random projection of each row's membership counts names its pattern (int64 arithmetic wraps, which
+    # a hash may). A collision would only put rows with different patterns in one block, which the per-row
+    # weights still handle exactly.
+    projection = np.random.default_rng(0).integers(1, 2**62, size=n_problems, dtype=np.int64)
+    signature = np.zeros(n_rows, dtype=np.int64)
+    for u in range(n_problems):
+        signature += projection[u] * counts[u]
+    used = np.flatnonzero(counts.any(axis=0))
+    _, pattern, pattern_size = np.unique(signature[used], return_inverse=True, return_counts=True)
+    n = np.array([idx.size for idx in index_sets], dtype=np.float64)
+
+    store_rows: list[np.ndarray] = []
+    blocks: list[Block] = []
+    offset = 0
+
+    def add(rows: np.ndarray, problems: np.ndarray) -> None:
+        nonlocal offset
+        for start in range(0, rows.size, _MAX_BLOCK_ROWS):
+            chunk = rows[start : start + _MAX_BLOCK_ROWS]
+            weights = counts[problems][:, chunk] / n[problems][:, None]
+            blocks.append(
+                Block(
+                    start=offset,
+                    stop=offset + chunk.size,
+                    problems=torch.as_tensor(problems, device=device),
+                    weights=torch.as_tensor(weights, dtype=torch.float64, device=device),
+                    y=torch.as_tensor(y[chunk], device=device),
+                    cost=block_cost(chunk.size, problems.size),
+                )
+            )
+            store_rows.append(chunk)
+            offset += chunk.size
+
+    order = np.argsort(pattern, kind="stable")
+    bounds = np.r_[0, np.cumsum(pattern_size)]
+    for p in np.flatnonzero(pattern_size >= _MIN_SHARED_ROWS):
+        rows = used[order[bounds[p] : bounds[p + 1]]]
+        add(rows, np.flatnonzero(counts[:, rows].any(axis=1)))
+    rare = used[pattern_size[pattern] < _MIN_SHARED_ROWS]
+    if rare.size:
+        # Lexicographic order of membership, largest problems most significant: similar rows end up together.
+        by_size = np.argsort(-n, kind="stable")
+        rare = rare[np.lexsort((counts[by_size][::-1][:, rare] > 0))[::-1]]
+        for start in range(0, rare.size, _RARE_CHUNK_ROWS):
+            chunk = rare[start : start + _RARE_CHUNK_ROWS]
+            member = counts[:, chunk] > 0
+            union = np.flatnonzero(member.any(axis=1))
+            per_problem = sum(block_cost(int(member[u].sum()), 1) for u in union)
+            if block_cost(chunk.size, union.size) <= per_problem:
+                add(chunk, union)
+            else:
+                for u in union:
+                    add(chunk[member[u]], np.array([u]))
+    return np.concatenate(store_rows), blocks
+
+
+def standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
+    """Rows of the store, globally standardised, and every problem's scaler, in one streaming pass.
+
+    Returns (store (T, D) numpy in ``dtype``, centre (D,), spread (D,), mean (U, D), scale (U, D),
+    mu' (U, D), sigma' (U, D), constant (U, D)); the store is (x - centre) / spread, see
+    SharedRowsObjective for mu' and sigma'; ``constant`` marks features exactly constant within a subset,
+    whose standardised column is 0. Without ``standardize`` the problems keep raw features (mean 0, scale
+    1, mu' 0, sigma' 1, nothing constant).
+    """
+    D = X.shape[1]
+    n_problems = sizes.size
+    # Any centre and scale near the data's own make mu' and sigma' close to 0 and 1; a sample is enough.
+    sample = store_rows[:: max(1, store_rows.size // 4096)]
+    centre, spread = subset_scaler(X[sample])
+    store = np.empty((store_rows.size, D), dtype=numpy_dtype(dtype))
+    first = np.zeros((n_problems, D))
+    second = np.zeros((n_problems, D))
+    low = np.full((n_problems, D), np.inf)
+    high = np.full((n_problems, D), -np.inf)
+    for block in blocks:
+        rows = X[store_rows[block.start : block.stop]].astype(np.float64)
+        rows -= centre
+        rows /= spread
+        store[block.start : block.stop] = rows
+        if not standardize:
+            continue
+        ids = block.problems.cpu().numpy()
+        weights = block.weights.T.cpu().numpy().astype(np.float64)
+        first[ids] += weights.T @ rows
+        second[ids] += weights.T @ (rows * rows)
+        block_range = None
+        for j, u in enumerate(ids):
+            member = weights[:, j] > 0
+            if member.all():
+                if block_range is None:
+                    block_range = rows.min(axis=0), rows.max(axis=0)
+                row_low, row_high = block_range
+            elif member.any():
+                row_low, row_high = rows[member].min(axis=0), rows[member].max(axis=0)
+            else:
+                continue
+            np.minimum(low[u], row_low, out=low[u])
+            np.maximum(high[u], row_high, out=high[u])
+    if not standardize:
+        zeros, ones = np.zeros((n_problems, D)), np.ones((n_problems, D))
+        return store, centre, spread, zeros, ones, zeros, ones, np.zeros((n_problems, D), dtype=bool)
+    # E[x'^2] - E[x']^2 is accurate because x' is centred and scaled near 0 and 1. Features constant within
+    # a subset are detected exactly (max == min) and get scale 1, as StandardScaler gives them.
+    var_prime = np.maximum(second - first * first, 0.0)
+    mean = centre + spread * first
+    n = sizes[:, None].astype(np.float64)
+    eps = np.finfo(np.float64).eps
+    var = spread**2 * var_prime
+    constant = (high <= low) | (var <= n * eps * var + (n * mean * eps) ** 2)
+    var_prime[constant] = 0.0
+    scale = spread * np.sqrt(var_prime)
+    scale[constant] = 1.0
+    return store, centre, spread, mean, scale, first, scale / spread, high <= low
+
+
+
+
+@dataclass
+class Group:
+    """One distinct subset (its distinct rows, each once, weighted by multiplicity / subset size) and the
+    problems fitted on it.
+
+    Dense: ``features`` (n, D) are the rows standardised on the subset (``standardize``; a feature constant
+    within the subset is a zero column) or globally (centre, spread; without ``standardize``).
+
+    Row-space (``standardize`` and n < D): the standardised rows Z are centred with the rows' weights w, so
+    Z^T u = 0 for u = w / |w|. With A = [Z, sqrt(c) u] (c the rows' mean squared norm) and A A^T = L L^T
+    (Cholesky), Q = A^T L^-T has orthonormal columns and its last row q (= sqrt(c) L^-1 u, a unit vector) is
+    the one direction of coefficient space that the original problem lacks. The problem on features L with
+    coefficients B (n, K) kept orthogonal to q (the gradient is projected; a start W0 maps to L^-1 Z W0,
+    already orthogonal) and the same penalty ||B||^2 is the original one turned by Q: W = Z^T L^-T B. L-BFGS
+    is invariant under that turn (its iterates from such a start stay in the span), so it takes the same
+    steps in n instead of D coordinates per class.
+    """
+
+    problems: np.ndarray  # (c,) problem ids (local to the objective that evaluates the group)
+    rows: np.ndarray  # (n,) distinct row ids of X
+    weight: torch.Tensor  # (n,) float64: multiplicity / subset size
+    y: torch.Tensor  # (n,) int64 labels
+    features: torch.Tensor  # (n, p) in the store dtype: standardised rows (p = D) or the factor L (p = n)
+    mean: np.ndarray  # (D,) the subset's scaler (0 and 1 without standardize)
+    scale: np.ndarray
+    constant: np.ndarray  # (D,) bool: features constant within the subset
+    basis: torch.Tensor | None = None  # row-space: (n, D) standardised rows Z, store dtype
+    factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
+    augment: float = 0.0  # row-space: c
+    constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 q = sqrt(c) L^-1 u
+    _weights: dict | None = None  # weight in each product dtype, made on first use
+
+    def weight_in(self, dtype: torch.dtype) -> torch.Tensor:
+        if self._weights is None:
+            self._weights = {}
+        if dtype not in self._weights:
+            self._weights[dtype] = self.weight.to(dtype)
+        return self._weights[dtype]
+
+    @property
+    def row_space(self) -> bool:
+        return self.factor is not None
+
+    @property
+    def width(self) -> int:
+        return int(self.features.shape[1])
+
+
+# Row-space form: a subset of n distinct rows uses it where its modelled cost is lower than the dense
+# form's, in float32 product flops. Per evaluation the two products cost 4 n D w flops dense and 4 n n w in
+# the row-space form (w = problems x classes columns), and the two-loop recursion ~4 m flops per coordinate
+# (D or n per class and problem), memory-bound, weighted _STATE_COST. Once per subset the row-space form pays
+# the float64 Gram matrix and Cholesky factor (2 n^2 D + n^3 / 3 flops) and, near convergence, exact checks
+# of the stopping gradient (a float64 n x D product each, about _ROW_SPACE_CHECKS per problem); float64 flops
+# weigh _FLOAT64_COST. _EXPECTED_EVALUATIONS: about the median evaluations per problem on the benchmark
+# shards (benchmarks/bench_cell_shard.py); the weights were measured on the 2-core benchmark machine.
+_EXPECTED_EVALUATIONS = 100
+_ROW_SPACE_CHECKS = 15
+_FLOAT64_COST = 2.2
+_STATE_COST = 4.0
+_HISTORY = 10
+
+
+def row_space_pays(n: int, D: int, n_problems: int, n_classes: int) -> bool:
+    """Whether a subset of ``n`` distinct rows and ``D`` features is cheaper in the row-space form."""
+    if n >= D:
+        return False
+    width = n_problems * n_classes
+    saving = _EXPECTED_EVALUATIONS * (D - n) * width * (4 * n + _STATE_COST * 4 * _HISTORY)
+    one_off = _FLOAT64_COST * (2 * n * n * D + n**3 / 3 + _ROW_SPACE_CHECKS * n_problems * 2 * n * D * n_classes)
+    return saving > one_off
+
+
+def group_subsets(index_sets) -> list[tuple[np.ndarray, list[int]]]:
+    """Distinct subsets (sorted indices, repeats kept) and the problems on each, in first-seen order."""
+    groups: dict[bytes, tuple[np.ndarray, list[int]]] = {}
+    for u, idx in enumerate(index_sets):
+        key = np.sort(idx)
+        entry = groups.setdefault(key.tobytes(), (key, []))
+        entry[1].append(u)
+    return list(groups.values())
+
+
+def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True):
+    """One :class:`Group` per distinct subset of ``index_sets`` (a list per unique problem); returns
+    (groups, centre, spread): without ``standardize`` the rows are globally standardised by (centre,
+    spread) as in the shared layout; with it centre 0 and spread 1. The row-space form is used where
+    ``row_space`` and :func:`row_space_pays` say so (``standardize`` only: the raw-feature problems are
+    solved in globally rescaled coordinates, which a turn of the rows does not preserve)."""
+    D = X.shape[1]
+    eps = np.finfo(np.float64).eps
+    numpy_store = numpy_dtype(store_dtype)
+    if standardize:
+        centre, spread = np.zeros(D), np.ones(D)
+    else:
+        used = np.unique(np.concatenate(index_sets))
+        centre, spread = subset_scaler(X[used[:: max(1, used.size // 4096)]])
+    groups = []
+    for idx, problems in group_subsets(index_sets):
+        rows, counts = np.unique(idx, return_counts=True)
+        n = idx.size
+        weight = counts / n
+        Xr = X[rows].astype(np.float64)
+        if standardize:
+            mean = weight @ Xr
+            Z = Xr - mean
+            var = weight @ (Z * Z)
+            constant = (Xr.max(axis=0) <= Xr.min(axis=0)) | (var <= n * eps * var + (n * mean * eps) ** 2)
+            scale = np.sqrt(var)
+            scale[constant] = 1.0
+            Z /= scale
+            Z[:, constant] = 0.0
+        else:
+            Z = (Xr - centre) / spread
+            mean, scale, constant = np.zeros(D), np.ones(D), np.zeros(D, dtype=bool)
+        group = Group(
+            problems=np.asarray(problems),
+            rows=rows,
+            weight=torch.as_tensor(weight, dtype=torch.float64, device=device),
+            y=torch.as_tensor(y[rows], device=device),
+            features=torch.as_tensor(Z.astype(numpy_store), device=device),
+            mean=mean,
+            scale=scale,
+            constant=constant,
+        )
+        if standardize and row_space and row_space_pays(rows.size, D, len(problems), n_classes):
+            _to_row_space(group, Z, numpy_store, device)
+        groups.append(group)
+    return groups, centre, spread
+
+
+def _to_row_space(group: Group, Z: np.ndarray, numpy_store, device) -> None:
+    """Turn a dense group into its row-space form (:class:`Group`); leave it dense where the Cholesky
+    factor does not exist or is too ill-conditioned to map the coefficients back accurately."""
+    weight = group.weight.cpu().numpy()
+    u = weight / np.linalg.norm(weight)  # Z^T u = 0: the rows are centred with these weights
+    augment = float((Z * Z).sum() / Z.shape[0]) or 1.0
+    try:
+        L = np.linalg.cholesky(Z @ Z.T + augment * np.outer(u, u))
+    except np.linalg.LinAlgError:
+        return
+    diagonal = np.diag(L)
+    if diagonal.min() ** 2 < 1e-10 * diagonal.max() ** 2:
+        return
+    L_t = torch.as_tensor(L, device=device)
+    u_t = torch.as_tensor(u[:, None], dtype=torch.float64, device=device)
+    group.constant_direction = np.sqrt(augment) * torch.linalg.solve_triangular(L_t, u_t, upper=False)[:, 0]
+    group.basis = group.features
+    group.features = torch.as_tensor(L.astype(numpy_store), device=device)
+    group.factor = L_t
+    group.augment = augment
+
+
+def numpy_dtype(dtype: torch.dtype):
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+# Modelled cost of one evaluation, per layout, in the same units: a block or group of n rows and p features
+# evaluated for w = problems x classes columns costs (n + _BLOCK_OVERHEAD_ROWS) * p * (_ROW_READ_COLUMNS + w).
+# Fitted to single-threaded float32 CPU times of both products (n = 769, p = 384, w = 9 ... 180, measured on
+# the 2-core benchmark machine: reading a row costs as much as ~19 columns).
+_ROW_READ_COLUMNS = 19.0
+# The shared layout's extra work per modelled unit (each problem's scaler folded into its weights, the
+# per-pair layout arrays): measured CPU time per modelled cost ~1.2x the groups' on the CellPath IS shard's
+# engine calls (benchmarks/bench_cell_shard.py, 2-core machine), while on the tile grid's nested subsets
+# the shared rows stay cheaper (measured 2x) whatever this factor.
+_SHARED_OVERHEAD = 1.2
+
+
+def _evaluation_cost(n_rows: int, width: int, columns: int) -> float:
+    return (n_rows + _BLOCK_OVERHEAD_ROWS) * width * (_ROW_READ_COLUMNS + columns)
+
+
+def grouped_layout_pays(index_sets, y, n_rows: int, D: int, n_classes: int, standardize: bool) -> bool:
+    """Whether the grouped layout's modelled evaluation cost is below the shared one's (module doc):
+    subsets that share rows in a few large membership patterns (nested label fractions) favour the shared
+    rows, many weakly overlapping subsets (seeds, folds, cell units) the groups."""
+    groups = group_subsets(index_sets)
+    grouped = 0.0
+    for idx, problems in groups:
+        n = np.unique(idx).size
+        width = n if (standardize and row_space_pays(n, D, len(problems), n_classes)) else D
+        grouped += _evaluation_cost(n, width, len(problems) * n_classes)
+    if len(groups) == 1:
+        return True
+    _, blocks = build_blocks(index_sets, y, n_rows, torch.device("cpu"))
+    shared = sum(_evaluation_cost(b.stop - b.start, D, int(b.problems.numel()) * n_classes) for b in blocks)
+    return grouped <= _SHARED_OVERHEAD * shared
