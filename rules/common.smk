@@ -15,6 +15,8 @@ from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 from fmaudit.report import report_outputs, report_reads, report_settings
+from fmaudit.report.cards import DECISION, FRONT_PAGE, card_files
+from fmaudit.costs import gpu_plan, job_gpus
 
 try:
     # The config is filled from resources/schemas/config.schema.yaml once, here, exactly as the command line
@@ -194,7 +196,8 @@ def on_gpu(wildcards):
 
 
 def embed_gpus(wildcards):
-    return 1 if on_gpu(wildcards) else 0
+    """The GPUs of an embedding or cell-feature job (fmaudit.costs.gpu_plan: what the cost report charges)."""
+    return job_gpus(GPU_PLAN, "embed", wildcards)
 
 
 def record_signatures(namespace):
@@ -348,8 +351,9 @@ if PRIOR_SHIFT_SHARDS:
                          prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
                          scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
 # {task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "draws",
-                                                                     "sample_size", "seeds")}
+REPORT_SETTINGS["prior_shift"] = canonical({task: {**{k: ps[k] for k in ("model_selection", "priors", "draws",
+                                                                        "sample_size", "seeds")},
+                                                   "scratch_reference": bool(ps["scratch_reference"]["enabled"])}
                                             for task, ps in PRIOR_SHIFT.items()})
 
 
@@ -398,7 +402,7 @@ def scratch_settings(wildcards):
 
 
 def scratch_gpus(wildcards):
-    return 1 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 0
+    return job_gpus(GPU_PLAN, "scratch_reference", wildcards)
 
 
 def scratch_mem_mb(wildcards, attempt):
@@ -513,6 +517,46 @@ REPORT_SETTINGS["ood"] = report_ood_settings()
 
 
 # ---- report --------------------------------------------------------------------------------------------
+
+# The GPUs each GPU-capable job requests (its `gpu` resource): the rules and the cost report read the same plan.
+GPU_PLAN = gpu_plan(config, ENCODERS, PRIOR_SHIFT)
+
+
+def planned_benchmarks():
+    """The benchmark file of every planned job that writes one (the rules' `benchmark:` paths), for the cost
+    chapter of the report; tests/test_workflow.py checks them against the files a demo run writes."""
+    bench = f"{RESULTS}/benchmarks"
+    embedded = set(embed_pairs(config))
+    for encoder, task in OOD_SHARDS:
+        plan = OOD_PLANS[task]
+        donors = [ds for cond in plan["conditions"] if cond["tier"] == "far" for ds in cond["donor"]["datasets"]]
+        derived = [name for cond in plan["conditions"] for name in cond.get("derived", [])]
+        embedded |= {(encoder, ds) for ds in [*config["tasks"][task]["datasets"], *donors, *derived]}
+    out = [f"{bench}/prepare_manifest/{ds}.tsv" for ds in config["datasets"]
+           if DATASETS[ds].get("kind") != "xenium_cells"]
+    out += [f"{bench}/embed/{enc}/{EMBEDDING_KEY[enc]}/{ds}.tsv" for enc, ds in sorted(embedded)]
+    out += [f"{bench}/probe_shard/{s.task}/{s.encoder}.tsv" for s in shards(config)]
+    out += [f"{bench}/ood_shard/{task}/{enc}.tsv" for enc, task in OOD_SHARDS]
+    out += [f"{bench}/prior_shift_shard/{j.task}/{j.encoder}/{j.source_domain}/{j.target_domain}.tsv"
+            for j in PRIOR_SHIFT_SHARDS]
+    out += [f"{bench}/scratch_reference/{j.task}/{j.source_domain}/seed{j.seed}.tsv" for j in SCRATCH_JOBS]
+    if CELL_PLAN is not None:
+        out += [f"{bench}/prepare_cell_section/{s}.tsv" for s in CELL_PLAN.sections]
+        out += [f"{bench}/cell_features/{e}/{EMBEDDING_KEY[e]}/{mag(m)}x/{s}.tsv" for e, s, m in CELL_PLAN.feature_jobs]
+        out += [f"{bench}/cell_shard/{p}/{e}/{mag(m)}x.tsv" for e, m, p in CELL_PLAN.shard_jobs]
+    return list(dict.fromkeys(out))
+
+
+def report_cards():
+    """Every reliability card the report writes (fmaudit.report.cards), one per encoder of the config, and the
+    front page; their HTML pages appear in Snakemake's report, which links them from its first screen."""
+    out = []
+    for path in card_files(config["encoders"]):
+        caption = "front_page_html" if path == FRONT_PAGE else "card"
+        out.append(report(f"{REPORT}/{path}", caption=f"../resources/report/{caption}.rst", category=DECISION)
+                   if path.endswith(".html") else f"{REPORT}/{path}")
+    return out
+
 
 # Every table and figure the report writes (fmaudit.report.report_outputs), so the report rule declares
 # exactly what it writes; each CSV and figure carries its caption, resources/report/{tables,figures}/<name>.rst.

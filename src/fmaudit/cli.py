@@ -4,6 +4,7 @@
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
     fmaudit download SLUG --data-root DIR
+    fmaudit cost --results results/demo
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
 module only dispatches. A new command is a module there and one entry in :data:`COMMANDS`.
@@ -15,11 +16,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_config, download, gate, grid, probe, profile
+from fmaudit.commands import adapt, cells, check_config, cost, download, gate, grid, probe, profile
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt)
+COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt, cost)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,15 +13,22 @@ captions ``resources/report/tables|figures/<name>.rst``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
 
 from fmaudit.io import write_text
-from fmaudit.report import cells, embeddings, exposure, ood, prior_shift, probe, variants
+from fmaudit.report import cards, cells, cost, embeddings, exposure, ood, prior_shift, probe, variants
 from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.formatting import TABLE_FORMATS
+from fmaudit.report.html import markdown_to_html, page
 
-#: The report's chapters, in the order index.md shows them: one line per analysis.
+#: The report's chapters, in the order index.md shows them: one line per analysis. The cards come first (the
+#: front page), although they are computed last (from every other chapter's results).
 CHAPTERS: tuple[Chapter, ...] = (
+    cards.CHAPTER,
     probe.CHAPTER,
     ood.CHAPTER,
     variants.CHAPTER,
@@ -29,6 +36,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     exposure.CHAPTER,
     cells.CHAPTER,
     embeddings.CHAPTER,
+    cost.CHAPTER,
 )
 
 #: Every input a chapter may read: name -> what the workflow gives under it (a list of files, empty when the
@@ -44,6 +52,7 @@ REPORT_INPUTS: dict[str, str] = {
     "cell_runs": "the aggregated cell runs (aggregate/cell_runs.parquet)",
     "cell_qc": "each cell section's QC overlay (PNG)",
     "cell_manifests": "each cell section's manifest",
+    "benchmarks": "the Snakemake benchmark file of every planned job that writes one (benchmarks/<rule>/...tsv)",
 }
 #: Every setting a chapter may state: name -> what it holds (the report rule's params; captions read them).
 REPORT_SETTINGS: dict[str, str] = {
@@ -55,6 +64,8 @@ REPORT_SETTINGS: dict[str, str] = {
     "variants": "declared encoder variant -> its base encoder",
     "exposure": "the encoders' pretraining facts, the data sets' aliases and the evaluated pairs",
     "cells": "the cell branch's magnifications, protocols, taxonomies, readouts and pretraining scale",
+    "cost": "the GPUs each GPU-capable job requests (fmaudit.costs.gpu_plan), for GPU-hours",
+    "cards": "the study's name and the encoders that get a reliability card",
 }
 
 __all__ = ["REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_outputs", "report_reads",
@@ -83,7 +94,7 @@ def report_settings(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
 def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str, str]]:
     """``{"tables": {name: category}, "figures": {name: category}}`` of every chapter: what the report writes
     (each table in every format of :data:`fmaudit.report.formatting.TABLE_FORMATS`), besides ``index.md``."""
-    out: dict[str, dict[str, str]] = {"tables": {}, "figures": {}}
+    out: dict[str, dict[str, str]] = {"tables": dict(LINT_TABLE), "figures": {}}
     for s in chapters:
         for kind, names in (("tables", s.tables), ("figures", s.figures)):
             clash = set(names) & set(out[kind])
@@ -93,17 +104,42 @@ def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str
     return out
 
 
-def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequence[Chapter] = CHAPTERS) -> None:
-    """Write every chapter's tables and figures under ``out_dir``, then ``index.md`` (last, so that a complete
-    index means a complete report). ``results[chapter.name]`` is what the chapter formats; a missing entry
-    means the config planned nothing of it."""
+#: The report lint's table (:mod:`fmaudit.report.lint`), written by :func:`write_report` beside the chapters'.
+LINT_TABLE = {"report_lint": "Report lint"}
+
+
+def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequence[Chapter] = CHAPTERS,
+                 lint: Callable[[str, Path], pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Write every chapter's tables and figures under ``out_dir``, then ``index.html`` and ``index.md`` (last, so
+    that a complete index means a complete report). ``results[chapter.name]`` is what the chapter formats; a
+    missing entry means the config planned nothing of it.
+
+    ``lint(index_markdown, out_dir) -> findings`` (:func:`fmaudit.report.lint.lint_report`) runs once the
+    chapters are written: its findings go to ``tables/report_lint`` (a sentence when there are none), one line at
+    the top of the index and a list at its end. Returns the findings."""
     out_dir = Path(out_dir)
     writer = ReportWriter(out_dir)
-    lines = ["# fmaudit report", ""]
+    body: list[str] = []
     for chapter in chapters:
-        lines += chapter.write(results.get(chapter.name), writer)
-    declared = {p for s in chapters for p in s.outputs()}
+        body += chapter.write(results.get(chapter.name), writer)
+    body += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
+    findings = lint("\n".join(body), out_dir) if lint is not None else pd.DataFrame()
+    writer.table("report_lint", findings if len(findings) else pd.DataFrame(
+        {"note": ["the report lint found nothing" if lint is not None else "no lint was run"]}))
+    declared = {p for s in chapters for p in s.outputs(results.get(s.name))}
+    declared |= {f"tables/report_lint{ext}" for ext in TABLE_FORMATS}
     if writer.written != declared:  # a chapter wrote something it does not declare, or skipped an output
         raise RuntimeError(f"report chapters wrote {sorted(writer.written ^ declared)} against their declaration")
-    lines += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
-    write_text(out_dir / "index.md", "\n".join(lines))
+    head = ["# fmaudit report", ""]
+    if len(findings):
+        head += [f"**Report lint: {len(findings)} finding{'s' if len(findings) != 1 else ''}** (listed at the end of "
+                 "this page and in `tables/report_lint.csv`): read them before the numbers they point at.", ""]
+        body += ["## Report lint", "", "What the report lint flags (fmaudit.report.lint); each line names the table "
+                 "and the row or column.", ""] + [f"- **{r.check}** ({r.where}): {r.detail}"
+                                                 for r in findings.itertuples(index=False)] + [""]
+    text = "\n".join(head + body)
+    # the home page links the cards' HTML pages where index.md links their Markdown
+    home = re.sub(r"\(cards/([^)\s]+)\.md\)", r"(cards/\1.html)", text)
+    write_text(out_dir / "index.html", page("fmaudit report", markdown_to_html(home)))
+    write_text(out_dir / "index.md", text)
+    return findings

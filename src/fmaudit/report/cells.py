@@ -12,6 +12,7 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.stats import wilcoxon_smallest_p
 
 CELLS = "Cells (CellPath-Bench)"
 TABLES = {
@@ -25,7 +26,7 @@ TABLES = {
 FIGURES = {"cell_cra_crt_landscape": CELLS, "cell_qc_overlays": CELLS}
 NOTE = "no cell-level runs were planned by this config"
 
-__all__ = ["FIGURES", "CHAPTER", "TABLES", "qc_montage"]
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "qc_montage", "wilcoxon_readable"]
 
 
 def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
@@ -55,6 +56,19 @@ def _landscape(results: Mapping[str, Any], path: Path, taxonomy: str) -> None:
     # written atomically by cra_crt_landscape itself
     cra_crt_landscape(results["cra"], crt, results["scale"], path, taxonomy=taxonomy, magnification=main,
                       draw_unscaled=True)
+
+
+def wilcoxon_readable(cra: pd.DataFrame, alpha: float = 0.05) -> tuple[pd.DataFrame, list[int]]:
+    """The CRA table for reading: where the sections are too few for a two-sided Wilcoxon test to reach ``alpha``
+    at all, ``nuc_beats_mean`` and ``significant_wins`` say so instead of False and 0; with those section counts."""
+    out = cra.astype({"nuc_beats_mean": object, "significant_wins": object}).copy()
+    undecidable = sorted({int(n) for n in out["n_sections"] if wilcoxon_smallest_p(int(n)) >= alpha})
+    for i in out.index:
+        n = int(out.loc[i, "n_sections"])
+        if n in undecidable:
+            out.loc[i, "nuc_beats_mean"] = f"n/a ({n} sections: p >= {wilcoxon_smallest_p(n):.3g})"
+            out.loc[i, "significant_wins"] = "n/a (too few sections)"
+    return out, undecidable
 
 
 def _or_note(df: pd.DataFrame, note: str) -> pd.DataFrame:
@@ -88,10 +102,16 @@ def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     if "cra_mean_pp" in cra.columns:
         show = cra[["encoder", "taxonomy", "magnification", "f1_nuc_mean_pct", "f1_mean_mean_pct", "cra_mean_pp",
                     "cra_sd_pp", "n_sections", "nuc_beats_mean", "significant_wins"]]
+        show, undecidable = wilcoxon_readable(show)
+        note = (f" With {', '.join(map(str, undecidable))} sections a two-sided Wilcoxon test cannot reach p < 0.05 "
+                f"(the smallest possible p is {wilcoxon_smallest_p(max(undecidable)):.3g}): those rows say `n/a`, "
+                "undecided rather than False, and a positive `cra_mean_pp` there is not evidence that Nuc beats "
+                "Mean." if undecidable else "")
         lines += ["### CRA: Nuc minus Mean macro-F1 (pp), intra-section (IS)", "",
                   "Mean ± SD (ddof 1) over sections (unit = section, n = `n_sections`), each section first averaged "
                   "over its seeds; `nuc_beats_mean`: paired Wilcoxon over sections, two-sided p < 0.05 and a "
-                  "positive median difference.", "", dataframe_to_markdown(show), ""]
+                  f"positive median difference; `significant_wins`: the same test against each other encoder.{note}",
+                  "", dataframe_to_markdown(show), ""]
     lines += ["### CRT", "", results["crt_definition"], ""]
     if len(results["crt"]):
         cols = [c for c in results["crt"].columns if c.startswith("crt_") or c in ("encoder", "taxonomy", "magnification", "n_units")]

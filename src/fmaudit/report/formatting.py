@@ -10,13 +10,17 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fmaudit.io import write_table, write_text
+from fmaudit.io import dataframe_to_markdown, write_table, write_text
 
 #: Formats every report table is written in, the first one carrying the caption in Snakemake's report.
 TABLE_FORMATS = (".csv", ".md", ".tex")
 _ECE_COLUMN = re.compile(r"^ece_top_(\d+)_lohi$")
 
-__all__ = ["TABLE_FORMATS", "ece_columns", "fmt_ci", "settings_text", "write_all_formats"]
+#: Intervals from fewer resampling units than this get a warning beside them (and a report-lint finding).
+MIN_UNITS = 5
+
+__all__ = ["MIN_UNITS", "TABLE_FORMATS", "ece_columns", "few_units_warning", "fill_missing", "fmt_ci", "integer_columns",
+           "settings_text", "table_or_note", "write_all_formats"]
 
 
 def fmt_ci(point: float, lo: float, hi: float) -> str:
@@ -53,3 +57,41 @@ def settings_text(groups: Iterable[tuple[Mapping[str, Any], Sequence[str]]],
     if len(groups) == 1:
         return template.format(**groups[0][0])
     return "; ".join(f"{_tasks(tasks)}: {template.format(**s)}" for s, tasks in groups)
+
+
+def fill_missing(df: pd.DataFrame, reasons: Mapping[str, str] | None = None, default: str = "n/a") -> pd.DataFrame:
+    """A copy of ``df`` for printing in which every missing cell says why: ``reasons[column]`` where given, else
+    ``default`` (the Markdown writer would leave it blank)."""
+    out = df.astype(object).copy()
+    for col in out.columns:
+        missing = df[col].isna()
+        if missing.any():
+            out.loc[missing, col] = (reasons or {}).get(str(col), default)
+    return out
+
+
+def integer_columns(df: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """``df`` with ``columns`` (ranks, counts) printed as whole numbers (``2``, not ``2.000``), missing ones kept."""
+    out = df.copy()
+    for col in columns:
+        if col in out.columns:
+            out[col] = [int(v) if pd.notna(v) else v for v in out[col]]
+            out[col] = out[col].astype(object)
+    return out
+
+
+def table_or_note(df: pd.DataFrame | None, why: str) -> str:
+    """``df`` as Markdown, or the sentence ``why`` when it has no rows or columns (never an empty ``|  |``)."""
+    if df is None or len(df) == 0 or len(df.columns) == 0:
+        return why[0].upper() + why[1:] + ("" if why.endswith(".") else ".")
+    return dataframe_to_markdown(df)
+
+
+def few_units_warning(n_units: Iterable[Any], unit: str = "unit") -> str:
+    """A warning sentence when some interval rests on fewer than :data:`MIN_UNITS` resampling units, else ``""``."""
+    small = sorted({int(n) for n in n_units if pd.notna(n) and int(n) < MIN_UNITS})
+    if not small:
+        return ""
+    return (f" **Warning: some intervals rest on {', '.join(map(str, small))} {unit}(s), fewer than {MIN_UNITS}: such an "
+            "interval says almost nothing (with one unit, every resample is the same and the interval collapses onto "
+            "the point).**")
