@@ -552,8 +552,8 @@ def report_cards():
     front page; their HTML pages appear in Snakemake's report, which links them from its first screen."""
     out = []
     for path in card_files(config["encoders"]):
-        caption = "front_page_html" if path == FRONT_PAGE else "card"
-        out.append(report(f"{REPORT}/{path}", caption=f"../resources/report/{caption}.rst", category=DECISION)
+        caption = "front_page" if path == FRONT_PAGE else "card"
+        out.append(report(f"{REPORT}/{path}", caption=f"../resources/report/pages/{caption}.rst", category=DECISION)
                    if path.endswith(".html") else f"{REPORT}/{path}")
     return out
 

@@ -24,6 +24,7 @@ from fmaudit.cells.metrics import (
     readout_table,
     win_matrix,
 )
+from fmaudit.stats import wilcoxon_smallest_p
 
 __all__ = ["main_magnification", "summarize_cell_runs"]
 
@@ -49,6 +50,9 @@ def summarize_cell_runs(runs: pd.DataFrame, settings: Mapping[str, Any], qc: Map
     cra = cra_table(runs, magnification=None, alpha=alpha) if len(ok) else pd.DataFrame()
     if len(cra):
         cra["unit"] = [f"section (IS), n={n}; mean over seeds first; SD ddof=1" for n in cra["n_sections"]]
+        # the smallest p the two-sided Wilcoxon test can reach on this many sections: at or above alpha, a
+        # significant win is impossible and nuc_beats_mean / significant_wins say nothing
+        cra["wilcoxon_smallest_p"] = [wilcoxon_smallest_p(int(n)) for n in cra["n_sections"]]
     crt = pd.concat([crt_table(runs, magnification=m) for m in mags], ignore_index=True) if len(ok) else pd.DataFrame()
     if len(crt):
         crt["unit"] = [f"protocol units (IOCD held-out section, MOCV fold, LOOO organ), n={n}" for n in crt["n_units"]]

@@ -227,8 +227,10 @@ def front_page_table(front: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         for r in table["rows"]:
             for axis, (label, _) in FRONT_AXES.items():
                 v = r["values"].get(axis) or {}
+                has = v.get("ci_lo") is not None and v.get("ci_hi") is not None
                 rows.append({"task": table["task"] or "", "encoder": r["encoder"], "axis": axis, "label": label,
                              "point": v.get("point"), "ci_lo": v.get("ci_lo"), "ci_hi": v.get("ci_hi"),
+                             "interval": "95%" if has else "none: its result table gives no interval",
                              "resampling_unit": v.get("resampling_unit"), "n_units": v.get("n_units"),
                              "where": v.get("where", ""), "text": v.get("text", _front_cell(v, axis)[0]),
                              "best": bool(v.get("best", False)), "separated": bool(v.get("separated", False))})

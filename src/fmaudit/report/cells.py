@@ -12,7 +12,6 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.chapter import ReportWriter, Chapter
-from fmaudit.stats import wilcoxon_smallest_p
 
 CELLS = "Cells (CellPath-Bench)"
 TABLES = {
@@ -58,17 +57,23 @@ def _landscape(results: Mapping[str, Any], path: Path, taxonomy: str) -> None:
                       draw_unscaled=True)
 
 
-def wilcoxon_readable(cra: pd.DataFrame, alpha: float = 0.05) -> tuple[pd.DataFrame, list[int]]:
+def wilcoxon_readable(cra: pd.DataFrame, smallest_p: pd.Series | None,
+                      alpha: float = 0.05) -> tuple[pd.DataFrame, list[tuple[int, float]]]:
     """The CRA table for reading: where the sections are too few for a two-sided Wilcoxon test to reach ``alpha``
-    at all, ``nuc_beats_mean`` and ``significant_wins`` say so instead of False and 0; with those section counts."""
+    at all (``smallest_p``: the smallest p it can give, per row), ``nuc_beats_mean`` and ``significant_wins`` say
+    so instead of False and 0; with the (section count, smallest p) pairs that are undecidable."""
     out = cra.astype({"nuc_beats_mean": object, "significant_wins": object}).copy()
-    undecidable = sorted({int(n) for n in out["n_sections"] if wilcoxon_smallest_p(int(n)) >= alpha})
+    if smallest_p is None:
+        return out, []
+    undecidable = {}
     for i in out.index:
-        n = int(out.loc[i, "n_sections"])
-        if n in undecidable:
-            out.loc[i, "nuc_beats_mean"] = f"n/a ({n} sections: p >= {wilcoxon_smallest_p(n):.3g})"
+        p = float(smallest_p.loc[i])
+        if p >= alpha:
+            n = int(out.loc[i, "n_sections"])
+            undecidable[n] = p
+            out.loc[i, "nuc_beats_mean"] = f"n/a ({n} sections: p >= {p:.3g})"
             out.loc[i, "significant_wins"] = "n/a (too few sections)"
-    return out, undecidable
+    return out, sorted(undecidable.items())
 
 
 def _or_note(df: pd.DataFrame, note: str) -> pd.DataFrame:
@@ -102,9 +107,10 @@ def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     if "cra_mean_pp" in cra.columns:
         show = cra[["encoder", "taxonomy", "magnification", "f1_nuc_mean_pct", "f1_mean_mean_pct", "cra_mean_pp",
                     "cra_sd_pp", "n_sections", "nuc_beats_mean", "significant_wins"]]
-        show, undecidable = wilcoxon_readable(show)
-        note = (f" With {', '.join(map(str, undecidable))} sections a two-sided Wilcoxon test cannot reach p < 0.05 "
-                f"(the smallest possible p is {wilcoxon_smallest_p(max(undecidable)):.3g}): those rows say `n/a`, "
+        smallest = cra["wilcoxon_smallest_p"] if "wilcoxon_smallest_p" in cra.columns else None
+        show, undecidable = wilcoxon_readable(show, smallest)
+        note = (f" With {', '.join(str(n) for n, _ in undecidable)} sections a two-sided Wilcoxon test cannot reach "
+                f"p < 0.05 (the smallest possible p is {max(p for _, p in undecidable):.3g}): those rows say `n/a`, "
                 "undecided rather than False, and a positive `cra_mean_pp` there is not evidence that Nuc beats "
                 "Mean." if undecidable else "")
         lines += ["### CRA: Nuc minus Mean macro-F1 (pp), intra-section (IS)", "",

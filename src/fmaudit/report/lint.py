@@ -10,7 +10,8 @@ flags
   (```name``` beside the word column) that its table does not have;
 - ``detection AUROC below 0.5``: a novelty scorer that ranks an OOD set as more familiar than the
   in-distribution test set (the chapter must say so; the lint makes sure the reader sees it);
-- ``blank cell``: an empty cell of an index table (a missing value must say why: ``n/a``, a bound mark ...);
+- ``blank cell``: an empty cell of an index table, or one that prints a missing value as ``None`` / ``nan`` (a
+  missing value must say why: ``n/a``, a bound mark ...);
 - ``empty table``: an index table without rows or columns (a sentence must say why instead).
 
 It warns and does not fail the report job: a finding is about how the numbers read, not whether they are
@@ -40,6 +41,8 @@ CHECKS = ("few resampling units", "caption names what the table lacks", "detecti
 #: The HTML report's table captions (one per table name).
 CAPTIONS = Path(__file__).resolve().parents[3] / "resources" / "report" / "tables"
 _COUNT_COLUMNS = ("ci_n_units", "n_units")
+#: Cell texts that are a missing value printed as is (a blank, Python's None, a float NaN).
+BLANK = ("", "None", "nan", "NaN", "<NA>")
 _AUROC_COLUMNS = ("auroc", "mean_auroc")
 _NAME = re.compile(r"\b([A-Z][A-Za-z]*-?\d+[A-Za-z0-9-]*)\b")  # model-like names: ResNet-18, ViT-B16, UNI2
 _TICKED = re.compile(r"`{1,2}([A-Za-z_][A-Za-z0-9_]*)`{1,2}")
@@ -119,6 +122,12 @@ def markdown_tables(text: str) -> list[dict[str, Any]]:
             heading, caption = line.lstrip("#").strip(), []
             i += 1
             continue
+        if re.match(r"^\|\s*\|$", line):  # a table without columns (what an empty frame renders as)
+            out.append({"heading": heading, "caption": " ".join(caption), "header": [], "rows": []})
+            caption = []
+            while i < len(lines) and re.match(r"^\|\s*\|$", lines[i].strip()):
+                i += 1
+            continue
         if line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|(\s*-{3,}\s*\|)*\s*$", lines[i + 1].strip()):
             header = _cells(line)
             rows = []
@@ -174,9 +183,9 @@ def lint_markdown(text: str, where: str = "index.md") -> list[dict[str, str]]:
                                 + "; print a sentence saying why instead."))
             continue
         blank = sorted({t["header"][j] if j < len(t["header"]) else f"column {j + 1}" for r in t["rows"]
-                        for j, c in enumerate(r) if c == ""})
+                        for j, c in enumerate(r) if c in BLANK})
         if blank:
-            n = sum(c == "" for r in t["rows"] for c in r)
+            n = sum(c in BLANK for r in t["rows"] for c in r)
             out.append(_finding("blank cell", place, f"{n} blank cells (columns {', '.join(blank)}): a missing value must "
                                 "say why (n/a with a reason, a bound mark)."))
         missing = _lacks(t["caption"], t["header"], [c for r in t["rows"] for c in r])

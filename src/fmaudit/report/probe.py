@@ -236,7 +236,8 @@ def figure_captions(groups: list) -> dict[str, str]:
             "fraction, pooling every source domain's test items in-domain and every source → target pair off-domain "
             "(hence n is the sum over sources). Pooled bins can disagree with the calibration ladder, which is per "
             "source → target pair and averages seeds: a temperature that helps on the pooled items can hurt on one "
-            "pair, so read the ladder for a deployment decision. Bars: accuracy per confidence bin ({bins}, (lo, hi]); hatched red: the gap to the bin's mean "
+            "pair, so read the ladder for a deployment decision. "
+            f"Bars: accuracy per confidence bin ({bins}, (lo, hi]); hatched red: the gap to the bin's mean "
             "confidence (above a bar: overconfident, inside it: underconfident); dashed: perfect calibration; lower "
             "panels: items per bin; corner: the ECE of those bins."),
         "rank_transfer": (
