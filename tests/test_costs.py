@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from fmaudit import costs
 from fmaudit.cli import main
@@ -175,3 +176,25 @@ def test_unit_costs_from_measured_jobs(study):
     rates = costs.unit_costs(jobs, units, source="test").set_index(["rule", "encoder"])
     assert rates.loc[("probe_shard", "enc-gpu"), "wall_s_per_unit"] == pytest.approx(7.2)
     assert rates.loc[("probe_shard", "*"), "wall_s_per_unit"] == pytest.approx((72 + 72) / 40)
+
+
+def test_grid_estimate_prints_the_predicted_cost_of_a_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # the config's relative paths (registries, slide sheet)
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["study"] = "estimate-test-no-manifests"  # nothing prepared: embedding sizes unknown
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rates = tmp_path / "rates.csv"
+    pd.DataFrame([{"rule": "probe_shard", "encoder": "*", "wall_s_per_unit": 36.0, "cpu_s_per_unit": 36.0,
+                   "source": "planted"}]).to_csv(rates, index=False)
+    assert main(["grid", "--estimate", "--configfile", str(tmp_path / "config.yaml"), "--measured-costs", str(rates)]) == 0
+    out = capsys.readouterr().out
+    probe = [line.split() for line in out.splitlines() if line.strip().startswith("probe_shard")]
+    assert len(probe) == 4 and all(r[3] == "12" and r[5] == "0.12" for r in probe)  # 12 runs x 36 s
+    assert "[1] the rule's mean over the measured encoders (planted)" in out
+    assert "no measured job of this rule" in out  # embed: no rate planted
+
+
+def test_the_committed_measured_costs_are_readable_and_say_where_they_come_from():
+    table = costs.read_unit_costs(REPO / "benchmarks" / "measured_costs.csv")
+    assert set(table["encoder"]) == {"*"} and table["source"].str.contains("demo").all()
+    assert {"embed", "probe_shard", "ood_shard", "prior_shift_shard"} <= set(table["rule"])

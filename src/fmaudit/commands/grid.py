@@ -60,8 +60,14 @@ def run(args: argparse.Namespace) -> int:
         for col in ("wall_hours", "cpu_hours", "gpu_hours"):
             shown[col] = [f"{v:.4g}" if pd.notna(v) else "n/a" for v in shown[col]]
         shown["units"] = [f"{v:.0f}" if pd.notna(v) else "n/a" for v in shown["units"]]
+        sources = list(dict.fromkeys(r for r in shown["rate_from"] if r))
+        shown["rate_from"] = [f"[{sources.index(r) + 1}]" if r else "" for r in shown["rate_from"]]
         print(f"Predicted cost of {args.configfile} from the measured per-unit costs in {measured}:")
         print(shown.to_string(index=False))
+        for i, source in enumerate(sources, 1):
+            print(f"[{i}] {source}")
+        print("A measured rate spreads each measured job's start-up over its units: a grid with many more units per "
+              "job than the measurement is predicted high.")
         return 0
     # a total line per analysis and one for the config (``summarize(totals=True)``)
     summary = grid.summarize(config, load_dataset_registry(config["dataset_registry"]), totals=True)
