@@ -24,8 +24,9 @@ HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load
 def bench(root: Path, rel: str, s: float, cpu: float, rss: float | str = 500.0, repeats: int = 1) -> Path:
     path = root / "benchmarks" / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(HEADER + "".join(f"{s}\t0:00:{int(s):02d}\t{rss}\t900\t400\t450\t0\t1\t50\t{cpu}\n"
-                                     for _ in range(repeats)))
+    path.write_text(
+        HEADER + "".join(f"{s}\t0:00:{int(s):02d}\t{rss}\t900\t400\t450\t0\t1\t50\t{cpu}\n" for _ in range(repeats))
+    )
     return path
 
 
@@ -42,8 +43,11 @@ def study(tmp_path):
     return root
 
 
-PLAN = {"embed": {"enc-gpu": 1, "enc-cpu": 0}, "cell_features": {"enc-gpu": 1, "enc-cpu": 0},
-        "scratch_reference": {"t": 1}}
+PLAN = {
+    "embed": {"enc-gpu": 1, "enc-cpu": 0},
+    "cell_features": {"enc-gpu": 1, "enc-cpu": 0},
+    "scratch_reference": {"t": 1},
+}
 
 
 def test_job_costs_charge_gpu_hours_by_the_plan(study):
@@ -55,7 +59,9 @@ def test_job_costs_charge_gpu_hours_by_the_plan(study):
     assert by.loc["t/enc-gpu", "wall_s"] == 72.0 and by.loc["t/enc-gpu", "repeats"] == 2  # repeats are summed
     assert np.isnan(by.loc["d", "max_rss_mb"])  # NA stays unknown
     assert by.loc["x/y", "rule"] == "some_new_rule" and by.loc["x/y", "encoder"] == ""
-    assert by.loc["enc-gpu/abc123abc123/d", "dataset"] == "d" and by.loc["enc-gpu/abc123abc123/d", "key"] == "abc123abc123"
+    assert (
+        by.loc["enc-gpu/abc123abc123/d", "dataset"] == "d" and by.loc["enc-gpu/abc123abc123/d", "key"] == "abc123abc123"
+    )
 
 
 def test_without_a_plan_gpu_hours_are_unknown_not_zero(study):
@@ -149,16 +155,21 @@ def test_planned_units_count_the_demo_grid():
 
 
 def test_estimate_scales_measured_rates_and_says_where_they_come_from():
-    planned = pd.DataFrame([{"rule": "probe_shard", "encoder": "e1", "task": "t", "units": 100.0, "unit": "run"},
-                            {"rule": "probe_shard", "encoder": "e2", "task": "t", "units": 50.0, "unit": "run"},
-                            {"rule": "embed", "encoder": "e1", "dataset": "d", "units": 1000.0, "unit": "image"},
-                            {"rule": "embed", "encoder": "e2", "dataset": "d", "units": np.nan, "unit": "image"}])
-    rates = pd.DataFrame([{"rule": "probe_shard", "encoder": "*", "wall_s_per_unit": 36.0, "cpu_s_per_unit": 18.0,
-                           "source": "pilot"},
-                          {"rule": "embed", "encoder": "e1", "wall_s_per_unit": 3.6, "cpu_s_per_unit": 1.8,
-                           "source": "pilot"},
-                          {"rule": "embed", "encoder": "*", "wall_s_per_unit": 3.6, "cpu_s_per_unit": 1.8,
-                           "source": "pilot"}])
+    planned = pd.DataFrame(
+        [
+            {"rule": "probe_shard", "encoder": "e1", "task": "t", "units": 100.0, "unit": "run"},
+            {"rule": "probe_shard", "encoder": "e2", "task": "t", "units": 50.0, "unit": "run"},
+            {"rule": "embed", "encoder": "e1", "dataset": "d", "units": 1000.0, "unit": "image"},
+            {"rule": "embed", "encoder": "e2", "dataset": "d", "units": np.nan, "unit": "image"},
+        ]
+    )
+    rates = pd.DataFrame(
+        [
+            {"rule": "probe_shard", "encoder": "*", "wall_s_per_unit": 36.0, "cpu_s_per_unit": 18.0, "source": "pilot"},
+            {"rule": "embed", "encoder": "e1", "wall_s_per_unit": 3.6, "cpu_s_per_unit": 1.8, "source": "pilot"},
+            {"rule": "embed", "encoder": "*", "wall_s_per_unit": 3.6, "cpu_s_per_unit": 1.8, "source": "pilot"},
+        ]
+    )
     plan = {"embed": {"e1": 1, "e2": 1}}
     table = costs.estimate_cost(planned, rates, plan).set_index(["rule", "encoder"])
     assert table.loc[("probe_shard", "e1"), "wall_hours"] == pytest.approx(1.0)
@@ -184,9 +195,12 @@ def test_grid_estimate_prints_the_predicted_cost_of_a_config(tmp_path, capsys, m
     cfg["study"] = "estimate-test-no-manifests"  # nothing prepared: embedding sizes unknown
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     rates = tmp_path / "rates.csv"
-    pd.DataFrame([{"rule": "probe_shard", "encoder": "*", "wall_s_per_unit": 36.0, "cpu_s_per_unit": 36.0,
-                   "source": "planted"}]).to_csv(rates, index=False)
-    assert main(["grid", "--estimate", "--configfile", str(tmp_path / "config.yaml"), "--measured-costs", str(rates)]) == 0
+    pd.DataFrame(
+        [{"rule": "probe_shard", "encoder": "*", "wall_s_per_unit": 36.0, "cpu_s_per_unit": 36.0, "source": "planted"}]
+    ).to_csv(rates, index=False)
+    assert (
+        main(["grid", "--estimate", "--configfile", str(tmp_path / "config.yaml"), "--measured-costs", str(rates)]) == 0
+    )
     out = capsys.readouterr().out
     probe = [line.split() for line in out.splitlines() if line.strip().startswith("probe_shard")]
     assert len(probe) == 4 and all(r[3] == "12" and r[5] == "0.12" for r in probe)  # 12 runs x 36 s

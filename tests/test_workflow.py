@@ -355,7 +355,8 @@ def test_report_declares_exactly_what_it_writes(demo_run):
 
 
 # ------------------------------------------------------- issue 19: from tables to a decision (cards, cost)
-CARD_SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "resources" / "schemas" / "card.schema.json").read_text())
+CARD_SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "resources" / "schemas" / "card.schema.json")
+                         .read_text())
 
 
 def test_demo_writes_a_valid_card_per_encoder_and_opens_with_the_front_page(demo_run):

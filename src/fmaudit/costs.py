@@ -24,14 +24,39 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fmaudit.grid import (embed_pairs, enumerate_runs, ood_shard_plan, ood_shards, prior_shift_runs,
-                          scratch_reference_runs, shards)
+from fmaudit.grid import (
+    embed_pairs,
+    enumerate_runs,
+    ood_shard_plan,
+    ood_shards,
+    prior_shift_runs,
+    scratch_reference_runs,
+    shards,
+)
 from fmaudit.io import FmauditInputError, PathLike, read_table
 
-__all__ = ["BENCHMARK_PATHS", "COST_COLUMNS", "ESTIMATE_COLUMNS", "GPU_RULES", "benchmark_path", "benchmark_root",
-           "cost_by", "embedding_devices", "estimate_cost", "find_benchmarks", "gpu_plan", "job_costs", "job_gpus",
-           "measured_units", "parse_benchmark_path", "planned_jobs", "planned_units", "read_benchmark",
-           "read_unit_costs", "unit_costs"]
+__all__ = [
+    "BENCHMARK_PATHS",
+    "COST_COLUMNS",
+    "ESTIMATE_COLUMNS",
+    "GPU_RULES",
+    "benchmark_path",
+    "benchmark_root",
+    "cost_by",
+    "embedding_devices",
+    "estimate_cost",
+    "find_benchmarks",
+    "gpu_plan",
+    "job_costs",
+    "job_gpus",
+    "measured_units",
+    "parse_benchmark_path",
+    "planned_jobs",
+    "planned_units",
+    "read_benchmark",
+    "read_unit_costs",
+    "unit_costs",
+]
 
 #: Rule -> the wildcards of its benchmark file under ``benchmarks/<rule>/`` (the rules' ``benchmark:``
 #: directives; tests/test_costs.py checks every rule file against this table). A rule missing here is still
@@ -50,8 +75,19 @@ BENCHMARK_PATHS: dict[str, str] = {
 #: Rules whose ``gpu`` resource :func:`gpu_plan` decides, and the wildcard it is decided by.
 GPU_RULES = {"embed": "encoder", "cell_features": "encoder", "scratch_reference": "task"}
 #: Columns of :func:`job_costs`, one row per benchmark file (wildcard columns follow them).
-COST_COLUMNS = ("rule", "job", "encoder", "wall_s", "cpu_s", "max_rss_mb", "gpus", "cpu_hours", "gpu_hours",
-                "repeats", "file")
+COST_COLUMNS = (
+    "rule",
+    "job",
+    "encoder",
+    "wall_s",
+    "cpu_s",
+    "max_rss_mb",
+    "gpus",
+    "cpu_hours",
+    "gpu_hours",
+    "repeats",
+    "file",
+)
 _REQUIRED = ("s", "max_rss", "cpu_time")
 
 
@@ -87,29 +123,39 @@ def read_benchmark(path: PathLike) -> dict[str, float]:
         raise FmauditInputError(f"{path}: not a Snakemake benchmark file ({err})") from err
     missing = [c for c in _REQUIRED if c not in table.columns]
     if missing or len(table) == 0:
-        raise FmauditInputError(f"{path}: a Snakemake benchmark file needs the columns {', '.join(_REQUIRED)} and "
-                                f"a row; it has columns {', '.join(map(str, table.columns)) or 'none'} and "
-                                f"{len(table)} rows")
+        raise FmauditInputError(
+            f"{path}: a Snakemake benchmark file needs the columns {', '.join(_REQUIRED)} and "
+            f"a row; it has columns {', '.join(map(str, table.columns)) or 'none'} and "
+            f"{len(table)} rows"
+        )
     values = table[list(_REQUIRED)].apply(pd.to_numeric, errors="coerce")
 
     def total(col: str) -> float:
         return float(values[col].sum()) if values[col].notna().all() else math.nan
 
-    return {"wall_s": total("s"), "cpu_s": total("cpu_time"),
-            "max_rss_mb": float(values["max_rss"].max()) if values["max_rss"].notna().any() else math.nan,
-            "repeats": int(len(table))}
+    return {
+        "wall_s": total("s"),
+        "cpu_s": total("cpu_time"),
+        "max_rss_mb": float(values["max_rss"].max()) if values["max_rss"].notna().any() else math.nan,
+        "repeats": int(len(table)),
+    }
 
 
-def gpu_plan(config: Mapping[str, Any], encoders: Mapping[str, Mapping[str, Any]],
-             prior_shift: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, int]]:
+def gpu_plan(
+    config: Mapping[str, Any],
+    encoders: Mapping[str, Mapping[str, Any]],
+    prior_shift: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, dict[str, int]]:
     """GPUs each GPU-capable job requests: ``{"embed": {encoder: n}, "cell_features": {encoder: n},
     "scratch_reference": {task: n}}``. ``encoders``: the registry as the config sees it (an entry's ``gpu``);
     ``prior_shift``: task -> its ``prior_shift`` block (``scratch_reference.gpu``). The workflow's ``gpu``
     resources read this, and :func:`job_costs` charges GPU-hours by it."""
     names = list(dict.fromkeys([*config.get("encoders", []), *config.get("variants", {})]))
     per_encoder = {enc: int(bool((encoders.get(enc) or {}).get("gpu", False))) for enc in names}
-    scratch = {task: int(bool((block.get("scratch_reference") or {}).get("gpu", False)))
-               for task, block in (prior_shift or {}).items()}
+    scratch = {
+        task: int(bool((block.get("scratch_reference") or {}).get("gpu", False)))
+        for task, block in (prior_shift or {}).items()
+    }
     return {"embed": dict(per_encoder), "cell_features": dict(per_encoder), "scratch_reference": scratch}
 
 
@@ -126,13 +172,17 @@ def find_benchmarks(results: PathLike) -> list[Path]:
     """Every benchmark file of a study folder (``<results>/benchmarks/**/*.tsv``), sorted."""
     root = Path(results) / "benchmarks"
     if not root.is_dir():
-        raise FmauditInputError(f"{root}: no benchmark folder (is {results} a study's results folder, and has the "
-                                "workflow run there?)")
+        raise FmauditInputError(
+            f"{root}: no benchmark folder (is {results} a study's results folder, and has the workflow run there?)"
+        )
     return sorted(root.rglob("*.tsv"))
 
 
-def job_costs(files: Sequence[PathLike], plan: Mapping[str, Mapping[str, int]] | None = None,
-              devices: Mapping[tuple[str, str], str] | None = None) -> pd.DataFrame:
+def job_costs(
+    files: Sequence[PathLike],
+    plan: Mapping[str, Mapping[str, int]] | None = None,
+    devices: Mapping[tuple[str, str], str] | None = None,
+) -> pd.DataFrame:
     """One row per benchmark file (:data:`COST_COLUMNS`, then the wildcards; each file lies under a
     ``benchmarks/<rule>/`` folder): wall and CPU seconds, peak memory,
     GPUs (:func:`job_gpus` under ``plan``; unknown, NaN, without one), CPU-hours (``cpu_s / 3600``) and GPU-hours
@@ -143,9 +193,17 @@ def job_costs(files: Sequence[PathLike], plan: Mapping[str, Mapping[str, int]] |
         rule, job, wildcards = parse_benchmark_path(f, benchmark_root(f))
         cost = read_benchmark(f)
         gpus = job_gpus(plan, rule, wildcards) if plan is not None else math.nan
-        row = {"rule": rule, "job": job, "encoder": wildcards.get("encoder", ""), **cost, "gpus": gpus,
-               "cpu_hours": cost["cpu_s"] / 3600.0, "gpu_hours": cost["wall_s"] * gpus / 3600.0, "file": str(f),
-               **{k: v for k, v in wildcards.items() if k != "encoder"}}
+        row = {
+            "rule": rule,
+            "job": job,
+            "encoder": wildcards.get("encoder", ""),
+            **cost,
+            "gpus": gpus,
+            "cpu_hours": cost["cpu_s"] / 3600.0,
+            "gpu_hours": cost["wall_s"] * gpus / 3600.0,
+            "file": str(f),
+            **{k: v for k, v in wildcards.items() if k != "encoder"},
+        }
         if devices is not None and (rule, job) in devices:
             row["device"] = devices[(rule, job)]
             row["device_mismatch"] = bool(gpus > 0) and not str(devices[(rule, job)]).startswith("cuda")
@@ -164,15 +222,23 @@ def cost_by(costs: pd.DataFrame, key: str) -> pd.DataFrame:
     columns = [key, "jobs", "cpu_hours", "gpu_hours", "wall_hours", "longest_job_s", "peak_rss_mb"]
     if len(costs) == 0:
         return pd.DataFrame(columns=columns)
-    frame = costs.assign(**{key: costs[key].replace("", "(no encoder)") if key == "encoder" else costs[key],
-                            "wall_hours": costs["wall_s"] / 3600.0})
+    frame = costs.assign(
+        **{
+            key: costs[key].replace("", "(no encoder)") if key == "encoder" else costs[key],
+            "wall_hours": costs["wall_s"] / 3600.0,
+        }
+    )
 
     def summarise(part: pd.DataFrame, name: str) -> dict[str, Any]:
-        return {key: name, "jobs": int(len(part)),
-                "cpu_hours": part["cpu_hours"].sum(min_count=1) if part["cpu_hours"].notna().all() else math.nan,
-                "gpu_hours": part["gpu_hours"].sum(min_count=1) if part["gpu_hours"].notna().all() else math.nan,
-                "wall_hours": part["wall_hours"].sum(min_count=1) if part["wall_hours"].notna().all() else math.nan,
-                "longest_job_s": float(part["wall_s"].max()), "peak_rss_mb": float(part["max_rss_mb"].max())}
+        return {
+            key: name,
+            "jobs": int(len(part)),
+            "cpu_hours": part["cpu_hours"].sum(min_count=1) if part["cpu_hours"].notna().all() else math.nan,
+            "gpu_hours": part["gpu_hours"].sum(min_count=1) if part["gpu_hours"].notna().all() else math.nan,
+            "wall_hours": part["wall_hours"].sum(min_count=1) if part["wall_hours"].notna().all() else math.nan,
+            "longest_job_s": float(part["wall_s"].max()),
+            "peak_rss_mb": float(part["max_rss_mb"].max()),
+        }
 
     rows = [summarise(part, str(name)) for name, part in frame.groupby(key, sort=True)]
     rows.append(summarise(frame, "total"))
@@ -187,15 +253,38 @@ def unit_costs(costs: pd.DataFrame, units: Mapping[tuple[str, str], float], sour
     frame = costs.assign(units=[units.get((r, j), np.nan) for r, j in zip(costs["rule"], costs["job"])])
     frame = frame[frame["units"].notna() & (frame["units"] > 0)]
     rows = []
-    for (rule, enc), part in [*frame.groupby(["rule", "encoder"], sort=True),
-                              *(((r, "*"), p) for r, p in frame.groupby("rule", sort=True))]:
+    for (rule, enc), part in [
+        *frame.groupby(["rule", "encoder"], sort=True),
+        *(((r, "*"), p) for r, p in frame.groupby("rule", sort=True)),
+    ]:
         n = float(part["units"].sum())
-        rows.append({"rule": rule, "encoder": enc, "measured_jobs": int(len(part)), "measured_units": n,
-                     "wall_s_per_unit": float(part["wall_s"].sum()) / n, "cpu_s_per_unit": float(part["cpu_s"].sum()) / n,
-                     "gpu_s_per_unit": float((part["wall_s"] * part["gpus"]).sum()) / n,
-                     "peak_rss_mb": float(part["max_rss_mb"].max()), "source": source})
-    return pd.DataFrame(rows, columns=["rule", "encoder", "measured_jobs", "measured_units", "wall_s_per_unit",
-                                       "cpu_s_per_unit", "gpu_s_per_unit", "peak_rss_mb", "source"])
+        rows.append(
+            {
+                "rule": rule,
+                "encoder": enc,
+                "measured_jobs": int(len(part)),
+                "measured_units": n,
+                "wall_s_per_unit": float(part["wall_s"].sum()) / n,
+                "cpu_s_per_unit": float(part["cpu_s"].sum()) / n,
+                "gpu_s_per_unit": float((part["wall_s"] * part["gpus"]).sum()) / n,
+                "peak_rss_mb": float(part["max_rss_mb"].max()),
+                "source": source,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "rule",
+            "encoder",
+            "measured_jobs",
+            "measured_units",
+            "wall_s_per_unit",
+            "cpu_s_per_unit",
+            "gpu_s_per_unit",
+            "peak_rss_mb",
+            "source",
+        ],
+    )
 
 
 def benchmark_root(path: PathLike) -> Path:
@@ -210,10 +299,17 @@ def benchmark_root(path: PathLike) -> Path:
 def embedding_devices(inventory: pd.DataFrame | None) -> dict[tuple[str, str], str]:
     """(``embed``, job) -> the device an embedding file's provenance records (:func:`fmaudit.embed.embedding_inventory`
     rows: ``encoder``, ``embedding_key``, ``dataset``, ``device``)."""
-    if inventory is None or not len(inventory) or not {"encoder", "embedding_key", "dataset", "device"} <= set(inventory):
+    if (
+        inventory is None
+        or not len(inventory)
+        or not {"encoder", "embedding_key", "dataset", "device"} <= set(inventory)
+    ):
         return {}
-    return {("embed", f"{r.encoder}/{r.embedding_key}/{r.dataset}"): str(r.device)
-            for r in inventory.itertuples(index=False) if isinstance(r.device, str) and r.device}
+    return {
+        ("embed", f"{r.encoder}/{r.embedding_key}/{r.dataset}"): str(r.device)
+        for r in inventory.itertuples(index=False)
+        if isinstance(r.device, str) and r.device
+    }
 
 
 # -------------------------------------------------------------------------------------------- the estimate
@@ -234,8 +330,11 @@ def planned_jobs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
     the workflow plans with). ``cells=False`` leaves the cell branch out (the workflow has its own plan of it,
     built without the cell run table)."""
     rows: list[dict[str, Any]] = []
-    rows += [{"rule": "prepare_manifest", "dataset": ds} for ds in config["datasets"]
-             if (dataset_registry.get(ds) or {}).get("kind") != "xenium_cells"]
+    rows += [
+        {"rule": "prepare_manifest", "dataset": ds}
+        for ds in config["datasets"]
+        if (dataset_registry.get(ds) or {}).get("kind") != "xenium_cells"
+    ]
     embedded = list(embed_pairs(config))
     for encoder, task in ood_shards(config):
         plan = ood_shard_plan(config, task)
@@ -251,24 +350,31 @@ def planned_jobs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
         rows += [{"rule": "prior_shift_shard", **r} for r in ps[keys].astype(str).drop_duplicates().to_dict("records")]
     scratch = scratch_reference_runs(config, dataset_registry)
     if len(scratch):
-        rows += [{"rule": "scratch_reference", **r} for r in
-                 scratch[["task", "source_domain", "seed"]].astype(str).drop_duplicates().to_dict("records")]
+        rows += [
+            {"rule": "scratch_reference", **r}
+            for r in scratch[["task", "source_domain", "seed"]].astype(str).drop_duplicates().to_dict("records")
+        ]
     if cells:
         features = enumerate_runs(config, dataset_registry, "cell_features")
         if len(features):
             rows += [{"rule": "prepare_cell_section", "section": s} for s in dict.fromkeys(features["section"])]
-            rows += [{"rule": "cell_features", **r} for r in
-                     features[["encoder", "section", "magnification"]].drop_duplicates().to_dict("records")]
+            rows += [
+                {"rule": "cell_features", **r}
+                for r in features[["encoder", "section", "magnification"]].drop_duplicates().to_dict("records")
+            ]
             runs = enumerate_runs(config, dataset_registry, "cells")
-            rows += [{"rule": "cell_shard", **r} for r in
-                     runs[["encoder", "magnification", "protocol"]].drop_duplicates().to_dict("records")]
+            rows += [
+                {"rule": "cell_shard", **r}
+                for r in runs[["encoder", "magnification", "protocol"]].drop_duplicates().to_dict("records")
+            ]
     out = pd.DataFrame(rows)
     out["encoder"] = out["encoder"].fillna("") if "encoder" in out.columns else ""
     return out
 
 
-def planned_units(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
-                  n_items: Mapping[str, int] | None = None) -> pd.DataFrame:
+def planned_units(
+    config: Mapping[str, Any], dataset_registry: Mapping[str, Any], n_items: Mapping[str, int] | None = None
+) -> pd.DataFrame:
     """:func:`planned_jobs` with the work of each job: ``units`` and ``unit`` (images for ``embed``, from
     ``n_items``: data set -> items, NaN where unknown; runs for the shards, from the grid; 1 job otherwise)."""
     jobs = planned_jobs(config, dataset_registry)
@@ -279,16 +385,20 @@ def planned_units(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
         return frame.astype({k: str for k in keys}).groupby(keys).size() if len(frame) else pd.Series(dtype=float)
 
     counts["probe_shard"] = per_job(tables["probe"], ["encoder", "task"])
-    counts["ood_shard"] = per_job(pd.concat([tables["ood"][["encoder", "task"]], tables["ood_gate"][["encoder", "task"]]]),
-                                  ["encoder", "task"])
+    counts["ood_shard"] = per_job(
+        pd.concat([tables["ood"][["encoder", "task"]], tables["ood_gate"][["encoder", "task"]]]), ["encoder", "task"]
+    )
     counts["prior_shift_shard"] = per_job(tables["prior_shift"], ["task", "encoder", "source_domain", "target_domain"])
     cells = tables["cells"]
     if len(cells):
         cells = cells.assign(magnification=[f"{float(m):g}" for m in cells["magnification"]])
     counts["cell_shard"] = per_job(cells, ["encoder", "magnification", "protocol"])
-    keys = {"probe_shard": ["encoder", "task"], "ood_shard": ["encoder", "task"],
-            "prior_shift_shard": ["task", "encoder", "source_domain", "target_domain"],
-            "cell_shard": ["encoder", "magnification", "protocol"]}
+    keys = {
+        "probe_shard": ["encoder", "task"],
+        "ood_shard": ["encoder", "task"],
+        "prior_shift_shard": ["task", "encoder", "source_domain", "target_domain"],
+        "cell_shard": ["encoder", "magnification", "protocol"],
+    }
     units, unit = [], []
     for r in jobs.to_dict("records"):
         rule = r["rule"]
@@ -316,8 +426,10 @@ def measured_units(jobs: pd.DataFrame, planned: pd.DataFrame) -> dict[tuple[str,
         plan = planned[planned["rule"] == rule]
         if not len(plan) or any(k not in plan.columns for k in keys):
             continue
-        index = {tuple(f"{float(v):g}" if k == "magnification" else str(v) for k, v in zip(keys, vals)): u
-                 for vals, u in zip(plan[keys].itertuples(index=False, name=None), plan["units"])}
+        index = {
+            tuple(f"{float(v):g}" if k == "magnification" else str(v) for k, v in zip(keys, vals)): u
+            for vals, u in zip(plan[keys].itertuples(index=False, name=None), plan["units"])
+        }
         for r in part.to_dict("records"):
             wild = {**r, "encoder": r.get("encoder")}
             key = tuple(str(wild.get(k)) for k in keys)
@@ -327,12 +439,23 @@ def measured_units(jobs: pd.DataFrame, planned: pd.DataFrame) -> dict[tuple[str,
 
 
 #: Columns of :func:`estimate_cost` (a table other estimates, e.g. of cluster submissions, can extend).
-ESTIMATE_COLUMNS = ("rule", "encoder", "jobs", "units", "unit", "wall_hours", "cpu_hours", "gpu_hours",
-                    "rate_from", "note")
+ESTIMATE_COLUMNS = (
+    "rule",
+    "encoder",
+    "jobs",
+    "units",
+    "unit",
+    "wall_hours",
+    "cpu_hours",
+    "gpu_hours",
+    "rate_from",
+    "note",
+)
 
 
-def estimate_cost(planned: pd.DataFrame, rates: pd.DataFrame, plan: Mapping[str, Mapping[str, int]] | None = None
-                  ) -> pd.DataFrame:
+def estimate_cost(
+    planned: pd.DataFrame, rates: pd.DataFrame, plan: Mapping[str, Mapping[str, int]] | None = None
+) -> pd.DataFrame:
     """A config's predicted cost before anything runs: per (rule, encoder) of ``planned`` (:func:`planned_units`),
     its units times the measured per-unit cost in ``rates`` (:func:`unit_costs`: the encoder's own rate where
     measured, else the rule's rate over the measured encoders, ``rate_from`` says which and ``source`` where it
@@ -357,17 +480,43 @@ def estimate_cost(planned: pd.DataFrame, rates: pd.DataFrame, plan: Mapping[str,
             gpu = float((per_job * gpus).sum())
         else:
             gpu = math.nan if gpus.any() else 0.0
-        rate_from = ("" if rate is None else f"the rule's mean over the measured encoders ({rate.source})"
-                     if rate.encoder == "*" else f"measured on this {'encoder' if enc else 'rule'} ({rate.source})")
-        rows.append({"rule": rule, "encoder": enc or "(no encoder)", "jobs": int(len(part)), "units": units,
-                     "unit": str(part["unit"].iloc[0]), "wall_hours": wall, "cpu_hours": cpu, "gpu_hours": gpu,
-                     "rate_from": rate_from, "note": note})
+        rate_from = (
+            ""
+            if rate is None
+            else f"the rule's mean over the measured encoders ({rate.source})"
+            if rate.encoder == "*"
+            else f"measured on this {'encoder' if enc else 'rule'} ({rate.source})"
+        )
+        rows.append(
+            {
+                "rule": rule,
+                "encoder": enc or "(no encoder)",
+                "jobs": int(len(part)),
+                "units": units,
+                "unit": str(part["unit"].iloc[0]),
+                "wall_hours": wall,
+                "cpu_hours": cpu,
+                "gpu_hours": gpu,
+                "rate_from": rate_from,
+                "note": note,
+            }
+        )
     out = pd.DataFrame(rows, columns=list(ESTIMATE_COLUMNS))
-    total = {"rule": "total", "encoder": "", "jobs": int(out["jobs"].sum()), "units": math.nan, "unit": "",
-             **{c: float(out[c].sum(min_count=len(out))) if out[c].notna().all() else math.nan
-                for c in ("wall_hours", "cpu_hours", "gpu_hours")},
-             "rate_from": "", "note": "" if out[["wall_hours", "cpu_hours"]].notna().all().all()
-             else "some rows unknown: the total counts only what is known"}
+    total = {
+        "rule": "total",
+        "encoder": "",
+        "jobs": int(out["jobs"].sum()),
+        "units": math.nan,
+        "unit": "",
+        **{
+            c: float(out[c].sum(min_count=len(out))) if out[c].notna().all() else math.nan
+            for c in ("wall_hours", "cpu_hours", "gpu_hours")
+        },
+        "rate_from": "",
+        "note": ""
+        if out[["wall_hours", "cpu_hours"]].notna().all().all()
+        else "some rows unknown: the total counts only what is known",
+    }
     if not np.isfinite(total["wall_hours"]):
         for c in ("wall_hours", "cpu_hours", "gpu_hours"):
             total[c] = float(out[c].sum())
@@ -380,7 +529,9 @@ def read_unit_costs(path: PathLike) -> pd.DataFrame:
     need = ["rule", "encoder", "wall_s_per_unit", "cpu_s_per_unit", "source"]
     missing = [c for c in need if c not in table.columns]
     if missing:
-        raise FmauditInputError(f"{path}: a table of measured per-unit costs needs the columns {', '.join(need)}; "
-                                f"missing {', '.join(missing)}")
+        raise FmauditInputError(
+            f"{path}: a table of measured per-unit costs needs the columns {', '.join(need)}; "
+            f"missing {', '.join(missing)}"
+        )
     table["encoder"] = table["encoder"].fillna("").astype(str)
     return table

@@ -22,14 +22,25 @@ from fmaudit.report.html import markdown_to_html
 @pytest.fixture
 def results():
     probe = _rank_drop_probe(lo=0.04)
-    probe["calibration"] = pd.concat([ladder("enc-a", 0.1, 0.14, 0.03, {4: 0.05}),
-                                      ladder("enc-b", 0.1, 0.04, 0.03, {4: 0.05})])
-    cards = build_cards({"probe": probe, "ood": {"gate_summary": gate((0.2, 0.1, 0.35)),
-                                                 "detection": detection((0.2, 0.1, 0.3))},
-                         "prior_shift_gains": gains([("bbse", "skewed", -0.05, -0.08, -0.02)]),
-                         "cells": {"cra": cra(4, 0.125, False)}}, study="s", encoders=["enc-a", "enc-b"])
-    return {"cards": cards, "front": front_page(cards), "encoders": ["enc-a", "enc-b"],
-            "figures": {"leaderboard": probe["leaderboard"], "calibration": probe["calibration"]}}
+    probe["calibration"] = pd.concat(
+        [ladder("enc-a", 0.1, 0.14, 0.03, {4: 0.05}), ladder("enc-b", 0.1, 0.04, 0.03, {4: 0.05})]
+    )
+    cards = build_cards(
+        {
+            "probe": probe,
+            "ood": {"gate_summary": gate((0.2, 0.1, 0.35)), "detection": detection((0.2, 0.1, 0.3))},
+            "prior_shift_gains": gains([("bbse", "skewed", -0.05, -0.08, -0.02)]),
+            "cells": {"cra": cra(4, 0.125, False)},
+        },
+        study="s",
+        encoders=["enc-a", "enc-b"],
+    )
+    return {
+        "cards": cards,
+        "front": front_page(cards),
+        "encoders": ["enc-a", "enc-b"],
+        "figures": {"leaderboard": probe["leaderboard"], "calibration": probe["calibration"]},
+    }
 
 
 def test_the_chapter_writes_every_card_in_three_formats(results, tmp_path):
@@ -44,8 +55,10 @@ def test_the_chapter_writes_every_card_in_three_formats(results, tmp_path):
         assert f"# Reliability card: {enc}" in md and f"<h1>Reliability card: {enc}</h1>" in html
         assert "{{" not in html and "{%" not in html and not re.search(r"\bnan\b|\bNone\b", md + html)
     md = (tmp_path / "cards" / "enc-a.md").read_text()
-    assert "*(rule `accuracy.rank_drop`)*" in md and "rule <code>accuracy.rank_drop</code>" in (
-        tmp_path / "cards" / "enc-a.html").read_text()
+    assert (
+        "*(rule `accuracy.rank_drop`)*" in md
+        and "rule <code>accuracy.rank_drop</code>" in (tmp_path / "cards" / "enc-a.html").read_text()
+    )
     text = "\n".join(lines)
     assert "## At a glance" in text and "[card](cards/enc-a.md)" in text and "★" in text
     assert "figures/card_ece_vs_k.png" in text
@@ -64,23 +77,28 @@ def test_no_results_still_writes_every_declared_output(tmp_path):
     assert "no reliability cards" in "\n".join(lines)
 
 
-@pytest.mark.parametrize("q, text", [
-    (quantity(0.81234, 0.7, 0.9, measure="m"), "0.812 [0.700, 0.900]"),
-    (quantity(0.05, -0.01, 0.1, measure="m", kind="signed"), "+0.050 [-0.010, +0.100]"),
-    (quantity(2.0, measure="rank", kind="integer"), "2"),
-    (quantity(None, measure="m", note="at a bound"), "n/a (at a bound)"),
-    (quantity(1.0, measure="flag", kind="flag"), "yes"),
-    (quantity(0.000123456, measure="h", kind="amount"), "0.0001235"),
-    (quantity(None, measure="status", kind="text", note="no (random init)"), "no (random init)"),
-])
+@pytest.mark.parametrize(
+    "q, text",
+    [
+        (quantity(0.81234, 0.7, 0.9, measure="m"), "0.812 [0.700, 0.900]"),
+        (quantity(0.05, -0.01, 0.1, measure="m", kind="signed"), "+0.050 [-0.010, +0.100]"),
+        (quantity(2.0, measure="rank", kind="integer"), "2"),
+        (quantity(None, measure="m", note="at a bound"), "n/a (at a bound)"),
+        (quantity(1.0, measure="flag", kind="flag"), "yes"),
+        (quantity(0.000123456, measure="h", kind="amount"), "0.0001235"),
+        (quantity(None, measure="status", kind="text", note="no (random init)"), "no (random init)"),
+    ],
+)
 def test_quantities_print_with_their_interval_and_kind(q, text):
     assert chapter.quantity_text(q) == text
 
 
 def test_markdown_to_html_renders_the_report_subset_and_escapes_the_rest():
-    html = markdown_to_html("## Title\n\nA *caption* with `code` and [a link](cards/x.html).\n\n"
-                            "| a | b |\n| --- | --- |\n| <script>x</script> | 1 \\| 2 |\n\n- item one\n- item two\n\n"
-                            "![fig](figures/f.png)\n\n[bad](javascript:alert(1))")
+    html = markdown_to_html(
+        "## Title\n\nA *caption* with `code` and [a link](cards/x.html).\n\n"
+        "| a | b |\n| --- | --- |\n| <script>x</script> | 1 \\| 2 |\n\n- item one\n- item two\n\n"
+        "![fig](figures/f.png)\n\n[bad](javascript:alert(1))"
+    )
     assert '<h2 id="title">Title</h2>' in html and "<em>caption</em>" in html and "<code>code</code>" in html
     assert '<a href="cards/x.html">a link</a>' in html and '<img src="figures/f.png" alt="fig">' in html
     assert "<td>&lt;script&gt;x&lt;/script&gt;</td>" in html and "<td>1 | 2</td>" in html

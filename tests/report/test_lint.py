@@ -14,8 +14,16 @@ def _checks(findings) -> set[str]:
 
 
 def _board(n_units: int) -> pd.DataFrame:
-    return pd.DataFrame({"encoder": ["a", "b"], "macro_f1": [0.8, 0.7], "macro_f1_ci_lo": [0.8, 0.6],
-                         "macro_f1_ci_hi": [0.8, 0.8], "ci_unit": "patient", "ci_n_units": n_units})
+    return pd.DataFrame(
+        {
+            "encoder": ["a", "b"],
+            "macro_f1": [0.8, 0.7],
+            "macro_f1_ci_lo": [0.8, 0.6],
+            "macro_f1_ci_hi": [0.8, 0.8],
+            "ci_unit": "patient",
+            "ci_n_units": n_units,
+        }
+    )
 
 
 def test_few_resampling_units():
@@ -23,8 +31,16 @@ def test_few_resampling_units():
     assert _checks(found) == {"few resampling units"} and "patient: n=1" in found[0]["detail"]
     assert not lint_tables({"leaderboard": _board(5)})
     # the top level of a hierarchical bootstrap over encoders counts too
-    hier = pd.DataFrame({"method": ["m"], "mean": [0.1], "ci_lo": [0.0], "ci_hi": [0.2], "n_encoders": [4],
-                         "unit": ["encoder > seed > draw (hierarchical bootstrap)"]})
+    hier = pd.DataFrame(
+        {
+            "method": ["m"],
+            "mean": [0.1],
+            "ci_lo": [0.0],
+            "ci_hi": [0.2],
+            "n_encoders": [4],
+            "unit": ["encoder > seed > draw (hierarchical bootstrap)"],
+        }
+    )
     assert _checks(lint_tables({"prior_shift_gains": hier})) == {"few resampling units"}
     assert not lint_tables({"prior_shift_gains": hier.assign(n_encoders=6)})
     # no interval, nothing to flag
@@ -32,15 +48,18 @@ def test_few_resampling_units():
 
 
 def test_detection_auroc_below_chance():
-    det = pd.DataFrame({"encoder": ["a", "b"], "scorer": ["energy", "maha"], "tier": ["far", "far"],
-                        "auroc": [0.2, 0.95]})
+    det = pd.DataFrame(
+        {"encoder": ["a", "b"], "scorer": ["energy", "maha"], "tier": ["far", "far"], "auroc": [0.2, 0.95]}
+    )
     found = lint_tables({"ood_detection": det})
     assert _checks(found) == {"detection AUROC below 0.5"} and "energy / far: 0.20-0.20 (1 rows)" in found[0]["detail"]
     assert not lint_tables({"ood_detection": det.assign(auroc=[0.6, 0.95])})
 
 
 def test_blank_cells_and_empty_tables_in_the_index():
-    text = "## A\n\nSome caption.\n\n| x | y |\n| --- | --- |\n| 1 |  |\n\n## B\n\n|  |\n|  |\n\n## C\n\n| x |\n| --- |\n"
+    text = (
+        "## A\n\nSome caption.\n\n| x | y |\n| --- | --- |\n| 1 |  |\n\n## B\n\n|  |\n|  |\n\n## C\n\n| x |\n| --- |\n"
+    )
     found = lint_markdown(text)
     assert _checks(found) == {"blank cell", "empty table"}
     assert any(f["where"] == 'index.md, under "A"' and "columns y" in f["detail"] for f in found)
@@ -51,12 +70,16 @@ def test_blank_cells_and_empty_tables_in_the_index():
 
 
 def test_a_caption_that_names_a_row_or_column_the_table_lacks():
-    text = ("## T\n\nWith the ResNet-18 trained from scratch as a non-frozen reference row; the `rank_on_target` column "
-            "ranks.\n\n| model | macro_f1 |\n| --- | --- |\n| enc-a | 0.8 |\n")
+    text = (
+        "## T\n\nWith the ResNet-18 trained from scratch as a non-frozen reference row; the `rank_on_target` column "
+        "ranks.\n\n| model | macro_f1 |\n| --- | --- |\n| enc-a | 0.8 |\n"
+    )
     found = lint_markdown(text)
     assert _checks(found) == {"caption names what the table lacks"}
     assert "row 'ResNet-18'" in found[0]["detail"] and "column 'rank_on_target'" in found[0]["detail"]
-    ok = text.replace("| enc-a | 0.8 |", "| ResNet-18 | 0.7 |").replace("| model | macro_f1 |", "| model | rank_on_target |")
+    ok = text.replace("| enc-a | 0.8 |", "| ResNet-18 | 0.7 |").replace(
+        "| model | macro_f1 |", "| model | rank_on_target |"
+    )
     assert not lint_markdown(ok)
 
 
@@ -65,7 +88,8 @@ def test_rst_captions_are_checked_against_their_table_and_conditional_text_is_no
     table = pd.DataFrame({"model": ["enc-a"], "macro_f1": [0.8]})
     assert _checks(lint_captions({"transfer_reference": table}, tmp_path)) == {"caption names what the table lacks"}
     (tmp_path / "transfer_reference.rst").write_text(
-        "Rows: {% if snakemake.params.x %}the ResNet-18 reference row{% else %}frozen encoders only{% endif %}.")
+        "Rows: {% if snakemake.params.x %}the ResNet-18 reference row{% else %}frozen encoders only{% endif %}."
+    )
     assert not lint_captions({"transfer_reference": table}, tmp_path)
 
 

@@ -21,8 +21,20 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["Advice", "ECE_MARGIN", "GATE_MIN_REJECTION", "MIN_RANK_ENCODERS", "MIN_UNITS", "RULES", "Rule",
-           "THRESHOLDS", "fire_rules", "fmt", "fmt_q", "rules_of"]
+__all__ = [
+    "Advice",
+    "ECE_MARGIN",
+    "GATE_MIN_REJECTION",
+    "MIN_RANK_ENCODERS",
+    "MIN_UNITS",
+    "RULES",
+    "Rule",
+    "THRESHOLDS",
+    "fire_rules",
+    "fmt",
+    "fmt_q",
+    "rules_of",
+]
 
 #: A calibration whose top-label ECE is at most this far above the oracle temperature's counts as recalibrated.
 ECE_MARGIN = 0.02
@@ -35,8 +47,14 @@ MIN_UNITS = 5
 #: A rank-transfer ρ over fewer encoders than this is not read as evidence either way.
 MIN_RANK_ENCODERS = 5
 #: Every threshold, as the card states them.
-THRESHOLDS = {"ece_margin": ECE_MARGIN, "gate_min_rejection": GATE_MIN_REJECTION, "gate_caught": GATE_CAUGHT,
-              "min_resampling_units": MIN_UNITS, "min_rank_encoders": MIN_RANK_ENCODERS, "alpha": 0.05}
+THRESHOLDS = {
+    "ece_margin": ECE_MARGIN,
+    "gate_min_rejection": GATE_MIN_REJECTION,
+    "gate_caught": GATE_CAUGHT,
+    "min_resampling_units": MIN_UNITS,
+    "min_rank_encoders": MIN_RANK_ENCODERS,
+    "alpha": 0.05,
+}
 
 
 @dataclass(frozen=True)
@@ -92,8 +110,12 @@ def _units(q: Mapping[str, Any]) -> str:
 
 def _enough(q: Mapping[str, Any] | None) -> bool:
     """An interval that can carry advice: defined, from at least :data:`MIN_UNITS` resampling units."""
-    return bool(q and q.get("ci_lo") is not None and q.get("ci_hi") is not None
-                and (q.get("n_units") is None or int(q["n_units"]) >= MIN_UNITS))
+    return bool(
+        q
+        and q.get("ci_lo") is not None
+        and q.get("ci_hi") is not None
+        and (q.get("n_units") is None or int(q["n_units"]) >= MIN_UNITS)
+    )
 
 
 def _pair(r: Mapping[str, Any]) -> str:
@@ -113,16 +135,23 @@ def _pairs_of(f: Mapping[str, Any], key: str = "pairs") -> list[Mapping[str, Any
 # ---------------------------------------------------------------------------------------------------- accuracy
 def _off_domain_drop(f: Mapping[str, Any]) -> list[Advice]:
     pairs = _pairs_of(f)
-    hits = [r for r in pairs if _enough(r["in_domain"]) and _enough(r["target"])
-            and r["target"]["ci_hi"] < r["in_domain"]["ci_lo"]]
+    hits = [
+        r
+        for r in pairs
+        if _enough(r["in_domain"]) and _enough(r["target"]) and r["target"]["ci_hi"] < r["in_domain"]["ci_lo"]
+    ]
     if not hits:
         return []
     items = [f"{_pair(r)}: {fmt_q(r['in_domain'])} → {fmt_q(r['target'])}" for r in hits]
-    return [Advice("accuracy.off_domain_drop",
-                   f"Macro-F1 falls off-domain, with intervals that do not overlap, on {len(hits)} of {len(pairs)} "
-                   f"transfer pairs (in-domain → target; {_units(hits[0]['target'])}): {_listing(items)}. Measure "
-                   "it on images of your own scanner before deploying.",
-                   {"pairs": [_pair(r) for r in hits]})]
+    return [
+        Advice(
+            "accuracy.off_domain_drop",
+            f"Macro-F1 falls off-domain, with intervals that do not overlap, on {len(hits)} of {len(pairs)} "
+            f"transfer pairs (in-domain → target; {_units(hits[0]['target'])}): {_listing(items)}. Measure "
+            "it on images of your own scanner before deploying.",
+            {"pairs": [_pair(r) for r in hits]},
+        )
+    ]
 
 
 def _rank_drop(f: Mapping[str, Any]) -> list[Advice]:
@@ -131,28 +160,44 @@ def _rank_drop(f: Mapping[str, Any]) -> list[Advice]:
         for o in r.get("overtaken_by", []):
             d = o["difference"]
             if _enough(d) and d["ci_lo"] > 0:
-                out.append(Advice("accuracy.rank_drop",
-                                  f"Ranks {r['rank_in_domain']} of {r['n_encoders']} in-domain ({r['source_domain']}) "
-                                  f"but {r['rank_target']} on {r['target_domain']}, where {o['encoder']} beats it by "
-                                  f"{fmt_q(d, signed=True)} macro-F1 (paired, {_units(d)}): do not choose it on "
-                                  "in-domain accuracy alone.",
-                                  {"task": r["task"], "source_domain": r["source_domain"],
-                                   "target_domain": r["target_domain"], "overtaken_by": o["encoder"],
-                                   "difference": fmt_q(d, signed=True)}))
+                out.append(
+                    Advice(
+                        "accuracy.rank_drop",
+                        f"Ranks {r['rank_in_domain']} of {r['n_encoders']} in-domain ({r['source_domain']}) "
+                        f"but {r['rank_target']} on {r['target_domain']}, where {o['encoder']} beats it by "
+                        f"{fmt_q(d, signed=True)} macro-F1 (paired, {_units(d)}): do not choose it on "
+                        "in-domain accuracy alone.",
+                        {
+                            "task": r["task"],
+                            "source_domain": r["source_domain"],
+                            "target_domain": r["target_domain"],
+                            "overtaken_by": o["encoder"],
+                            "difference": fmt_q(d, signed=True),
+                        },
+                    )
+                )
                 break
     return out
 
 
 def _rank_transfer_poor(f: Mapping[str, Any]) -> list[Advice]:
-    hits = [r for r in f.get("rank_transfer", []) if r["n_encoders"] >= MIN_RANK_ENCODERS
-            and r["rho"].get("ci_hi") is not None and r["rho"]["ci_hi"] < 0.5]
+    hits = [
+        r
+        for r in f.get("rank_transfer", [])
+        if r["n_encoders"] >= MIN_RANK_ENCODERS and r["rho"].get("ci_hi") is not None and r["rho"]["ci_hi"] < 0.5
+    ]
     if not hits:
         return []
     items = [f"{_pair(r)}: ρ {fmt_q(r['rho'])}" for r in hits]
-    return [Advice("accuracy.rank_transfer_poor",
-                   f"Across the study's {hits[0]['n_encoders']} encoders, the in-domain ranking does not predict the "
-                   f"ranking on the target ({_listing(items)}): pick the encoder on labelled images of the target "
-                   "scanner, not of the source.", {"pairs": [_pair(r) for r in hits]})]
+    return [
+        Advice(
+            "accuracy.rank_transfer_poor",
+            f"Across the study's {hits[0]['n_encoders']} encoders, the in-domain ranking does not predict the "
+            f"ranking on the target ({_listing(items)}): pick the encoder on labelled images of the target "
+            "scanner, not of the source.",
+            {"pairs": [_pair(r) for r in hits]},
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------------- calibration
@@ -166,14 +211,21 @@ def _does_transfer(r: Mapping[str, Any]) -> bool | None:
 
 
 def _worsens(f: Mapping[str, Any]) -> list[Advice]:
-    hits = _ladder(f, lambda r: r.get("raw") is not None and r.get("source_ts") is not None and r["source_ts"] > r["raw"])
+    hits = _ladder(
+        f, lambda r: r.get("raw") is not None and r.get("source_ts") is not None and r["source_ts"] > r["raw"]
+    )
     if not hits:
         return []
     items = [f"{_pair(r)}: {fmt(r['raw'])} raw, {fmt(r['source_ts'])} after it" for r in hits]
-    return [Advice("calibration.source_temperature_worsens",
-                   f"The source temperature makes off-domain calibration worse on {len(hits)} of "
-                   f"{len(f.get('targets', []))} transfer pairs (top-label ECE: {_listing(items)}): do not carry "
-                   "a source temperature to these scanners.", {"pairs": [_pair(r) for r in hits]})]
+    return [
+        Advice(
+            "calibration.source_temperature_worsens",
+            f"The source temperature makes off-domain calibration worse on {len(hits)} of "
+            f"{len(f.get('targets', []))} transfer pairs (top-label ECE: {_listing(items)}): do not carry "
+            "a source temperature to these scanners.",
+            {"pairs": [_pair(r) for r in hits]},
+        )
+    ]
 
 
 def _does_not_transfer(f: Mapping[str, Any]) -> list[Advice]:
@@ -181,11 +233,15 @@ def _does_not_transfer(f: Mapping[str, Any]) -> list[Advice]:
     if not hits:
         return []
     items = [f"{_pair(r)}: {fmt(r['source_ts'])} vs {fmt(r['oracle_ts'])}" for r in hits]
-    return [Advice("calibration.temperature_does_not_transfer",
-                   f"A temperature fitted on the source leaves top-label ECE more than {ECE_MARGIN:g} above the oracle "
-                   f"temperature's on {len(hits)} of {len(f.get('targets', []))} transfer pairs (source temperature vs "
-                   f"oracle: {_listing(items)}): recalibrate on each target scanner.",
-                   {"pairs": [_pair(r) for r in hits]})]
+    return [
+        Advice(
+            "calibration.temperature_does_not_transfer",
+            f"A temperature fitted on the source leaves top-label ECE more than {ECE_MARGIN:g} above the oracle "
+            f"temperature's on {len(hits)} of {len(f.get('targets', []))} transfer pairs (source temperature vs "
+            f"oracle: {_listing(items)}): recalibrate on each target scanner.",
+            {"pairs": [_pair(r) for r in hits]},
+        )
+    ]
 
 
 def _source_suffices(f: Mapping[str, Any]) -> list[Advice]:
@@ -193,36 +249,61 @@ def _source_suffices(f: Mapping[str, Any]) -> list[Advice]:
     if not hits:
         return []
     items = [f"{_pair(r)}: {fmt(r['source_ts'])} vs {fmt(r['oracle_ts'])}" for r in hits]
-    return [Advice("calibration.source_temperature_suffices",
-                   f"The source temperature transfers, within {ECE_MARGIN:g} of the oracle's top-label ECE, on "
-                   f"{len(hits)} of {len(f.get('targets', []))} transfer pairs ({_listing(items)}): no target labels "
-                   "are needed for calibration there.", {"pairs": [_pair(r) for r in hits]})]
+    return [
+        Advice(
+            "calibration.source_temperature_suffices",
+            f"The source temperature transfers, within {ECE_MARGIN:g} of the oracle's top-label ECE, on "
+            f"{len(hits)} of {len(f.get('targets', []))} transfer pairs ({_listing(items)}): no target labels "
+            "are needed for calibration there.",
+            {"pairs": [_pair(r) for r in hits]},
+        )
+    ]
 
 
 def _kshot_enough(f: Mapping[str, Any]) -> list[Advice]:
-    hits = _ladder(f, lambda r: _does_transfer(r) is not True and r.get("oracle_ts") is not None
-                   and r.get("smallest_k") is not None)
+    hits = _ladder(
+        f,
+        lambda r: _does_transfer(r) is not True and r.get("oracle_ts") is not None and r.get("smallest_k") is not None,
+    )
     if not hits:
         return []
-    items = [f"{_pair(r)}: K={r['smallest_k']}, ECE {fmt(r['kshot'][r['smallest_k']])} vs oracle {fmt(r['oracle_ts'])}"
-             for r in hits]
-    return [Advice("calibration.kshot_enough",
-                   f"Label a few target images and fit the temperature on them: the smallest K within {ECE_MARGIN:g} of "
-                   f"the oracle's ECE is {_listing(items)}.",
-                   {"pairs": [_pair(r) for r in hits], "k": [r["smallest_k"] for r in hits]})]
+    items = [
+        f"{_pair(r)}: K={r['smallest_k']}, ECE {fmt(r['kshot'][r['smallest_k']])} vs oracle {fmt(r['oracle_ts'])}"
+        for r in hits
+    ]
+    return [
+        Advice(
+            "calibration.kshot_enough",
+            f"Label a few target images and fit the temperature on them: the smallest K within {ECE_MARGIN:g} of "
+            f"the oracle's ECE is {_listing(items)}.",
+            {"pairs": [_pair(r) for r in hits], "k": [r["smallest_k"] for r in hits]},
+        )
+    ]
 
 
 def _kshot_insufficient(f: Mapping[str, Any]) -> list[Advice]:
-    hits = _ladder(f, lambda r: _does_transfer(r) is not True and r.get("oracle_ts") is not None
-                   and bool(r.get("kshot")) and r.get("smallest_k") is None)
+    hits = _ladder(
+        f,
+        lambda r: (
+            _does_transfer(r) is not True
+            and r.get("oracle_ts") is not None
+            and bool(r.get("kshot"))
+            and r.get("smallest_k") is None
+        ),
+    )
     if not hits:
         return []
     k = max(max(r["kshot"]) for r in hits)
     items = [f"{_pair(r)}: {fmt(r['kshot'][max(r['kshot'])])} vs oracle {fmt(r['oracle_ts'])}" for r in hits]
-    return [Advice("calibration.kshot_insufficient",
-                   f"Even {k} labelled target images leave top-label ECE more than {ECE_MARGIN:g} above the oracle's on "
-                   f"{len(hits)} transfer pairs ({_listing(items)}): label more target images before trusting the "
-                   "confidences there.", {"pairs": [_pair(r) for r in hits], "k": k})]
+    return [
+        Advice(
+            "calibration.kshot_insufficient",
+            f"Even {k} labelled target images leave top-label ECE more than {ECE_MARGIN:g} above the oracle's on "
+            f"{len(hits)} transfer pairs ({_listing(items)}): label more target images before trusting the "
+            "confidences there.",
+            {"pairs": [_pair(r) for r in hits], "k": k},
+        )
+    ]
 
 
 # -------------------------------------------------------------------------------------------------- abstention
@@ -235,11 +316,15 @@ def _let_through(f: Mapping[str, Any]) -> list[Advice]:
     if not hits:
         return []
     items = [f"{r['tier']} ({r['set']}): rejects {fmt_q(r['rejected'])}" for r in hits]
-    return [Advice("abstention.tier_let_through",
-                   f"The gate lets most images of {len(hits)} OOD set(s) through ({_listing(items)}; "
-                   f"{_units(hits[0]['rejected'])}): screen for {', '.join(dict.fromkeys(r['tier'] for r in hits))} "
-                   "inputs before the model, or do not rely on the gate for them.",
-                   {"sets": [r["set"] for r in hits]})]
+    return [
+        Advice(
+            "abstention.tier_let_through",
+            f"The gate lets most images of {len(hits)} OOD set(s) through ({_listing(items)}; "
+            f"{_units(hits[0]['rejected'])}): screen for {', '.join(dict.fromkeys(r['tier'] for r in hits))} "
+            "inputs before the model, or do not rely on the gate for them.",
+            {"sets": [r["set"] for r in hits]},
+        )
+    ]
 
 
 def _caught(f: Mapping[str, Any]) -> list[Advice]:
@@ -247,8 +332,13 @@ def _caught(f: Mapping[str, Any]) -> list[Advice]:
     if not hits:
         return []
     items = [f"{r['tier']} ({r['set']}): {fmt_q(r['rejected'])}" for r in hits]
-    return [Advice("abstention.tier_caught", f"The gate rejects these OOD sets reliably: {_listing(items)}.",
-                   {"sets": [r["set"] for r in hits]})]
+    return [
+        Advice(
+            "abstention.tier_caught",
+            f"The gate rejects these OOD sets reliably: {_listing(items)}.",
+            {"sets": [r["set"] for r in hits]},
+        )
+    ]
 
 
 def _below_chance(f: Mapping[str, Any]) -> list[Advice]:
@@ -257,10 +347,15 @@ def _below_chance(f: Mapping[str, Any]) -> list[Advice]:
     for scorer in dict.fromkeys(r["scorer"] for r in hits):
         mine = [r for r in hits if r["scorer"] == scorer]
         items = [f"{r['condition']} ({r['tier']}): {fmt_q(r['auroc'])}" for r in mine]
-        out.append(Advice("abstention.scorer_below_chance",
-                          f"The {scorer} score ranks these OOD sets as more familiar than the in-distribution test "
-                          f"set (detection AUROC below 0.5 with its interval: {_listing(items)}): do not use {scorer} "
-                          "to detect those shifts.", {"scorer": scorer, "conditions": [r["condition"] for r in mine]}))
+        out.append(
+            Advice(
+                "abstention.scorer_below_chance",
+                f"The {scorer} score ranks these OOD sets as more familiar than the in-distribution test "
+                f"set (detection AUROC below 0.5 with its interval: {_listing(items)}): do not use {scorer} "
+                "to detect those shifts.",
+                {"scorer": scorer, "conditions": [r["condition"] for r in mine]},
+            )
+        )
     return out
 
 
@@ -270,12 +365,20 @@ def _harmful(f: Mapping[str, Any]) -> list[Advice]:
     hits = [r for r in f.get("gains", []) if r["deployable"] and _enough(r["gain"]) and r["gain"]["ci_hi"] < 0]
     for method in dict.fromkeys(r["method"] for r in hits):
         mine = [r for r in hits if r["method"] == method]
-        items = [f"{r['prior']}" + (f" (largest class {r['largest_share']:.0%})" if r.get("largest_share") else "")
-                 + f": {fmt_q(r['gain'], signed=True)}" for r in mine]
-        out.append(Advice("prior_shift.harmful_under_prior",
-                          f"{method} lowers macro-F1 under {len(mine)} prior(s) ({_listing(items)}; {mine[0]['unit']}): "
-                          "do not use it where the class mix may look like that.",
-                          {"method": method, "priors": [r["prior"] for r in mine]}))
+        items = [
+            f"{r['prior']}"
+            + (f" (largest class {r['largest_share']:.0%})" if r.get("largest_share") else "")
+            + f": {fmt_q(r['gain'], signed=True)}"
+            for r in mine
+        ]
+        out.append(
+            Advice(
+                "prior_shift.harmful_under_prior",
+                f"{method} lowers macro-F1 under {len(mine)} prior(s) ({_listing(items)}; {mine[0]['unit']}): "
+                "do not use it where the class mix may look like that.",
+                {"method": method, "priors": [r["prior"] for r in mine]},
+            )
+        )
     return out
 
 
@@ -290,12 +393,15 @@ def _helps_everywhere(f: Mapping[str, Any]) -> list[Advice]:
         if all(_enough(g) and g["ci_lo"] > 0 for g in part["gain"]):
             lows = [g["ci_lo"] for g in part["gain"]]
             worst = part.iloc[int(np.argmin(lows))]
-            out.append(Advice("prior_shift.helps_under_every_prior",
-                              f"{method} raises macro-F1 under every prior tested ({part['prior'].nunique()} priors; "
-                              f"smallest gain {fmt_q(worst['gain'], signed=True)} under {worst['prior']}): a safe "
-                              "label-free adaptation here.",
-                              {"task": task, "source_domain": source, "method": method,
-                               "n_priors": int(part["prior"].nunique())}))
+            out.append(
+                Advice(
+                    "prior_shift.helps_under_every_prior",
+                    f"{method} raises macro-F1 under every prior tested ({part['prior'].nunique()} priors; "
+                    f"smallest gain {fmt_q(worst['gain'], signed=True)} under {worst['prior']}): a safe "
+                    "label-free adaptation here.",
+                    {"task": task, "source_domain": source, "method": method, "n_priors": int(part["prior"].nunique())},
+                )
+            )
     return out
 
 
@@ -304,12 +410,21 @@ def _nuc_beats_mean(f: Mapping[str, Any]) -> list[Advice]:
     out = []
     for r in f.get("cra", []):
         if r.get("wilcoxon_possible") and r.get("nuc_beats_mean"):
-            out.append(Advice("cells.nuc_beats_mean",
-                              f"Read cells at the nucleus ({r['taxonomy']} taxonomy, {r['magnification']:g}x): Nuc "
-                              f"beats Mean by {r['cra_mean_pp']:+.1f} pp macro-F1 (SD {fmt(r['cra_sd_pp'], 1)}, paired "
-                              f"Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections).",
-                              {"taxonomy": r["taxonomy"], "magnification": r["magnification"],
-                               "cra_mean_pp": r["cra_mean_pp"], "p": r["p"], "n_sections": r["n_sections"]}))
+            out.append(
+                Advice(
+                    "cells.nuc_beats_mean",
+                    f"Read cells at the nucleus ({r['taxonomy']} taxonomy, {r['magnification']:g}x): Nuc "
+                    f"beats Mean by {r['cra_mean_pp']:+.1f} pp macro-F1 (SD {fmt(r['cra_sd_pp'], 1)}, paired "
+                    f"Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections).",
+                    {
+                        "taxonomy": r["taxonomy"],
+                        "magnification": r["magnification"],
+                        "cra_mean_pp": r["cra_mean_pp"],
+                        "p": r["p"],
+                        "n_sections": r["n_sections"],
+                    },
+                )
+            )
     return out
 
 
@@ -317,11 +432,15 @@ def _mean_not_beaten(f: Mapping[str, Any]) -> list[Advice]:
     out = []
     for r in f.get("cra", []):
         if r.get("wilcoxon_possible") and not r.get("nuc_beats_mean") and r.get("p") is not None and r["p"] >= 0.05:
-            out.append(Advice("cells.nuc_not_better",
-                              f"Nuc does not beat Mean ({r['taxonomy']} taxonomy, {r['magnification']:g}x): "
-                              f"{r['cra_mean_pp']:+.1f} pp, Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections; "
-                              "a patch-mean readout is as good here.",
-                              {"taxonomy": r["taxonomy"], "magnification": r["magnification"], "p": r["p"]}))
+            out.append(
+                Advice(
+                    "cells.nuc_not_better",
+                    f"Nuc does not beat Mean ({r['taxonomy']} taxonomy, {r['magnification']:g}x): "
+                    f"{r['cra_mean_pp']:+.1f} pp, Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections; "
+                    "a patch-mean readout is as good here.",
+                    {"taxonomy": r["taxonomy"], "magnification": r["magnification"], "p": r["p"]},
+                )
+            )
     return out
 
 
@@ -330,18 +449,28 @@ def _exposed(f: Mapping[str, Any]) -> list[Advice]:
     seen = [d for d, status in f.get("datasets", {}).items() if status == "yes"]
     if not seen:
         return []
-    return [Advice("exposure.pretrained_on_evaluated",
-                   f"Its pretraining data include {', '.join(seen)}: its numbers there may be optimistic; judge it on "
-                   "data it has not seen.", {"datasets": seen})]
+    return [
+        Advice(
+            "exposure.pretrained_on_evaluated",
+            f"Its pretraining data include {', '.join(seen)}: its numbers there may be optimistic; judge it on "
+            "data it has not seen.",
+            {"datasets": seen},
+        )
+    ]
 
 
 def _unknown(f: Mapping[str, Any]) -> list[Advice]:
     unknown = [d for d, status in f.get("datasets", {}).items() if status == "unknown"]
     if not unknown:
         return []
-    return [Advice("exposure.unknown",
-                   f"Whether its pretraining saw {', '.join(unknown)} is unknown (its corpora do not say): state that "
-                   "when you report its numbers.", {"datasets": unknown})]
+    return [
+        Advice(
+            "exposure.unknown",
+            f"Whether its pretraining saw {', '.join(unknown)} is unknown (its corpora do not say): state that "
+            "when you report its numbers.",
+            {"datasets": unknown},
+        )
+    ]
 
 
 # -------------------------------------------------------------------------------------------------------- cost
@@ -349,48 +478,107 @@ def _device_mismatch(f: Mapping[str, Any]) -> list[Advice]:
     jobs = [j for j in f.get("jobs", []) if j.get("device_mismatch") is True]
     if not jobs:
         return []
-    return [Advice("cost.device_mismatch",
-                   f"{len(jobs)} of its jobs requested a GPU but ran on the CPU (device in the embedding provenance: "
-                   f"{', '.join(sorted({str(j['device']) for j in jobs}))}): its GPU-hours were charged, not used; check "
-                   "the cluster's GPU setup.", {"jobs": [j["job"] for j in jobs]})]
+    return [
+        Advice(
+            "cost.device_mismatch",
+            f"{len(jobs)} of its jobs requested a GPU but ran on the CPU (device in the embedding provenance: "
+            f"{', '.join(sorted({str(j['device']) for j in jobs}))}): its GPU-hours were charged, not used; check "
+            "the cluster's GPU setup.",
+            {"jobs": [j["job"] for j in jobs]},
+        )
+    ]
 
 
 #: Every rule, by section in card order.
 RULES: tuple[Rule, ...] = (
-    Rule("accuracy.off_domain_drop", "a target's macro-F1 interval lies wholly below the in-domain interval "
-         f"(both from at least {MIN_UNITS} resampling units)", _off_domain_drop),
-    Rule("accuracy.rank_drop", "the encoder ranks lower on a target than in-domain, and an encoder it led in-domain "
-         "beats it there with a paired-difference interval above zero", _rank_drop),
-    Rule("accuracy.rank_transfer_poor", f"over at least {MIN_RANK_ENCODERS} encoders, the upper bound of the "
-         "rank-transfer Spearman ρ interval is below 0.5", _rank_transfer_poor),
-    Rule("calibration.source_temperature_worsens", "off-domain top-label ECE after the source temperature is above "
-         "the raw ECE", _worsens),
-    Rule("calibration.temperature_does_not_transfer", "off-domain ECE after the source temperature is more than "
-         f"{ECE_MARGIN:g} above the oracle temperature's", _does_not_transfer),
-    Rule("calibration.source_temperature_suffices", f"off-domain ECE after the source temperature is within {ECE_MARGIN:g} "
-         "of the oracle temperature's", _source_suffices),
-    Rule("calibration.kshot_enough", "the source temperature does not transfer, and some K-shot target temperature "
-         f"brings ECE within {ECE_MARGIN:g} of the oracle's (the smallest such K is named)", _kshot_enough),
-    Rule("calibration.kshot_insufficient", "the source temperature does not transfer, and no K-shot temperature "
-         f"brings ECE within {ECE_MARGIN:g} of the oracle's", _kshot_insufficient),
-    Rule("abstention.tier_let_through", f"the upper bound of the share of an OOD set the gate rejects is below "
-         f"{GATE_MIN_REJECTION:g}", _let_through),
-    Rule("abstention.tier_caught", f"the lower bound of the share of an OOD set the gate rejects is at least "
-         f"{GATE_CAUGHT:g}", _caught),
-    Rule("abstention.scorer_below_chance", "a novelty scorer's detection AUROC interval lies wholly below 0.5",
-         _below_chance),
-    Rule("prior_shift.harmful_under_prior", "a deployable label-free method's gain interval under some prior lies "
-         "wholly below zero", _harmful),
-    Rule("prior_shift.helps_under_every_prior", "a deployable method's gain interval lies wholly above zero under "
-         "every prior of at least two", _helps_everywhere),
-    Rule("cells.nuc_beats_mean", "the paired Wilcoxon test of Nuc over Mean is significant (p < 0.05, positive "
-         "median), with enough sections for the test to reach it", _nuc_beats_mean),
-    Rule("cells.nuc_not_better", "enough sections for a significant Wilcoxon test, and it is not significant",
-         _mean_not_beaten),
+    Rule(
+        "accuracy.off_domain_drop",
+        "a target's macro-F1 interval lies wholly below the in-domain interval "
+        f"(both from at least {MIN_UNITS} resampling units)",
+        _off_domain_drop,
+    ),
+    Rule(
+        "accuracy.rank_drop",
+        "the encoder ranks lower on a target than in-domain, and an encoder it led in-domain "
+        "beats it there with a paired-difference interval above zero",
+        _rank_drop,
+    ),
+    Rule(
+        "accuracy.rank_transfer_poor",
+        f"over at least {MIN_RANK_ENCODERS} encoders, the upper bound of the "
+        "rank-transfer Spearman ρ interval is below 0.5",
+        _rank_transfer_poor,
+    ),
+    Rule(
+        "calibration.source_temperature_worsens",
+        "off-domain top-label ECE after the source temperature is above the raw ECE",
+        _worsens,
+    ),
+    Rule(
+        "calibration.temperature_does_not_transfer",
+        f"off-domain ECE after the source temperature is more than {ECE_MARGIN:g} above the oracle temperature's",
+        _does_not_transfer,
+    ),
+    Rule(
+        "calibration.source_temperature_suffices",
+        f"off-domain ECE after the source temperature is within {ECE_MARGIN:g} of the oracle temperature's",
+        _source_suffices,
+    ),
+    Rule(
+        "calibration.kshot_enough",
+        "the source temperature does not transfer, and some K-shot target temperature "
+        f"brings ECE within {ECE_MARGIN:g} of the oracle's (the smallest such K is named)",
+        _kshot_enough,
+    ),
+    Rule(
+        "calibration.kshot_insufficient",
+        "the source temperature does not transfer, and no K-shot temperature "
+        f"brings ECE within {ECE_MARGIN:g} of the oracle's",
+        _kshot_insufficient,
+    ),
+    Rule(
+        "abstention.tier_let_through",
+        f"the upper bound of the share of an OOD set the gate rejects is below {GATE_MIN_REJECTION:g}",
+        _let_through,
+    ),
+    Rule(
+        "abstention.tier_caught",
+        f"the lower bound of the share of an OOD set the gate rejects is at least {GATE_CAUGHT:g}",
+        _caught,
+    ),
+    Rule(
+        "abstention.scorer_below_chance",
+        "a novelty scorer's detection AUROC interval lies wholly below 0.5",
+        _below_chance,
+    ),
+    Rule(
+        "prior_shift.harmful_under_prior",
+        "a deployable label-free method's gain interval under some prior lies wholly below zero",
+        _harmful,
+    ),
+    Rule(
+        "prior_shift.helps_under_every_prior",
+        "a deployable method's gain interval lies wholly above zero under every prior of at least two",
+        _helps_everywhere,
+    ),
+    Rule(
+        "cells.nuc_beats_mean",
+        "the paired Wilcoxon test of Nuc over Mean is significant (p < 0.05, positive "
+        "median), with enough sections for the test to reach it",
+        _nuc_beats_mean,
+    ),
+    Rule(
+        "cells.nuc_not_better",
+        "enough sections for a significant Wilcoxon test, and it is not significant",
+        _mean_not_beaten,
+    ),
     Rule("exposure.pretrained_on_evaluated", "the exposure audit says `yes` for an evaluated data set", _exposed),
     Rule("exposure.unknown", "the exposure audit says `unknown` for an evaluated data set", _unknown),
-    Rule("cost.device_mismatch", "a job requested a GPU but its embedding provenance records a CPU device",
-         _device_mismatch),
+    Rule(
+        "cost.device_mismatch",
+        "a job requested a GPU but its embedding provenance records a CPU device",
+        _device_mismatch,
+    ),
 )
 
 

@@ -29,8 +29,16 @@ from fmaudit.analyses.advice import ECE_MARGIN, MIN_RANK_ENCODERS, MIN_UNITS, TH
 from fmaudit.report.cards import FRONT_AXES
 from fmaudit.stats import wilcoxon_smallest_p
 
-__all__ = ["CARD_SECTIONS", "KINDS", "SCHEMA_VERSION", "build_cards", "card_encoders", "front_page", "quantity",
-           "recommended_fix"]
+__all__ = [
+    "CARD_SECTIONS",
+    "KINDS",
+    "SCHEMA_VERSION",
+    "build_cards",
+    "card_encoders",
+    "front_page",
+    "quantity",
+    "recommended_fix",
+]
 
 SCHEMA_VERSION = 1
 #: Sections of a card, in order, with their titles.
@@ -63,17 +71,35 @@ def _int(x: Any) -> int | None:
 KINDS = ("value", "signed", "integer", "flag", "text", "amount")
 
 
-def quantity(point: Any, lo: Any = None, hi: Any = None, *, measure: str, unit: Any = None, n_units: Any = None,
-             interval: str | None = None, note: str | None = None, kind: str = "value") -> dict[str, Any]:
+def quantity(
+    point: Any,
+    lo: Any = None,
+    hi: Any = None,
+    *,
+    measure: str,
+    unit: Any = None,
+    n_units: Any = None,
+    interval: str | None = None,
+    note: str | None = None,
+    kind: str = "value",
+) -> dict[str, Any]:
     """One number of a card: ``point`` with its interval (``ci_lo``, ``ci_hi``), what it measures, the unit its
     interval resamples and how many (``resampling_unit``, ``n_units``), how the interval was made, a ``note``
     saying why a value or interval is missing, and how it prints (``kind``, :data:`KINDS`)."""
     if kind not in KINDS:
         raise ValueError(f"quantity kind {kind!r} is not one of {KINDS}")
     lo, hi = _num(lo), _num(hi)
-    return {"point": _num(point), "ci_lo": lo if hi is not None else None, "ci_hi": hi if lo is not None else None,
-            "measure": measure, "resampling_unit": str(unit) if unit not in (None, "") and not _isnan(unit) else None,
-            "n_units": _int(n_units), "interval": interval, "note": note, "kind": kind}
+    return {
+        "point": _num(point),
+        "ci_lo": lo if hi is not None else None,
+        "ci_hi": hi if lo is not None else None,
+        "measure": measure,
+        "resampling_unit": str(unit) if unit not in (None, "") and not _isnan(unit) else None,
+        "n_units": _int(n_units),
+        "interval": interval,
+        "note": note,
+        "kind": kind,
+    }
 
 
 def _isnan(x: Any) -> bool:
@@ -98,11 +124,23 @@ def _unavailable(reason: str) -> dict[str, Any]:
     return {"available": False, "reason": reason, "caption": "", "columns": [], "rows": [], "advice": [], "limits": []}
 
 
-def _section(caption: str, columns: Sequence[tuple[str, str]], rows: list[dict], facts: Mapping[str, Any],
-             name: str, limits: list[str]) -> dict[str, Any]:
-    return {"available": True, "reason": None, "caption": caption,
-            "columns": [{"key": k, "label": label} for k, label in columns], "rows": rows,
-            "advice": fire_rules(name, facts), "limits": list(dict.fromkeys(limits))}
+def _section(
+    caption: str,
+    columns: Sequence[tuple[str, str]],
+    rows: list[dict],
+    facts: Mapping[str, Any],
+    name: str,
+    limits: list[str],
+) -> dict[str, Any]:
+    return {
+        "available": True,
+        "reason": None,
+        "caption": caption,
+        "columns": [{"key": k, "label": label} for k, label in columns],
+        "rows": rows,
+        "advice": fire_rules(name, facts),
+        "limits": list(dict.fromkeys(limits)),
+    }
 
 
 def _few_units(qs: Sequence[Mapping[str, Any]], what: str) -> list[str]:
@@ -110,14 +148,23 @@ def _few_units(qs: Sequence[Mapping[str, Any]], what: str) -> list[str]:
     if not small:
         return []
     units = sorted({q["resampling_unit"] for q in qs if q.get("resampling_unit")})
-    return [f"Some {what} intervals rest on {', '.join(map(str, small))} {'/'.join(units) or 'unit'}(s), fewer than "
-            f"{MIN_UNITS}: no advice is drawn from them."]
+    return [
+        f"Some {what} intervals rest on {', '.join(map(str, small))} {'/'.join(units) or 'unit'}(s), fewer than "
+        f"{MIN_UNITS}: no advice is drawn from them."
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------- accuracy
 def _macro_f1(r: Mapping[str, Any]) -> dict[str, Any]:
-    return quantity(r.get("macro_f1"), r.get("macro_f1_ci_lo"), r.get("macro_f1_ci_hi"), measure="macro-F1",
-                    unit=r.get("ci_unit"), n_units=r.get("ci_n_units"), interval=_col(r, "ci_convention"))
+    return quantity(
+        r.get("macro_f1"),
+        r.get("macro_f1_ci_lo"),
+        r.get("macro_f1_ci_hi"),
+        measure="macro-F1",
+        unit=r.get("ci_unit"),
+        n_units=r.get("ci_n_units"),
+        interval=_col(r, "ci_convention"),
+    )
 
 
 def _rank(rank: Any, n: int) -> dict[str, Any]:
@@ -137,9 +184,16 @@ def _paired(pd_table: pd.DataFrame, encoder: str) -> dict[tuple, dict[str, dict]
         if encoder not in (r["encoder"], r["reference"]) or other == encoder:
             continue
         lo, hi = sorted((sign * r["ci_lo"], sign * r["ci_hi"]))
-        out.setdefault(key, {})[other] = quantity(sign * r["difference"], lo, hi, measure="macro-F1 difference", kind="signed",
-                                                  unit=r.get("ci_unit"), n_units=r.get("ci_n_units"),
-                                                  interval="paired cluster bootstrap")
+        out.setdefault(key, {})[other] = quantity(
+            sign * r["difference"],
+            lo,
+            hi,
+            measure="macro-F1 difference",
+            kind="signed",
+            unit=r.get("ci_unit"),
+            n_units=r.get("ci_n_units"),
+            interval="paired cluster bootstrap",
+        )
     return out
 
 
@@ -172,13 +226,23 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
         targets = [t for t in sorted(cell["target_domain"]) if t != source]
         if not targets:
             limits.append(f"Task {task} has one domain: off-domain accuracy and rank transfer cannot be judged.")
-            rows.append({"label": f"{task}: {source} (in-domain only)", "context": _ctx(task, head, frac, source, source),
-                         "values": {"in_domain": ind_q, "rank_in_domain": _rank(ind_row["rank_macro_f1"],
-                                                                               int(n_enc[(task, head, frac, source, source)]))}})
+            rows.append(
+                {
+                    "label": f"{task}: {source} (in-domain only)",
+                    "context": _ctx(task, head, frac, source, source),
+                    "values": {
+                        "in_domain": ind_q,
+                        "rank_in_domain": _rank(
+                            ind_row["rank_macro_f1"], int(n_enc[(task, head, frac, source, source)])
+                        ),
+                    },
+                }
+            )
             continue
         if len(targets) == 1:
-            limits.append(f"Task {task}, source {source}: one target domain; whether the ranking transfers rests on it "
-                          "alone.")
+            limits.append(
+                f"Task {task}, source {source}: one target domain; whether the ranking transfers rests on it alone."
+            )
         for target in targets:
             t_row = cell[cell["target_domain"] == target].iloc[0].to_dict()
             t_q = _macro_f1(t_row)
@@ -192,17 +256,36 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
                 rr = rho.loc[key]
                 rr = (rr.iloc[0] if isinstance(rr, pd.DataFrame) else rr).to_dict()
                 n_rho = int(n_enc[(task, head, frac, source, source)])
-                informative = (n_rho >= MIN_RANK_ENCODERS and _num(rr.get("spearman_rho_ci_lo")) is not None
-                               and not (rr["spearman_rho_ci_lo"] <= 0 <= rr["spearman_rho_ci_hi"]))
-                values["rho"] = quantity(rr["spearman_rho"], rr.get("spearman_rho_ci_lo"), rr.get("spearman_rho_ci_hi"),
-                                         measure=f"Spearman ρ of the study's {n_rho} encoders (in-domain vs target "
-                                                 "ranking)", interval=_col(rr, "rho_ci_convention"),
-                                         note=None if informative else "not informative")
-                transfers.append({"task": task, "source_domain": source, "target_domain": target, "n_encoders": n_rho,
-                                  "rho": values["rho"]})
+                informative = (
+                    n_rho >= MIN_RANK_ENCODERS
+                    and _num(rr.get("spearman_rho_ci_lo")) is not None
+                    and not (rr["spearman_rho_ci_lo"] <= 0 <= rr["spearman_rho_ci_hi"])
+                )
+                values["rho"] = quantity(
+                    rr["spearman_rho"],
+                    rr.get("spearman_rho_ci_lo"),
+                    rr.get("spearman_rho_ci_hi"),
+                    measure=f"Spearman ρ of the study's {n_rho} encoders (in-domain vs target ranking)",
+                    interval=_col(rr, "rho_ci_convention"),
+                    note=None if informative else "not informative",
+                )
+                transfers.append(
+                    {
+                        "task": task,
+                        "source_domain": source,
+                        "target_domain": target,
+                        "n_encoders": n_rho,
+                        "rho": values["rho"],
+                    }
+                )
                 if not informative:
-                    why = (f"only {n_rho} encoders" if n_rho < MIN_RANK_ENCODERS
-                           else "its interval includes 0" if values["rho"]["ci_lo"] is not None else "no interval")
+                    why = (
+                        f"only {n_rho} encoders"
+                        if n_rho < MIN_RANK_ENCODERS
+                        else "its interval includes 0"
+                        if values["rho"]["ci_lo"] is not None
+                        else "no interval"
+                    )
                     uninformative.append((f"{source} → {target}", why))
             overtaken = []
             for other, d in paired.get(key, {}).items():
@@ -212,27 +295,49 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
                     overtaken.append({"encoder": other, "difference": d})
             if r_t > r_in and not any(_enough_q(o["difference"]) and o["difference"]["ci_lo"] > 0 for o in overtaken):
                 noisy.append(f"{source} → {target} (rank {r_in} → {r_t})")
-            pairs.append({"task": task, "source_domain": source, "target_domain": target, "in_domain": ind_q,
-                          "target": t_q, "rank_in_domain": r_in, "rank_target": r_t, "n_encoders": n,
-                          "overtaken_by": overtaken})
-            rows.append({"label": f"{source} → {target}", "context": _ctx(task, head, frac, source, target),
-                         "values": values})
+            pairs.append(
+                {
+                    "task": task,
+                    "source_domain": source,
+                    "target_domain": target,
+                    "in_domain": ind_q,
+                    "target": t_q,
+                    "rank_in_domain": r_in,
+                    "rank_target": r_t,
+                    "n_encoders": n,
+                    "overtaken_by": overtaken,
+                }
+            )
+            rows.append(
+                {"label": f"{source} → {target}", "context": _ctx(task, head, frac, source, target), "values": values}
+            )
     if uninformative:
         whys = sorted({w for _, w in uninformative})
-        limits.append(f"The study's rank-transfer ρ ({len(uninformative)} pairs: {', '.join(p for p, _ in uninformative)}) "
-                      f"cannot tell whether in-domain rankings carry over ({'; '.join(whys)}; at least "
-                      f"{MIN_RANK_ENCODERS} encoders and an interval that excludes 0 are needed).")
+        limits.append(
+            f"The study's rank-transfer ρ ({len(uninformative)} pairs: {', '.join(p for p, _ in uninformative)}) "
+            f"cannot tell whether in-domain rankings carry over ({'; '.join(whys)}; at least "
+            f"{MIN_RANK_ENCODERS} encoders and an interval that excludes 0 are needed)."
+        )
     if noisy:
-        limits.append(f"It ranks lower on the target than in-domain on {', '.join(noisy)}, but no paired interval shows an "
-                      "encoder it led in-domain to be better there: the change may be noise.")
+        limits.append(
+            f"It ranks lower on the target than in-domain on {', '.join(noisy)}, but no paired interval shows an "
+            "encoder it led in-domain to be better there: the change may be noise."
+        )
     limits += _few_units(qs, "macro-F1")
     fracs = sorted(set(mine["fraction"]))
-    caption = (f"Macro-F1 (mean over seeds) of the {', '.join(sorted(set(mine['head'])))} probe at label fraction "
-               f"{', '.join(f'{f:g}' for f in fracs)}, in-domain on each source and on each target, with the "
-               "encoder's rank among the study's encoders there, and the study's rank-transfer ρ for the pair; "
-               "intervals: 95% cluster bootstrap of the unit named with each value.")
-    columns = [("in_domain", "in-domain"), ("target", "target"), ("rank_in_domain", "rank in-domain"),
-               ("rank_target", "rank on target"), ("rho", "rank transfer ρ (study)")]
+    caption = (
+        f"Macro-F1 (mean over seeds) of the {', '.join(sorted(set(mine['head'])))} probe at label fraction "
+        f"{', '.join(f'{f:g}' for f in fracs)}, in-domain on each source and on each target, with the "
+        "encoder's rank among the study's encoders there, and the study's rank-transfer ρ for the pair; "
+        "intervals: 95% cluster bootstrap of the unit named with each value."
+    )
+    columns = [
+        ("in_domain", "in-domain"),
+        ("target", "target"),
+        ("rank_in_domain", "rank in-domain"),
+        ("rank_target", "rank on target"),
+        ("rho", "rank transfer ρ (study)"),
+    ]
     return _section(caption, columns, rows, {"pairs": pairs, "rank_transfer": transfers}, "accuracy", limits)
 
 
@@ -241,8 +346,13 @@ def _enough_q(q: Mapping[str, Any]) -> bool:
 
 
 def _ctx(task: str, head: str, frac: float, source: str, target: str) -> dict[str, Any]:
-    return {"task": str(task), "head": str(head), "fraction": float(frac), "source_domain": str(source),
-            "target_domain": str(target)}
+    return {
+        "task": str(task),
+        "head": str(head),
+        "fraction": float(frac),
+        "source_domain": str(source),
+        "target_domain": str(target),
+    }
 
 
 # ------------------------------------------------------------------------------------------------- calibration
@@ -268,8 +378,9 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
     measure = f"top-label ECE ({bins} equal-width bins)"
     rows, targets, limits, bounds = [], [], [], []
     ks: set[int] = set()
-    for (task, head, frac, source, target), cell in off.groupby(["task", "head", "fraction", "source_domain",
-                                                                  "target_domain"], sort=True):
+    for (task, head, frac, source, target), cell in off.groupby(
+        ["task", "head", "fraction", "source_domain", "target_domain"], sort=True
+    ):
         by_stage = {}
         kshot = {}
         at_bound = 0
@@ -286,42 +397,78 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
         raw_row = raw_ci.get((task, head, frac, source, target))
         raw = by_stage.get("raw")
         # the leaderboard's raw ECE is the same seed mean, with its cluster-bootstrap interval
-        same = bool(raw_row and raw is not None and _num(raw_row.get(ece_col)) is not None
-                    and np.isclose(raw_row[ece_col], raw, rtol=1e-6, atol=1e-9))
+        same = bool(
+            raw_row
+            and raw is not None
+            and _num(raw_row.get(ece_col)) is not None
+            and np.isclose(raw_row[ece_col], raw, rtol=1e-6, atol=1e-9)
+        )
         bound_note = "temperature at a search bound: left out of the mean" if at_bound else "no value"
-        values = {"raw": quantity(raw, raw_row["ece_ci_lo"] if same else None, raw_row["ece_ci_hi"] if same else None,
-                                  measure=measure, unit=raw_row.get("ci_unit") if same else None,
-                                  n_units=raw_row.get("ci_n_units") if same else None)}
+        values = {
+            "raw": quantity(
+                raw,
+                raw_row["ece_ci_lo"] if same else None,
+                raw_row["ece_ci_hi"] if same else None,
+                measure=measure,
+                unit=raw_row.get("ci_unit") if same else None,
+                n_units=raw_row.get("ci_n_units") if same else None,
+            )
+        }
         for stage in ("source_ts", "oracle_ts"):
             v = by_stage.get(stage)
             values[stage] = quantity(v, measure=measure, note=None if v is not None else bound_note)
         for k, v in sorted(kshot.items()):
             values[f"kshot_{k}"] = quantity(v, measure=measure, note=None if v is not None else bound_note)
         oracle = by_stage.get("oracle_ts")
-        smallest = next((k for k, v in sorted(kshot.items()) if v is not None and oracle is not None
-                         and v - oracle <= ECE_MARGIN), None)
-        values["smallest_k"] = quantity(smallest, measure=f"smallest K with K-shot ECE within {ECE_MARGIN:g} of the "
-                                        "oracle", kind="integer",
-                                        note=None if smallest is not None else "no K within the margin")
+        smallest = next(
+            (k for k, v in sorted(kshot.items()) if v is not None and oracle is not None and v - oracle <= ECE_MARGIN),
+            None,
+        )
+        values["smallest_k"] = quantity(
+            smallest,
+            measure=f"smallest K with K-shot ECE within {ECE_MARGIN:g} of the oracle",
+            kind="integer",
+            note=None if smallest is not None else "no K within the margin",
+        )
         if at_bound:
             bounds.append(f"{source} → {target}: {at_bound} of {n_temps}")
-        targets.append({"task": task, "source_domain": source, "target_domain": target, "raw": by_stage.get("raw"),
-                        "source_ts": by_stage.get("source_ts"), "oracle_ts": oracle, "kshot": kshot,
-                        "smallest_k": smallest})
-        rows.append({"label": f"{source} → {target}", "context": _ctx(task, head, frac, source, target), "values": values})
+        targets.append(
+            {
+                "task": task,
+                "source_domain": source,
+                "target_domain": target,
+                "raw": by_stage.get("raw"),
+                "source_ts": by_stage.get("source_ts"),
+                "oracle_ts": oracle,
+                "kshot": kshot,
+                "smallest_k": smallest,
+            }
+        )
+        rows.append(
+            {"label": f"{source} → {target}", "context": _ctx(task, head, frac, source, target), "values": values}
+        )
     if bounds:
-        limits.append(f"Fitted temperatures at a search bound ({'; '.join(bounds)}) are left out of the ladder's means "
-                      f"({board_rule(cal)}); a cell with none left says so.")
-    limits.append("The ladder's ECEs (but raw's) are means over seeds and draws without intervals: the margin rules "
-                  "compare point estimates.")
+        limits.append(
+            f"Fitted temperatures at a search bound ({'; '.join(bounds)}) are left out of the ladder's means "
+            f"({board_rule(cal)}); a cell with none left says so."
+        )
+    limits.append(
+        "The ladder's ECEs (but raw's) are means over seeds and draws without intervals: the margin rules "
+        "compare point estimates."
+    )
     fix = recommended_fix(targets)
-    caption = (f"Off-domain {measure} of the probe at the largest label fraction: raw, after the source-validation "
-               "temperature (source_ts), after a temperature fitted on the evaluated target itself (oracle_ts, not "
-               "deployable: the bound) and after a temperature fitted on K labelled target images (kshot_K, mean "
-               f"over draws); smallest_k: the fewest labelled target images within {ECE_MARGIN:g} of the oracle. "
-               f"Recommended fix: {fix['name']}.")
-    columns = ([("raw", "raw"), ("source_ts", "source TS"), ("oracle_ts", "oracle TS")]
-               + [(f"kshot_{k}", f"K={k}") for k in sorted(ks)] + [("smallest_k", "smallest K")])
+    caption = (
+        f"Off-domain {measure} of the probe at the largest label fraction: raw, after the source-validation "
+        "temperature (source_ts), after a temperature fitted on the evaluated target itself (oracle_ts, not "
+        "deployable: the bound) and after a temperature fitted on K labelled target images (kshot_K, mean "
+        f"over draws); smallest_k: the fewest labelled target images within {ECE_MARGIN:g} of the oracle. "
+        f"Recommended fix: {fix['name']}."
+    )
+    columns = (
+        [("raw", "raw"), ("source_ts", "source TS"), ("oracle_ts", "oracle TS")]
+        + [(f"kshot_{k}", f"K={k}") for k in sorted(ks)]
+        + [("smallest_k", "smallest K")]
+    )
     out = _section(caption, columns, rows, {"targets": targets}, "calibration", limits)
     out["recommended_fix"] = fix
     return out
@@ -329,8 +476,11 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
 
 def board_rule(cal: pd.DataFrame) -> str:
     """How the ladder treats temperatures at a bound, as its table says (``bound_temperatures``)."""
-    return str(cal["bound_temperatures"].iloc[0]) if "bound_temperatures" in cal.columns and len(cal) else \
-        "as the calibration table says"
+    return (
+        str(cal["bound_temperatures"].iloc[0])
+        if "bound_temperatures" in cal.columns and len(cal)
+        else "as the calibration table says"
+    )
 
 
 def recommended_fix(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -348,13 +498,22 @@ def recommended_fix(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     oracle = [t.get("oracle_ts") for t in targets]
     src = [t.get("source_ts") for t in targets]
     if all(s is not None and o is not None and s - o <= ECE_MARGIN for s, o in zip(src, oracle)):
-        return {"name": "source temperature (no target labels)", "stage": "source_ts", "k": None, "worst_ece": worst(src)}
+        return {
+            "name": "source temperature (no target labels)",
+            "stage": "source_ts",
+            "k": None,
+            "worst_ece": worst(src),
+        }
     ks = sorted(set.intersection(*[set(t.get("kshot") or {}) for t in targets])) if targets else []
     for k in ks:
         vals = [t["kshot"][k] for t in targets]
         if all(v is not None and o is not None and v - o <= ECE_MARGIN for v, o in zip(vals, oracle)):
-            return {"name": f"K-shot temperature on {k} labelled target images", "stage": "kshot_ts", "k": k,
-                    "worst_ece": worst(vals)}
+            return {
+                "name": f"K-shot temperature on {k} labelled target images",
+                "stage": "kshot_ts",
+                "k": k,
+                "worst_ece": worst(vals),
+            }
     options = [("raw", None, [t.get("raw") for t in targets]), ("source_ts", None, src)]
     options += [("kshot_ts", k, [t["kshot"][k] for t in targets]) for k in ks]
     scored = [(worst(v), stage, k) for stage, k, v in options if worst(v) is not None]
@@ -367,10 +526,16 @@ def recommended_fix(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------------------- abstention
 def _gate_q(r: Mapping[str, Any], name: str, measure: str) -> dict[str, Any]:
-    return quantity(r.get(name), r.get(f"{name}_ci_lo"), r.get(f"{name}_ci_hi"), measure=measure,
-                    unit=r.get("ci_unit"), n_units=r.get("ci_n_units"),
-                    interval=f"pooled bootstrap over {_int(r.get('n_splits'))} fit/validation divisions",
-                    note=None if _num(r.get(name)) is not None else "no labels on this set")
+    return quantity(
+        r.get(name),
+        r.get(f"{name}_ci_lo"),
+        r.get(f"{name}_ci_hi"),
+        measure=measure,
+        unit=r.get("ci_unit"),
+        n_units=r.get("ci_n_units"),
+        interval=f"pooled bootstrap over {_int(r.get('n_splits'))} fit/validation divisions",
+        note=None if _num(r.get(name)) is not None else "no labels on this set",
+    )
 
 
 def abstention_section(encoder: str, ood: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -384,41 +549,75 @@ def abstention_section(encoder: str, ood: Mapping[str, Any] | None) -> dict[str,
     for r in mine.to_dict("records"):
         is_id = str(r["set"]) == "test"
         tier = "in-distribution" if is_id else str(_col(r, "tier", r["set"]))
-        values = {"coverage": _gate_q(r, "coverage", "share of the set accepted"),
-                  "accuracy_accepted": _gate_q(r, "accuracy_accepted", "accuracy of the accepted items"),
-                  "rejected": _gate_q(r, "reject_any", "share of the set rejected")}
+        values = {
+            "coverage": _gate_q(r, "coverage", "share of the set accepted"),
+            "accuracy_accepted": _gate_q(r, "accuracy_accepted", "accuracy of the accepted items"),
+            "rejected": _gate_q(r, "reject_any", "share of the set rejected"),
+        }
         qs += [v for v in values.values() if v["point"] is not None]
-        rows.append({"label": f"{r['setting']}: {r['set']} ({tier})",
-                     "context": {"task": str(r.get("task")), "setting": str(r["setting"]), "set": str(r["set"]),
-                                 "tier": tier},
-                     "values": values})
-        sets.append({"task": str(r.get("task")), "setting": str(r["setting"]), "set": str(r["set"]), "tier": tier,
-                     "rejected": values["rejected"], "coverage": values["coverage"]})
+        rows.append(
+            {
+                "label": f"{r['setting']}: {r['set']} ({tier})",
+                "context": {
+                    "task": str(r.get("task")),
+                    "setting": str(r["setting"]),
+                    "set": str(r["set"]),
+                    "tier": tier,
+                },
+                "values": values,
+            }
+        )
+        sets.append(
+            {
+                "task": str(r.get("task")),
+                "setting": str(r["setting"]),
+                "set": str(r["set"]),
+                "tier": tier,
+                "rejected": values["rejected"],
+                "coverage": values["coverage"],
+            }
+        )
     det = _table(ood, "detection")
     detection = []
     if _has(det, "encoder", "auroc", "scorer", "condition"):
         for r in det[det["encoder"] == encoder].to_dict("records"):
-            detection.append({"task": str(r.get("task")), "condition": str(r["condition"]), "tier": str(r.get("tier")),
-                              "scorer": str(r["scorer"]),
-                              "auroc": quantity(r["auroc"], r.get("auroc_ci_lo"), r.get("auroc_ci_hi"),
-                                                measure="detection AUROC (OOD positive)", unit=r.get("ci_unit"),
-                                                n_units=r.get("ci_n_units"))})
+            detection.append(
+                {
+                    "task": str(r.get("task")),
+                    "condition": str(r["condition"]),
+                    "tier": str(r.get("tier")),
+                    "scorer": str(r["scorer"]),
+                    "auroc": quantity(
+                        r["auroc"],
+                        r.get("auroc_ci_lo"),
+                        r.get("auroc_ci_hi"),
+                        measure="detection AUROC (OOD positive)",
+                        unit=r.get("ci_unit"),
+                        n_units=r.get("ci_n_units"),
+                    ),
+                }
+            )
     limits = _few_units(qs, "gate")
     below = [d for d in detection if d["auroc"]["point"] is not None and d["auroc"]["point"] < 0.5]
     for d in below:
         if not (advice._enough(d["auroc"]) and d["auroc"]["ci_hi"] < 0.5):
-            limits.append(f"The {d['scorer']} score's AUROC on {d['condition']} is {advice.fmt_q(d['auroc'])}, below "
-                          "0.5 but not with its whole interval.")
-    caption = ("The two-threshold gate at its operating point (exported thresholds, division 0), mean over its "
-               "fit/validation divisions: coverage and accuracy of the accepted items on the in-distribution test "
-               "split, and the share of each OOD set it rejects (as novel or unconfident).")
+            limits.append(
+                f"The {d['scorer']} score's AUROC on {d['condition']} is {advice.fmt_q(d['auroc'])}, below "
+                "0.5 but not with its whole interval."
+            )
+    caption = (
+        "The two-threshold gate at its operating point (exported thresholds, division 0), mean over its "
+        "fit/validation divisions: coverage and accuracy of the accepted items on the in-distribution test "
+        "split, and the share of each OOD set it rejects (as novel or unconfident)."
+    )
     columns = [("coverage", "coverage"), ("accuracy_accepted", "accuracy of accepted"), ("rejected", "rejected")]
     return _section(caption, columns, rows, {"sets": sets, "detection": detection}, "abstention", limits)
 
 
 # ------------------------------------------------------------------------------------------------- prior shift
-def prior_shift_section(encoder: str, gains: pd.DataFrame | None,
-                        priors: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> dict[str, Any]:
+def prior_shift_section(
+    encoder: str, gains: pd.DataFrame | None, priors: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None
+) -> dict[str, Any]:
     """``gains``: per-encoder gains (rows ``encoder, task, source_domain, method, prior, mean, ci_lo, ci_hi,
     unit, n_units``), ``priors``: task -> prior -> class shares (the largest share is quoted)."""
     if gains is None or not _has(gains, "encoder", "method", "prior", "mean"):
@@ -432,26 +631,52 @@ def prior_shift_section(encoder: str, gains: pd.DataFrame | None,
         deployable = method != "oracle_restandardization"
         values = {}
         for r in part.to_dict("records"):
-            q = quantity(r["mean"], r.get("ci_lo"), r.get("ci_hi"), measure="macro-F1 gain over no adaptation",
-                         unit=r.get("unit"), n_units=r.get("n_units"), interval="hierarchical bootstrap", kind="signed")
+            q = quantity(
+                r["mean"],
+                r.get("ci_lo"),
+                r.get("ci_hi"),
+                measure="macro-F1 gain over no adaptation",
+                unit=r.get("unit"),
+                n_units=r.get("n_units"),
+                interval="hierarchical bootstrap",
+                kind="signed",
+            )
             values[f"prior:{r['prior']}"] = q
             qs.append(q)
             shares = ((priors or {}).get(str(task)) or {}).get(str(r["prior"])) or {}
-            facts.append({"task": task, "source_domain": source, "method": method, "prior": r["prior"], "gain": q,
-                          "deployable": deployable, "unit": r.get("unit_text") or r.get("unit"),
-                          "largest_share": max(shares.values()) if shares else None})
-        rows.append({"label": method + ("" if deployable else " (not deployable: reads target labels)"),
-                     "context": {"task": str(task), "source_domain": str(source), "method": str(method)},
-                     "values": values})
-    harmful = sorted({f["method"] for f in facts if f["deployable"] and f["gain"]["ci_hi"] is not None
-                      and f["gain"]["ci_hi"] < 0})
+            facts.append(
+                {
+                    "task": task,
+                    "source_domain": source,
+                    "method": method,
+                    "prior": r["prior"],
+                    "gain": q,
+                    "deployable": deployable,
+                    "unit": r.get("unit_text") or r.get("unit"),
+                    "largest_share": max(shares.values()) if shares else None,
+                }
+            )
+        rows.append(
+            {
+                "label": method + ("" if deployable else " (not deployable: reads target labels)"),
+                "context": {"task": str(task), "source_domain": str(source), "method": str(method)},
+                "values": values,
+            }
+        )
+    harmful = sorted(
+        {f["method"] for f in facts if f["deployable"] and f["gain"]["ci_hi"] is not None and f["gain"]["ci_hi"] < 0}
+    )
     limits = _few_units(qs, "gain")
     if not any(f["gain"]["ci_lo"] is not None and (f["gain"]["ci_lo"] > 0 or f["gain"]["ci_hi"] < 0) for f in facts):
-        limits.append("No method's gain interval excludes zero under any prior: whether adaptation helps or harms "
-                      "this encoder cannot be told from these draws.")
-    caption = ("Mean macro-F1 gain of each label-free adaptation over the unadapted source probe, per class prior of "
-               "the target draws, this encoder only; 95% hierarchical-bootstrap interval over its source seeds and "
-               "draws. Harmful somewhere (interval below zero): " + (", ".join(harmful) or "none") + ".")
+        limits.append(
+            "No method's gain interval excludes zero under any prior: whether adaptation helps or harms "
+            "this encoder cannot be told from these draws."
+        )
+    caption = (
+        "Mean macro-F1 gain of each label-free adaptation over the unadapted source probe, per class prior of "
+        "the target draws, this encoder only; 95% hierarchical-bootstrap interval over its source seeds and "
+        "draws. Harmful somewhere (interval below zero): " + (", ".join(harmful) or "none") + "."
+    )
     columns = [(f"prior:{p}", p) for p in prior_names]
     out = _section(caption, columns, rows, {"gains": facts}, "prior_shift", limits)
     out["harmful_methods"] = harmful
@@ -464,43 +689,89 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
     if not _has(cra, "encoder", "cra_mean_pp") and not _has(crt, "encoder", "crt_pp"):
         return _unavailable("no cell-level runs in this study (config block cells)")
     rows, facts, limits = [], [], []
-    for r in (cra[cra["encoder"] == encoder].to_dict("records") if len(cra) else []):
+    for r in cra[cra["encoder"] == encoder].to_dict("records") if len(cra) else []:
         n = int(r.get("n_sections") or 0)
         possible = wilcoxon_smallest_p(n) < alpha
         p = _num(r.get("nuc_vs_mean_p"))
-        values = {"cra": quantity(r["cra_mean_pp"], measure="CRA: Nuc − Mean macro-F1 (pp), mean over sections",
-                                  unit="section", n_units=n, kind="signed",
-                                  note=f"SD {advice.fmt(_num(r.get('cra_sd_pp')), 1)} pp over {n} sections; no interval"),
-                  "nuc_beats_mean": quantity(None if not possible else float(bool(r.get("nuc_beats_mean"))),
-                                             measure="Nuc beats Mean (paired Wilcoxon, p < 0.05)", kind="flag",
-                                             note=(f"cannot be decided: with {n} sections the smallest possible "
-                                                   f"two-sided p is {wilcoxon_smallest_p(n):.3g}") if not possible
-                                             else f"p = {advice.fmt(p)}"),
-                  "cra_rank": quantity(r.get("rank"), measure="CRA rank (1 = largest Nuc gain)", kind="integer")}
+        values = {
+            "cra": quantity(
+                r["cra_mean_pp"],
+                measure="CRA: Nuc − Mean macro-F1 (pp), mean over sections",
+                unit="section",
+                n_units=n,
+                kind="signed",
+                note=f"SD {advice.fmt(_num(r.get('cra_sd_pp')), 1)} pp over {n} sections; no interval",
+            ),
+            "nuc_beats_mean": quantity(
+                None if not possible else float(bool(r.get("nuc_beats_mean"))),
+                measure="Nuc beats Mean (paired Wilcoxon, p < 0.05)",
+                kind="flag",
+                note=(
+                    f"cannot be decided: with {n} sections the smallest possible "
+                    f"two-sided p is {wilcoxon_smallest_p(n):.3g}"
+                )
+                if not possible
+                else f"p = {advice.fmt(p)}",
+            ),
+            "cra_rank": quantity(r.get("rank"), measure="CRA rank (1 = largest Nuc gain)", kind="integer"),
+        }
         if not possible:
-            limits.append(f"{n} sections: a two-sided Wilcoxon test cannot reach p < {alpha:g} (smallest possible p = "
-                          f"{wilcoxon_smallest_p(n):.3g}), so whether Nuc beats Mean is undecided, not false.")
-        facts.append({"taxonomy": str(r["taxonomy"]), "magnification": float(r["magnification"]),
-                      "cra_mean_pp": float(r["cra_mean_pp"]), "cra_sd_pp": _num(r.get("cra_sd_pp")), "n_sections": n,
-                      "p": p, "nuc_beats_mean": bool(r.get("nuc_beats_mean")), "wilcoxon_possible": possible})
-        rows.append({"label": f"CRA, {r['taxonomy']} taxonomy, {float(r['magnification']):g}x",
-                     "context": {"taxonomy": str(r["taxonomy"]), "magnification": float(r["magnification"])},
-                     "values": values})
-    for r in (crt[crt["encoder"] == encoder].to_dict("records") if len(crt) else []):
-        rows.append({"label": f"CRT, {r['taxonomy']} taxonomy, {float(r['magnification']):g}x",
-                     "context": {"taxonomy": str(r["taxonomy"]), "magnification": _num(r.get("magnification"))},
-                     "values": {"crt": quantity(r["crt_pp"], measure="CRT: macro-F1 relative to the median encoder "
-                                                "(pp), mean over the transfer protocols' units", kind="signed",
-                                                unit="protocol unit", n_units=r.get("n_units"),
-                                                note="provisional definition; no interval"),
-                                "crt_rank": quantity(r.get("rank"), measure="CRT rank (1 = best)", kind="integer")}})
+            limits.append(
+                f"{n} sections: a two-sided Wilcoxon test cannot reach p < {alpha:g} (smallest possible p = "
+                f"{wilcoxon_smallest_p(n):.3g}), so whether Nuc beats Mean is undecided, not false."
+            )
+        facts.append(
+            {
+                "taxonomy": str(r["taxonomy"]),
+                "magnification": float(r["magnification"]),
+                "cra_mean_pp": float(r["cra_mean_pp"]),
+                "cra_sd_pp": _num(r.get("cra_sd_pp")),
+                "n_sections": n,
+                "p": p,
+                "nuc_beats_mean": bool(r.get("nuc_beats_mean")),
+                "wilcoxon_possible": possible,
+            }
+        )
+        rows.append(
+            {
+                "label": f"CRA, {r['taxonomy']} taxonomy, {float(r['magnification']):g}x",
+                "context": {"taxonomy": str(r["taxonomy"]), "magnification": float(r["magnification"])},
+                "values": values,
+            }
+        )
+    for r in crt[crt["encoder"] == encoder].to_dict("records") if len(crt) else []:
+        rows.append(
+            {
+                "label": f"CRT, {r['taxonomy']} taxonomy, {float(r['magnification']):g}x",
+                "context": {"taxonomy": str(r["taxonomy"]), "magnification": _num(r.get("magnification"))},
+                "values": {
+                    "crt": quantity(
+                        r["crt_pp"],
+                        measure="CRT: macro-F1 relative to the median encoder "
+                        "(pp), mean over the transfer protocols' units",
+                        kind="signed",
+                        unit="protocol unit",
+                        n_units=r.get("n_units"),
+                        note="provisional definition; no interval",
+                    ),
+                    "crt_rank": quantity(r.get("rank"), measure="CRT rank (1 = best)", kind="integer"),
+                },
+            }
+        )
     if not rows:
         return _unavailable("this encoder has no cell runs")
-    caption = ("CellPath readouts: CRA is the Nuc minus Mean macro-F1 (percentage points) within sections (IS), "
-               "mean over sections; CRT the transfer protocols' macro-F1 relative to the median encoder, with ranks "
-               "among the study's encoders.")
-    columns = [("cra", "CRA (pp)"), ("nuc_beats_mean", "Nuc beats Mean"), ("cra_rank", "CRA rank"),
-               ("crt", "CRT (pp)"), ("crt_rank", "CRT rank")]
+    caption = (
+        "CellPath readouts: CRA is the Nuc minus Mean macro-F1 (percentage points) within sections (IS), "
+        "mean over sections; CRT the transfer protocols' macro-F1 relative to the median encoder, with ranks "
+        "among the study's encoders."
+    )
+    columns = [
+        ("cra", "CRA (pp)"),
+        ("nuc_beats_mean", "Nuc beats Mean"),
+        ("cra_rank", "CRA rank"),
+        ("crt", "CRT (pp)"),
+        ("crt_rank", "CRT rank"),
+    ]
     return _section(caption, columns, rows, {"cra": facts}, "cells", limits)
 
 
@@ -513,13 +784,26 @@ def exposure_section(encoder: str, audit: pd.DataFrame | None) -> dict[str, Any]
         return _unavailable("this encoder was not audited")
     statuses = {str(r["dataset"]): str(r["exposure"]) for r in mine.to_dict("records")}
     evidence_col = next((c for c in ("evidence", "source", "reason") if c in mine.columns), None)
-    rows = [{"label": str(r["dataset"]), "context": {"dataset": str(r["dataset"])},
-             "values": {"exposure": quantity(None, measure="in the pretraining data", kind="text",
-                                             note=str(r["exposure"]) + (f" ({r[evidence_col]})" if evidence_col and
-                                                                        str(r.get(evidence_col) or "") else ""))}}
-            for r in mine.to_dict("records")]
-    caption = ("Whether the encoder's pretraining corpora contain each evaluated data set (yes / no / unknown: a "
-               "corpus that does not name a data set is unknown, never no).")
+    rows = [
+        {
+            "label": str(r["dataset"]),
+            "context": {"dataset": str(r["dataset"])},
+            "values": {
+                "exposure": quantity(
+                    None,
+                    measure="in the pretraining data",
+                    kind="text",
+                    note=str(r["exposure"])
+                    + (f" ({r[evidence_col]})" if evidence_col and str(r.get(evidence_col) or "") else ""),
+                )
+            },
+        }
+        for r in mine.to_dict("records")
+    ]
+    caption = (
+        "Whether the encoder's pretraining corpora contain each evaluated data set (yes / no / unknown: a "
+        "corpus that does not name a data set is unknown, never no)."
+    )
     out = _section(caption, [("exposure", "exposure")], rows, {"datasets": statuses}, "exposure", [])
     out["statuses"] = statuses
     return out
@@ -535,29 +819,57 @@ def cost_section(encoder: str, cost: Mapping[str, Any] | None, inventory: pd.Dat
         return _unavailable("no benchmarked job of this encoder")
     rows = []
     for rule, part in mine.groupby("rule", sort=True):
-        rows.append({"label": str(rule), "context": {"rule": str(rule)},
-                     "values": {"jobs": quantity(len(part), measure="jobs", kind="integer"),
-                                "cpu_hours": quantity(part["cpu_hours"].sum(min_count=1), measure="CPU-hours", kind="amount"),
-                                "gpu_hours": quantity(part["gpu_hours"].sum(), measure="GPU-hours (wall time x GPUs "
-                                                      "requested)", kind="amount"),
-                                "peak_rss_mb": quantity(part["max_rss_mb"].max(), measure="peak memory (MB)", kind="amount")}})
-    rows.append({"label": "total", "context": {"rule": "total"},
-                 "values": {"jobs": quantity(len(mine), measure="jobs", kind="integer"),
-                            "cpu_hours": quantity(mine["cpu_hours"].sum(min_count=1), measure="CPU-hours", kind="amount"),
-                            "gpu_hours": quantity(mine["gpu_hours"].sum(), measure="GPU-hours", kind="amount"),
-                            "peak_rss_mb": quantity(mine["max_rss_mb"].max(), measure="peak memory (MB)", kind="amount")}})
+        rows.append(
+            {
+                "label": str(rule),
+                "context": {"rule": str(rule)},
+                "values": {
+                    "jobs": quantity(len(part), measure="jobs", kind="integer"),
+                    "cpu_hours": quantity(part["cpu_hours"].sum(min_count=1), measure="CPU-hours", kind="amount"),
+                    "gpu_hours": quantity(
+                        part["gpu_hours"].sum(), measure="GPU-hours (wall time x GPUs requested)", kind="amount"
+                    ),
+                    "peak_rss_mb": quantity(part["max_rss_mb"].max(), measure="peak memory (MB)", kind="amount"),
+                },
+            }
+        )
+    rows.append(
+        {
+            "label": "total",
+            "context": {"rule": "total"},
+            "values": {
+                "jobs": quantity(len(mine), measure="jobs", kind="integer"),
+                "cpu_hours": quantity(mine["cpu_hours"].sum(min_count=1), measure="CPU-hours", kind="amount"),
+                "gpu_hours": quantity(mine["gpu_hours"].sum(), measure="GPU-hours", kind="amount"),
+                "peak_rss_mb": quantity(mine["max_rss_mb"].max(), measure="peak memory (MB)", kind="amount"),
+            },
+        }
+    )
     speed = []
     if inventory is not None and _has(inventory, "encoder", "images_per_s"):
         for r in inventory[inventory["encoder"] == encoder].to_dict("records"):
             if _num(r.get("images_per_s")) is not None:
-                speed.append({"dataset": str(r["dataset"]), "images_per_s": float(r["images_per_s"]),
-                              "n_items": _int(r.get("n_items")), "device": str(r.get("device") or "")})
-    job_facts = [{"job": j["job"], "device": j.get("device"),
-                  "device_mismatch": isinstance(j.get("device_mismatch"), (bool, np.bool_)) and bool(j["device_mismatch"])}
-                 for j in mine.to_dict("records")]
-    caption = ("Snakemake benchmark files of this encoder's jobs: CPU-hours (the jobs' CPU time), GPU-hours (wall "
-               "time x the GPUs each job requested) and peak resident memory, per rule. Embedding speed: images per "
-               "second of the forward passes, as each embedding file records it.")
+                speed.append(
+                    {
+                        "dataset": str(r["dataset"]),
+                        "images_per_s": float(r["images_per_s"]),
+                        "n_items": _int(r.get("n_items")),
+                        "device": str(r.get("device") or ""),
+                    }
+                )
+    job_facts = [
+        {
+            "job": j["job"],
+            "device": j.get("device"),
+            "device_mismatch": isinstance(j.get("device_mismatch"), (bool, np.bool_)) and bool(j["device_mismatch"]),
+        }
+        for j in mine.to_dict("records")
+    ]
+    caption = (
+        "Snakemake benchmark files of this encoder's jobs: CPU-hours (the jobs' CPU time), GPU-hours (wall "
+        "time x the GPUs each job requested) and peak resident memory, per rule. Embedding speed: images per "
+        "second of the forward passes, as each embedding file records it."
+    )
     columns = [("jobs", "jobs"), ("cpu_hours", "CPU-hours"), ("gpu_hours", "GPU-hours"), ("peak_rss_mb", "peak MB")]
     out = _section(caption, columns, rows, {"jobs": job_facts}, "cost", [])
     out["embedding_speed"] = speed
@@ -570,9 +882,14 @@ def card_encoders(results: Mapping[str, Any]) -> list[str]:
     """The encoders that get a card: every encoder of the analysis tables (probe, OOD, prior shift, cells), in the
     order they first appear; variants (kept out of every ranking) do not."""
     seen: list[str] = []
-    sources = [(_table(results.get("probe"), "leaderboard")), (_table(results.get("ood"), "gate_summary")),
-               (_table(results.get("ood"), "detection")), results.get("prior_shift_gains"),
-               (_table(results.get("cells"), "cra")), (_table(results.get("cells"), "crt"))]
+    sources = [
+        (_table(results.get("probe"), "leaderboard")),
+        (_table(results.get("ood"), "gate_summary")),
+        (_table(results.get("ood"), "detection")),
+        results.get("prior_shift_gains"),
+        (_table(results.get("cells"), "cra")),
+        (_table(results.get("cells"), "crt")),
+    ]
     for t in sources:
         if isinstance(t, pd.DataFrame) and "encoder" in t.columns:
             seen += [str(e) for e in t["encoder"].unique() if str(e) not in seen]
@@ -581,13 +898,15 @@ def card_encoders(results: Mapping[str, Any]) -> list[str]:
     return seen
 
 
-def build_cards(results: Mapping[str, Any], study: str = "", encoders: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def build_cards(
+    results: Mapping[str, Any], study: str = "", encoders: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """A card per encoder of ``encoders`` (default :func:`card_encoders`; an encoder without numbers gets a card
     whose sections say so). ``results``: ``probe``, ``ood``, ``cells`` (the chapters' results), ``exposure``
     (the audit), ``prior_shift_gains`` (per-encoder gains), ``priors`` (task -> prior -> shares), ``cost``
     (``jobs``: :func:`fmaudit.costs.job_costs`), ``embeddings`` (the inventory)."""
     cards = []
-    for enc in (list(encoders) if encoders is not None else card_encoders(results)):
+    for enc in list(encoders) if encoders is not None else card_encoders(results):
         sections = {
             "accuracy": accuracy_section(enc, results.get("probe")),
             "calibration": calibration_section(enc, results.get("probe")),
@@ -599,10 +918,16 @@ def build_cards(results: Mapping[str, Any], study: str = "", encoders: Sequence[
         }
         for name, section in sections.items():
             section["title"] = CARD_SECTIONS[name]
-        cards.append({"schema_version": SCHEMA_VERSION, "study": study, "encoder": enc,
-                      "thresholds": dict(THRESHOLDS),
-                      "rules": [{"id": r.id, "when": r.when} for r in advice.RULES],
-                      "sections": sections})
+        cards.append(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "study": study,
+                "encoder": enc,
+                "thresholds": dict(THRESHOLDS),
+                "rules": [{"id": r.id, "when": r.when} for r in advice.RULES],
+                "sections": sections,
+            }
+        )
     return cards
 
 
@@ -632,19 +957,28 @@ def _front_values(card: Mapping[str, Any], task: str | None) -> dict[str, Any]:
     cal = s["calibration"]
     if cal["available"] and cal.get("recommended_fix", {}).get("worst_ece") is not None:
         fix = cal["recommended_fix"]
-        short = {"source_ts": "source T", "raw": "no fix", "kshot_ts": f"K={fix['k']}"}.get(fix["stage"], str(fix["stage"]))
+        short = {"source_ts": "source T", "raw": "no fix", "kshot_ts": f"K={fix['k']}"}.get(
+            fix["stage"], str(fix["stage"])
+        )
         within = "none within" not in fix["name"]
-        out["calibration"] = {**quantity(fix["worst_ece"], measure="worst off-domain ECE after the fix"),
-                              "where": short + ("" if within else f", > oracle + {ECE_MARGIN:g}")}
+        out["calibration"] = {
+            **quantity(fix["worst_ece"], measure="worst off-domain ECE after the fix"),
+            "where": short + ("" if within else f", > oracle + {ECE_MARGIN:g}"),
+        }
     gate = s["abstention"]
     if gate["available"]:
-        ids = [r for r in gate["rows"] if r["context"]["tier"] == "in-distribution"
-               and (task is None or r["context"]["task"] == task)]
+        ids = [
+            r
+            for r in gate["rows"]
+            if r["context"]["tier"] == "in-distribution" and (task is None or r["context"]["task"] == task)
+        ]
         main = [r for r in ids if r["context"]["setting"] == r["context"]["task"]] or ids
         if main:
             setting = main[0]["context"]["setting"]
-            out["gate_coverage"] = {**main[0]["values"]["coverage"],
-                                    "where": "" if setting == main[0]["context"]["task"] else setting}
+            out["gate_coverage"] = {
+                **main[0]["values"]["coverage"],
+                "where": "" if setting == main[0]["context"]["task"] else setting,
+            }
     ps = s["prior_shift"]
     if ps["available"]:
         worst = None
@@ -691,7 +1025,9 @@ def front_page(cards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for axis, (_, higher) in FRONT_AXES.items():
             if higher is None:
                 continue
-            vals = [(r, r["values"][axis]) for r in rows if axis in r["values"] and r["values"][axis]["point"] is not None]
+            vals = [
+                (r, r["values"][axis]) for r in rows if axis in r["values"] and r["values"][axis]["point"] is not None
+            ]
             if not vals:
                 continue
             best_row, best = (max if higher else min)(vals, key=lambda rv: rv[1]["point"])
@@ -699,8 +1035,12 @@ def front_page(cards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for r, q in vals:
                 q.setdefault("best", False)
                 q["separated"] = bool(
-                    q is not best and best.get("ci_lo") is not None and q.get("ci_hi") is not None
-                    and advice._enough(q) and advice._enough(best)
-                    and ((q["ci_hi"] < best["ci_lo"]) if higher else (q["ci_lo"] > best["ci_hi"])))
+                    q is not best
+                    and best.get("ci_lo") is not None
+                    and q.get("ci_hi") is not None
+                    and advice._enough(q)
+                    and advice._enough(best)
+                    and ((q["ci_hi"] < best["ci_lo"]) if higher else (q["ci_lo"] > best["ci_hi"]))
+                )
         tables.append({"task": task, "rows": rows})
     return tables

@@ -37,8 +37,11 @@ def study_config(results: Path, configfile: str | None) -> dict | None:
     if configfile:
         config = load_config(configfile)
         if Path(results_dir(config)).resolve() != results.resolve():
-            print(f"fmaudit cost: note: {configfile} writes to {results_dir(config)}, not {results}; its plan gives "
-                  "the GPU counts", file=sys.stderr)
+            print(
+                f"fmaudit cost: note: {configfile} writes to {results_dir(config)}, not {results}; its plan gives "
+                "the GPU counts",
+                file=sys.stderr,
+            )
         return config
     here = Path("config.yaml")
     if here.exists():
@@ -73,29 +76,50 @@ def run(args: argparse.Namespace) -> int:
         raise FmauditInputError(f"{results}/benchmarks: no benchmark files (no heavy job of this study has run)")
     config = study_config(results, args.configfile)
     plan, datasets = _plan(config)
-    inventory = embedding_inventory(sorted((results / "embeddings").rglob("*.npz"))) if (results / "embeddings").is_dir() \
+    inventory = (
+        embedding_inventory(sorted((results / "embeddings").rglob("*.npz")))
+        if (results / "embeddings").is_dir()
         else None
+    )
     jobs = costs.job_costs(files, plan, costs.embedding_devices(inventory))
     by_rule, by_encoder = costs.cost_by(jobs, "rule"), costs.cost_by(jobs, "encoder")
     if args.per_unit:
         if config is None:
             raise FmauditInputError("--per-unit needs the study's config (--configfile): it counts each job's runs")
-        planned = costs.planned_units(config, datasets,
-                                      {r.dataset: int(r.n_items) for r in (inventory if inventory is not None else
-                                                                            pd.DataFrame(columns=["dataset", "n_items"]))
-                                       .itertuples(index=False) if pd.notna(r.n_items)})
-        rates = costs.unit_costs(jobs, costs.measured_units(jobs, planned),
-                                 source=args.source or f"benchmark files of {results}")
+        planned = costs.planned_units(
+            config,
+            datasets,
+            {
+                r.dataset: int(r.n_items)
+                for r in (
+                    inventory if inventory is not None else pd.DataFrame(columns=["dataset", "n_items"])
+                ).itertuples(index=False)
+                if pd.notna(r.n_items)
+            },
+        )
+        rates = costs.unit_costs(
+            jobs, costs.measured_units(jobs, planned), source=args.source or f"benchmark files of {results}"
+        )
         write_table(args.per_unit, rates)
     if args.json:
-        print(json.dumps({"by_rule": by_rule.to_dict(orient="records"),
-                          "by_encoder": by_encoder.to_dict(orient="records"),
-                          "gpu_counts": "requested per job (config plan)" if plan is not None else "unknown"},
-                         indent=2, default=float))
+        print(
+            json.dumps(
+                {
+                    "by_rule": by_rule.to_dict(orient="records"),
+                    "by_encoder": by_encoder.to_dict(orient="records"),
+                    "gpu_counts": "requested per job (config plan)" if plan is not None else "unknown",
+                },
+                indent=2,
+                default=float,
+            )
+        )
         return 0
     print(f"{len(jobs)} benchmark files under {results / 'benchmarks'}")
-    print("GPU-hours: wall time x GPUs requested per job (the config's plan)" if plan is not None else
-          "GPU-hours: n/a (no config for this study: give --configfile)")
+    print(
+        "GPU-hours: wall time x GPUs requested per job (the config's plan)"
+        if plan is not None
+        else "GPU-hours: n/a (no config for this study: give --configfile)"
+    )
     print("\nPer rule:")
     print(_text(by_rule))
     print("\nPer encoder:")
@@ -110,8 +134,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--results", required=True, help="the study's results folder (results/<study>)")
     p.add_argument("--configfile", help="the config the study ran with (default: ./config.yaml if it writes there)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON")
-    p.add_argument("--per-unit", help="also write the measured cost per run (per image for embed) to this CSV, "
-                                      "for fmaudit grid --estimate --measured-costs")
+    p.add_argument(
+        "--per-unit",
+        help="also write the measured cost per run (per image for embed) to this CSV, "
+        "for fmaudit grid --estimate --measured-costs",
+    )
     p.add_argument("--source", help="where the measurement was made, written into --per-unit's source column")
     p.set_defaults(func=run)
     return p

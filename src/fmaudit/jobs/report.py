@@ -181,7 +181,8 @@ def _cards(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[s
     declared = settings.get("cards") or {}
     ps = settings.get("prior_shift") or {}
     results = {"probe": earlier.get("probe"), "ood": earlier.get("ood"), "cells": earlier.get("cells"),
-               "exposure": earlier.get("exposure"), "cost": earlier.get("cost"), "embeddings": earlier.get("embeddings"),
+               "exposure": earlier.get("exposure"), "cost": earlier.get("cost"),
+               "embeddings": earlier.get("embeddings"),
                "prior_shift_gains": encoder_gains(inputs.table("prior_shift_runs"), settings.get("bootstrap") or {}),
                "priors": {task: dict(block.get("priors") or {}) for task, block in ps.items()}}
     encoders = list(declared.get("encoders") or card_encoders(results))

@@ -44,8 +44,20 @@ FRONT_AXES = {
     "cost": ("cost", None),
 }
 
-__all__ = ["CARD_FORMATS", "CHAPTER", "FRONT_AXES", "FRONT_PAGE", "FIGURES", "SCHEMA", "TABLES", "card_files", "card_html", "card_markdown",
-           "front_page_markdown", "quantity_text"]
+__all__ = [
+    "CARD_FORMATS",
+    "CHAPTER",
+    "FRONT_AXES",
+    "FRONT_PAGE",
+    "FIGURES",
+    "SCHEMA",
+    "TABLES",
+    "card_files",
+    "card_html",
+    "card_markdown",
+    "front_page_markdown",
+    "quantity_text",
+]
 
 
 #: The front page as a page of its own (the HTML report links it from its first screen).
@@ -80,8 +92,11 @@ def quantity_text(q: Mapping[str, Any] | None, with_units: bool = False) -> str:
     if q.get("ci_lo") is not None and q.get("ci_hi") is not None:
         text += f" [{q['ci_lo']:{sign}.3f}, {q['ci_hi']:{sign}.3f}]"
         if with_units and q.get("resampling_unit"):
-            text += f" ({q['resampling_unit']}, n={q['n_units']})" if q.get("n_units") is not None else \
-                f" ({q['resampling_unit']})"
+            text += (
+                f" ({q['resampling_unit']}, n={q['n_units']})"
+                if q.get("n_units") is not None
+                else f" ({q['resampling_unit']})"
+            )
     if q.get("note"):
         text += f" ({q['note']})"
     return text
@@ -104,8 +119,11 @@ def _section_table(section: Mapping[str, Any]) -> tuple[list[str], list[list[str
     keys = [c["key"] for c in section["columns"] if any(c["key"] in r["values"] for r in section["rows"])]
     labels = {c["key"]: c["label"] for c in section["columns"]}
     header = [""] + [labels[k] for k in keys]
-    rows = [[r["label"]] + [quantity_text(r["values"].get(k)) if k in r["values"] else "— (not measured here)"
-                            for k in keys] for r in section["rows"]]
+    rows = [
+        [r["label"]]
+        + [quantity_text(r["values"].get(k)) if k in r["values"] else "— (not measured here)" for k in keys]
+        for r in section["rows"]
+    ]
     return header, rows
 
 
@@ -116,13 +134,17 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def card_markdown(card: Mapping[str, Any]) -> str:
     """The card as Markdown."""
     t = card["thresholds"]
-    lines = [f"# Reliability card: {card['encoder']}", "",
-             f"Study `{card['study']}`. Every number comes from the study's result tables (nothing is refitted), with "
-             "its 95% interval `[lo, hi]` where the table gives one and the unit the interval resamples; advice "
-             f"sentences are chosen by the rules named after them (thresholds: ECE margin {t['ece_margin']:g}, an OOD "
-             f"tier is let through when the gate rejects less than {t['gate_min_rejection']:g} of it, no advice from "
-             f"intervals over fewer than {t['min_resampling_units']} units, rank transfer read from at least "
-             f"{t['min_rank_encoders']} encoders).", ""]
+    lines = [
+        f"# Reliability card: {card['encoder']}",
+        "",
+        f"Study `{card['study']}`. Every number comes from the study's result tables (nothing is refitted), with "
+        "its 95% interval `[lo, hi]` where the table gives one and the unit the interval resamples; advice "
+        f"sentences are chosen by the rules named after them (thresholds: ECE margin {t['ece_margin']:g}, an OOD "
+        f"tier is let through when the gate rejects less than {t['gate_min_rejection']:g} of it, no advice from "
+        f"intervals over fewer than {t['min_resampling_units']} units, rank transfer read from at least "
+        f"{t['min_rank_encoders']} encoders).",
+        "",
+    ]
     for name, s in card["sections"].items():
         lines += [f"## {s['title']}", ""]
         if not s["available"]:
@@ -136,12 +158,18 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         if units:
             lines += [units, ""]
         if name == "cost" and s.get("embedding_speed"):
-            lines += ["Embedding speed: " + "; ".join(
-                f"{e['dataset']}: {e['images_per_s']:.1f} images/s ({e['n_items']} images on {e['device'] or 'n/a'})"
-                for e in s["embedding_speed"]) + ".", ""]
+            lines += [
+                "Embedding speed: "
+                + "; ".join(
+                    f"{e['dataset']}: {e['images_per_s']:.1f} images/s "
+                    f"({e['n_items']} images on {e['device'] or 'n/a'})"
+                    for e in s["embedding_speed"]
+                )
+                + ".",
+                "",
+            ]
         lines += ["**Advice**", ""]
-        lines += ([f"- {a['text']} *(rule `{a['rule']}`)*" for a in s["advice"]] or
-                  ["- No rule fires on these numbers."])
+        lines += [f"- {a['text']} *(rule `{a['rule']}`)*" for a in s["advice"]] or ["- No rule fires on these numbers."]
         lines.append("")
         if s["limits"]:
             lines += ["**What these numbers cannot support**", ""] + [f"- {x}" for x in s["limits"]] + [""]
@@ -152,9 +180,11 @@ def card_markdown(card: Mapping[str, Any]) -> str:
 
 def card_html(card: Mapping[str, Any]) -> str:
     """The card as a self-contained HTML page (every text escaped)."""
-    parts = [f"<h1>Reliability card: {html.escape(card['encoder'])}</h1>",
-             f"<p><a href=\"../index.html\">Report home</a> · <a href=\"{html.escape(card['encoder'])}.json\">JSON</a>"
-             f" · <a href=\"{html.escape(card['encoder'])}.md\">Markdown</a></p>"]
+    parts = [
+        f"<h1>Reliability card: {html.escape(card['encoder'])}</h1>",
+        f'<p><a href="../index.html">Report home</a> · <a href="{html.escape(card["encoder"])}.json">JSON</a>'
+        f' · <a href="{html.escape(card["encoder"])}.md">Markdown</a></p>',
+    ]
     body = card_markdown(card).split("\n", 2)[2]  # without the title line
     parts.append(markdown_to_html(body))
     return page(f"Reliability card: {card['encoder']}", "\n".join(parts))
@@ -184,8 +214,11 @@ def _front_rows(table: Mapping[str, Any], link: str) -> tuple[list[str], list[li
         wheres = {str((r["values"].get(axis) or {}).get("where", "")) for r in table["rows"] if axis in r["values"]}
         if len(wheres) == 1 and len(table["rows"]) > 1:
             shared[axis] = wheres.pop()
-    header = ["encoder"] + [label + (f" ({shared[axis]})" if shared.get(axis) else "")
-                            for axis, (label, _) in FRONT_AXES.items()] + ["card"]
+    header = (
+        ["encoder"]
+        + [label + (f" ({shared[axis]})" if shared.get(axis) else "") for axis, (label, _) in FRONT_AXES.items()]
+        + ["card"]
+    )
     rows = []
     for r in table["rows"]:
         cells = [(r["encoder"], "")]
@@ -197,15 +230,17 @@ def _front_rows(table: Mapping[str, Any], link: str) -> tuple[list[str], list[li
     return header, rows
 
 
-LEGEND = (f"{BEST}: the best encoder on that axis; {SEPARATED}: its 95% interval lies wholly on the worse side of the "
-          "best encoder's interval, both from at least five resampling units (read side by side, not paired). "
-          "Accuracy: macro-F1 at the largest label fraction, in-domain on the task's first source domain and on its "
-          "worst target; calibration: the worst off-domain top-label ECE after the fix the card recommends (source T: "
-          "the source temperature; K=k: a temperature fitted on k labelled target images; \"> oracle + 0.02\": no "
-          "fix reached the oracle's margin; the ladder has no intervals, so no mark); gate: coverage of the "
-          "in-distribution test split at the gate's operating point; prior-shift risk: the lowest gain of any "
-          "deployable label-free method under any prior (method @ prior); cost: GPU-hours (wall time x GPUs "
-          "requested) and CPU-hours of the encoder's benchmarked jobs. Intervals: each card names their units.")
+LEGEND = (
+    f"{BEST}: the best encoder on that axis; {SEPARATED}: its 95% interval lies wholly on the worse side of the "
+    "best encoder's interval, both from at least five resampling units (read side by side, not paired). "
+    "Accuracy: macro-F1 at the largest label fraction, in-domain on the task's first source domain and on its "
+    "worst target; calibration: the worst off-domain top-label ECE after the fix the card recommends (source T: "
+    'the source temperature; K=k: a temperature fitted on k labelled target images; "> oracle + 0.02": no '
+    "fix reached the oracle's margin; the ladder has no intervals, so no mark); gate: coverage of the "
+    "in-distribution test split at the gate's operating point; prior-shift risk: the lowest gain of any "
+    "deployable label-free method under any prior (method @ prior); cost: GPU-hours (wall time x GPUs "
+    "requested) and CPU-hours of the encoder's benchmarked jobs. Intervals: each card names their units."
+)
 
 
 def front_page_markdown(front: Sequence[Mapping[str, Any]], encoders: Sequence[str]) -> list[str]:
@@ -215,8 +250,14 @@ def front_page_markdown(front: Sequence[Mapping[str, Any]], encoders: Sequence[s
         if len(front) > 1 or table["task"]:
             lines += [f"### Task {table['task']}" if table["task"] else "### Study", ""]
         lines += [dataframe_to_markdown(pd.DataFrame([[t for t, _ in r] for r in rows], columns=header)), ""]
-    lines += [LEGEND, "", "Cards: " + " · ".join(f"[{e}](cards/{e}.md) ([HTML](cards/{e}.html), [JSON](cards/{e}.json))"
-                                             for e in encoders) + ".", ""]
+    lines += [
+        LEGEND,
+        "",
+        "Cards: "
+        + " · ".join(f"[{e}](cards/{e}.md) ([HTML](cards/{e}.html), [JSON](cards/{e}.json))" for e in encoders)
+        + ".",
+        "",
+    ]
     return lines
 
 
@@ -228,12 +269,24 @@ def front_page_table(front: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             for axis, (label, _) in FRONT_AXES.items():
                 v = r["values"].get(axis) or {}
                 has = v.get("ci_lo") is not None and v.get("ci_hi") is not None
-                rows.append({"task": table["task"] or "", "encoder": r["encoder"], "axis": axis, "label": label,
-                             "point": v.get("point"), "ci_lo": v.get("ci_lo"), "ci_hi": v.get("ci_hi"),
-                             "interval": "95%" if has else "none: its result table gives no interval",
-                             "resampling_unit": v.get("resampling_unit"), "n_units": v.get("n_units"),
-                             "where": v.get("where", ""), "text": v.get("text", _front_cell(v, axis)[0]),
-                             "best": bool(v.get("best", False)), "separated": bool(v.get("separated", False))})
+                rows.append(
+                    {
+                        "task": table["task"] or "",
+                        "encoder": r["encoder"],
+                        "axis": axis,
+                        "label": label,
+                        "point": v.get("point"),
+                        "ci_lo": v.get("ci_lo"),
+                        "ci_hi": v.get("ci_hi"),
+                        "interval": "95%" if has else "none: its result table gives no interval",
+                        "resampling_unit": v.get("resampling_unit"),
+                        "n_units": v.get("n_units"),
+                        "where": v.get("where", ""),
+                        "text": v.get("text", _front_cell(v, axis)[0]),
+                        "best": bool(v.get("best", False)),
+                        "separated": bool(v.get("separated", False)),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -252,12 +305,23 @@ def rank_bump_figure(board: pd.DataFrame, rank: pd.DataFrame, path: Path) -> Non
             domains = [source] + sorted(t for t in cell["target_domain"].unique() if t != source)
             labels = [f"{source}\n(in-domain)"]
             for t in domains[1:]:
-                r = rank[(rank["task"] == task) & (rank["head"] == head) & (rank["fraction"] == frac)
-                         & (rank["source_domain"] == source) & (rank["target_domain"] == t)] if len(rank) else rank
+                r = (
+                    rank[
+                        (rank["task"] == task)
+                        & (rank["head"] == head)
+                        & (rank["fraction"] == frac)
+                        & (rank["source_domain"] == source)
+                        & (rank["target_domain"] == t)
+                    ]
+                    if len(rank)
+                    else rank
+                )
                 rho = ""
                 if len(r) and np.isfinite(r["spearman_rho"].iloc[0]):
-                    lo, hi = r.get("spearman_rho_ci_lo", pd.Series([np.nan])).iloc[0], r.get(
-                        "spearman_rho_ci_hi", pd.Series([np.nan])).iloc[0]
+                    lo, hi = (
+                        r.get("spearman_rho_ci_lo", pd.Series([np.nan])).iloc[0],
+                        r.get("spearman_rho_ci_hi", pd.Series([np.nan])).iloc[0],
+                    )
                     rho = f"\nρ={r['spearman_rho'].iloc[0]:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if np.isfinite(lo) else "")
                 labels.append(f"{t}{rho}")
             for enc, er in cell.groupby("encoder", sort=True):
@@ -270,8 +334,9 @@ def rank_bump_figure(board: pd.DataFrame, rank: pd.DataFrame, path: Path) -> Non
             ax.set_xticks(range(len(domains)), labels, fontsize=7)
             ax.set_ylabel("rank by macro-F1 (1 = best)", fontsize=8)
             ax.set_title(f"{task}, {head}, fraction {frac:g}", fontsize=8)
-        axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, title="encoder",
-                           title_fontsize=7)
+        axes[0][-1].legend(
+            fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, title="encoder", title_fontsize=7
+        )
         figures.save_figure(fig, path, tight_layout=True, bbox_inches="tight")
 
 
@@ -308,11 +373,13 @@ def ece_vs_k_figure(cal: pd.DataFrame, margin: float, path: Path) -> None:
             ax.set_xlabel("K labelled target images", fontsize=8)
             ax.set_ylabel("top-label ECE" if ax in axes[:, 0] else "", fontsize=8)
             ax.tick_params(labelsize=7)
-        for ax in list(axes.flat)[len(pairs):]:
+        for ax in list(axes.flat)[len(pairs) :]:
             ax.axis("off")
         handles = [plt.Line2D([0], [0], color=palette[e], marker="o", label=e) for e in encoders]
-        handles += [plt.Rectangle((0, 0), 1, 1, color="0.5", alpha=0.2, label=f"oracle ECE to oracle + {margin:g}"),
-                    plt.Line2D([0], [0], color="0.3", ls="dashed", label="source temperature")]
+        handles += [
+            plt.Rectangle((0, 0), 1, 1, color="0.5", alpha=0.2, label=f"oracle ECE to oracle + {margin:g}"),
+            plt.Line2D([0], [0], color="0.3", ls="dashed", label="source temperature"),
+        ]
         fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
         figures.save_figure(fig, path, tight_layout=True, bbox_inches="tight")
 
@@ -330,17 +397,39 @@ def risk_coverage_gate_figure(curves: pd.DataFrame, gate: pd.DataFrame, path: Pa
             for enc, part in curves[curves["task"] == task].groupby("encoder", sort=True):
                 part = part.sort_values("coverage")
                 ax.plot(part["coverage"], part["risk"], color=palette[enc], lw=1.5, label=enc)
-                op = gate[(gate["task"] == task) & (gate["encoder"] == enc) & (gate["set"] == "test")
-                          & (gate["setting"] == task)] if len(gate) else gate
+                op = (
+                    gate[
+                        (gate["task"] == task)
+                        & (gate["encoder"] == enc)
+                        & (gate["set"] == "test")
+                        & (gate["setting"] == task)
+                    ]
+                    if len(gate)
+                    else gate
+                )
                 if len(op) and np.isfinite(op["coverage"].iloc[0]):
                     r = op.iloc[0]
                     risk = 1 - r["accuracy_accepted"]
-                    xerr = [[r["coverage"] - r.get("coverage_ci_lo", r["coverage"])],
-                            [r.get("coverage_ci_hi", r["coverage"]) - r["coverage"]]]
-                    yerr = [[risk - (1 - r.get("accuracy_accepted_ci_hi", r["accuracy_accepted"]))],
-                            [(1 - r.get("accuracy_accepted_ci_lo", r["accuracy_accepted"])) - risk]]
-                    ax.errorbar([r["coverage"]], [risk], xerr=np.abs(xerr), yerr=np.abs(yerr), fmt="D", ms=7,
-                                color=palette[enc], mec="black", capsize=3, zorder=4)
+                    xerr = [
+                        [r["coverage"] - r.get("coverage_ci_lo", r["coverage"])],
+                        [r.get("coverage_ci_hi", r["coverage"]) - r["coverage"]],
+                    ]
+                    yerr = [
+                        [risk - (1 - r.get("accuracy_accepted_ci_hi", r["accuracy_accepted"]))],
+                        [(1 - r.get("accuracy_accepted_ci_lo", r["accuracy_accepted"])) - risk],
+                    ]
+                    ax.errorbar(
+                        [r["coverage"]],
+                        [risk],
+                        xerr=np.abs(xerr),
+                        yerr=np.abs(yerr),
+                        fmt="D",
+                        ms=7,
+                        color=palette[enc],
+                        mec="black",
+                        capsize=3,
+                        zorder=4,
+                    )
             ax.set_xlim(0, 1)
             ax.set_ylim(0, None)
             ax.set_xlabel("coverage (most confident first)", fontsize=8)
@@ -348,24 +437,32 @@ def risk_coverage_gate_figure(curves: pd.DataFrame, gate: pd.DataFrame, path: Pa
             ax.set_title(f"{task}: in-distribution test split", fontsize=8)
             ax.tick_params(labelsize=7)
         handles = [plt.Line2D([0], [0], color=palette[e], label=e) for e in encoders]
-        handles.append(plt.Line2D([0], [0], marker="D", color="0.4", mec="black", ls="", label="gate's operating point"))
+        handles.append(
+            plt.Line2D([0], [0], marker="D", color="0.4", mec="black", ls="", label="gate's operating point")
+        )
         fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
         figures.save_figure(fig, path, tight_layout=True, bbox_inches="tight")
 
 
 # ------------------------------------------------------------------------------------------------- the chapter
 FIGURE_CAPTIONS = {
-    "card_rank_bump": ("Each encoder's rank by macro-F1 in-domain (left) and on every target domain, at the largest "
-                       "label fraction, one panel per task, head and source; a line that crosses others is a rank "
-                       "that did not transfer. Target labels carry the study's Spearman ρ with its 95% bootstrap "
-                       "interval."),
-    "card_ece_vs_k": ("Off-domain top-label ECE after a temperature fitted on K labelled target images (mean over "
-                      "draws and seeds), one line per encoder and panel per transfer pair; shaded: from the encoder's "
-                      "oracle-temperature ECE up to the cards' margin above it; dashed: its source-temperature ECE. "
-                      "The smallest K inside the band is the card's answer to 'how many labelled target images'."),
-    "card_risk_coverage": ("Risk (error rate of the kept items) against coverage on the in-distribution test split, "
-                           "one line per encoder; diamonds: the abstention gate's operating point (coverage and the "
-                           "error rate of the accepted items, with their 95% intervals)."),
+    "card_rank_bump": (
+        "Each encoder's rank by macro-F1 in-domain (left) and on every target domain, at the largest "
+        "label fraction, one panel per task, head and source; a line that crosses others is a rank "
+        "that did not transfer. Target labels carry the study's Spearman ρ with its 95% bootstrap "
+        "interval."
+    ),
+    "card_ece_vs_k": (
+        "Off-domain top-label ECE after a temperature fitted on K labelled target images (mean over "
+        "draws and seeds), one line per encoder and panel per transfer pair; shaded: from the encoder's "
+        "oracle-temperature ECE up to the cards' margin above it; dashed: its source-temperature ECE. "
+        "The smallest K inside the band is the card's answer to 'how many labelled target images'."
+    ),
+    "card_risk_coverage": (
+        "Risk (error rate of the kept items) against coverage on the in-distribution test split, "
+        "one line per encoder; diamonds: the abstention gate's operating point (coverage and the "
+        "error rate of the accepted items, with their 95% intervals)."
+    ),
 }
 
 
@@ -375,20 +472,28 @@ def _write_figures(results: Mapping[str, Any], writer: ReportWriter) -> list[str
     curves, gate = data.get("curves"), data.get("gate_summary")
     drawn = []
     if isinstance(board, pd.DataFrame) and len(board) and "rank_macro_f1" in board.columns:
-        writer.figure("card_rank_bump", lambda p: rank_bump_figure(board, rank if rank is not None else pd.DataFrame(), p))
+        writer.figure(
+            "card_rank_bump", lambda p: rank_bump_figure(board, rank if rank is not None else pd.DataFrame(), p)
+        )
         drawn.append("card_rank_bump")
     else:
         writer.figure("card_rank_bump", lambda p: figures.note_figure("no probe runs: no ranks", p))
-    has_k = isinstance(cal, pd.DataFrame) and len(cal) and (cal["stage"] == "kshot_ts").any() and \
-        (~cal["in_domain"].astype(bool)).any()
+    has_k = (
+        isinstance(cal, pd.DataFrame)
+        and len(cal)
+        and (cal["stage"] == "kshot_ts").any()
+        and (~cal["in_domain"].astype(bool)).any()
+    )
     if has_k:
         writer.figure("card_ece_vs_k", lambda p: ece_vs_k_figure(cal, results.get("margin", 0.02), p))
         drawn.append("card_ece_vs_k")
     else:
         writer.figure("card_ece_vs_k", lambda p: figures.note_figure("no off-domain K-shot calibration", p))
     if isinstance(curves, pd.DataFrame) and len(curves):
-        writer.figure("card_risk_coverage", lambda p: risk_coverage_gate_figure(
-            curves, gate if isinstance(gate, pd.DataFrame) else pd.DataFrame(), p))
+        writer.figure(
+            "card_risk_coverage",
+            lambda p: risk_coverage_gate_figure(curves, gate if isinstance(gate, pd.DataFrame) else pd.DataFrame(), p),
+        )
         drawn.append("card_risk_coverage")
     else:
         writer.figure("card_risk_coverage", lambda p: figures.note_figure("no OOD shard: no risk-coverage curves", p))
@@ -396,15 +501,23 @@ def _write_figures(results: Mapping[str, Any], writer: ReportWriter) -> list[str
     for name in drawn:
         lines += [f"![{name.replace('_', ' ')}](figures/{name}.png)", "", f"*{FIGURE_CAPTIONS[name]}*", ""]
     if results.get("has_cells"):
-        lines += ["![CRA-CRT landscape](figures/cell_cra_crt_landscape.png)", "",
-                  "*CRA (Nuc minus Mean, within sections) against CRT (transfer relative to the median encoder), one "
-                  "point per encoder; the cell chapter's figure (captioned there).*", ""]
+        lines += [
+            "![CRA-CRT landscape](figures/cell_cra_crt_landscape.png)",
+            "",
+            "*CRA (Nuc minus Mean, within sections) against CRT (transfer relative to the median encoder), one "
+            "point per encoder; the cell chapter's figure (captioned there).*",
+            "",
+        ]
     return lines
 
 
 def _advice_table(cards: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    rows = [{"encoder": c["encoder"], "section": name, "rule": a["rule"], "text": a["text"]}
-            for c in cards for name, s in c["sections"].items() for a in s["advice"]]
+    rows = [
+        {"encoder": c["encoder"], "section": name, "rule": a["rule"], "text": a["text"]}
+        for c in cards
+        for name, s in c["sections"].items()
+        for a in s["advice"]
+    ]
     if not rows:
         return pd.DataFrame({"note": ["no advice rule fired on this study's numbers"]})
     return pd.DataFrame(rows)
@@ -415,22 +528,41 @@ def write_cards_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     results = results or {"cards": [], "front": [], "encoders": []}
     cards = results["cards"]
     for card in cards:
-        writer.file(f"cards/{card['encoder']}.json",
-                    lambda p, c=card: write_text(p, json.dumps(c, indent=2, ensure_ascii=False, allow_nan=False) + "\n"))
+        writer.file(
+            f"cards/{card['encoder']}.json",
+            lambda p, c=card: write_text(p, json.dumps(c, indent=2, ensure_ascii=False, allow_nan=False) + "\n"),
+        )
         writer.file(f"cards/{card['encoder']}.md", lambda p, c=card: write_text(p, card_markdown(c)))
         writer.file(f"cards/{card['encoder']}.html", lambda p, c=card: write_text(p, card_html(c)))
     front = results["front"]
     encoders = [c["encoder"] for c in cards]
-    writer.file(FRONT_PAGE, lambda p: write_text(p, page("fmaudit: at a glance", "<h1>At a glance</h1>\n" + (
-        front_page_html(front, encoders) if cards else "<p>No encoder has results in this study: no cards.</p>"))))
+    writer.file(
+        FRONT_PAGE,
+        lambda p: write_text(
+            p,
+            page(
+                "fmaudit: at a glance",
+                "<h1>At a glance</h1>\n"
+                + (
+                    front_page_html(front, encoders)
+                    if cards
+                    else "<p>No encoder has results in this study: no cards.</p>"
+                ),
+            ),
+        ),
+    )
     table = front_page_table(front) if front else pd.DataFrame()
     writer.table("front_page", table if len(table) else pd.DataFrame({"note": ["no encoder has results: no cards"]}))
     writer.table("card_advice", _advice_table(cards))
     figure_lines = _write_figures(results, writer)
     if not cards:
         return ["No encoder has results in this study: no reliability cards.", ""]
-    return (["## At a glance", ""] + front_page_markdown(front, [c["encoder"] for c in cards])
-            + ["### Figures to read first", ""] + figure_lines)
+    return (
+        ["## At a glance", ""]
+        + front_page_markdown(front, [c["encoder"] for c in cards])
+        + ["### Figures to read first", ""]
+        + figure_lines
+    )
 
 
 def front_page_html(front: Sequence[Mapping[str, Any]], encoders: Sequence[str]) -> str:
@@ -442,10 +574,12 @@ def front_page_html(front: Sequence[Mapping[str, Any]], encoders: Sequence[str])
             parts.append(f"<h3>Task {html.escape(str(table['task']))}</h3>" if table["task"] else "<h3>Study</h3>")
         body = table_html(header, rows)
         for enc in encoders:  # the last column links the card
-            body = body.replace(f"<td>{html.escape(enc)}</td></tr>",
-                                f"<td><a href=\"cards/{html.escape(enc)}.html\">{html.escape(enc)}</a></td></tr>")
+            body = body.replace(
+                f"<td>{html.escape(enc)}</td></tr>",
+                f'<td><a href="cards/{html.escape(enc)}.html">{html.escape(enc)}</a></td></tr>',
+            )
         parts.append(body)
-    parts.append(f"<p class=\"caption\">{html.escape(LEGEND)}</p>")
+    parts.append(f'<p class="caption">{html.escape(LEGEND)}</p>')
     return "\n".join(parts)
 
 
@@ -453,5 +587,12 @@ def _card_files(results: Mapping[str, Any] | None) -> list[str]:
     return card_files([c["encoder"] for c in (results or {}).get("cards", [])])
 
 
-CHAPTER = Chapter("cards", TABLES, FIGURES, write_cards_chapter,
-                  reads=("prior_shift_runs",), settings=("bootstrap", "prior_shift", "cards"), files=_card_files)
+CHAPTER = Chapter(
+    "cards",
+    TABLES,
+    FIGURES,
+    write_cards_chapter,
+    reads=("prior_shift_runs",),
+    settings=("bootstrap", "prior_shift", "cards"),
+    files=_card_files,
+)

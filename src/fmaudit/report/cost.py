@@ -13,11 +13,13 @@ from fmaudit.report.chapter import Chapter, ReportWriter
 COST = "What it cost"
 TABLES = {"cost_by_rule": COST, "cost_by_encoder": COST, "cost_jobs": COST}
 NOTE = "no benchmark files: no heavy job of this study has run yet"
-GPU_CONVENTION = ("GPU-hours are each job's wall time times the GPUs the workflow requests for it (its `gpu` "
-                  "resource: an encoder entry's `gpu` for embed and cell_features, "
-                  "`prior_shift.scratch_reference.gpu` for scratch_reference; every other rule requests none), which "
-                  "is what a cluster charges; CPU-hours are the jobs' CPU time (user + system, Snakemake's cpu_time); "
-                  "wall hours are summed over jobs (compute, not elapsed time).")
+GPU_CONVENTION = (
+    "GPU-hours are each job's wall time times the GPUs the workflow requests for it (its `gpu` "
+    "resource: an encoder entry's `gpu` for embed and cell_features, "
+    "`prior_shift.scratch_reference.gpu` for scratch_reference; every other rule requests none), which "
+    "is what a cluster charges; CPU-hours are the jobs' CPU time (user + system, Snakemake's cpu_time); "
+    "wall hours are summed over jobs (compute, not elapsed time)."
+)
 
 __all__ = ["CHAPTER", "GPU_CONVENTION", "TABLES", "cost_markdown"]
 
@@ -43,13 +45,22 @@ def write_cost_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) 
     writer.table("cost_jobs", results["jobs"].drop(columns=["file"], errors="ignore"))
     total = results["by_rule"].iloc[-1]
     return lines + [
-        f"{int(total['jobs'])} benchmarked jobs: {total['cpu_hours']:.4g} CPU-hours, {total['gpu_hours']:.4g} GPU-hours, "
+        f"{int(total['jobs'])} benchmarked jobs: {total['cpu_hours']:.4g} CPU-hours, "
+        f"{total['gpu_hours']:.4g} GPU-hours, "
         f"peak memory {total['peak_rss_mb']:.0f} MB. {GPU_CONVENTION} Jobs without a benchmark file (the cheap local "
         "rules: aggregation, validation, this report) are not counted. The same numbers: `fmaudit cost --results "
-        "<results folder>`.", "",
-        "### Per rule", "", cost_markdown(results["by_rule"]), "",
-        "### Per encoder", "", "Jobs of no single encoder (data preparation, scratch references) are under `(no encoder)`.",
-        "", cost_markdown(results["by_encoder"]), "",
+        "<results folder>`.",
+        "",
+        "### Per rule",
+        "",
+        cost_markdown(results["by_rule"]),
+        "",
+        "### Per encoder",
+        "",
+        "Jobs of no single encoder (data preparation, scratch references) are under `(no encoder)`.",
+        "",
+        cost_markdown(results["by_encoder"]),
+        "",
     ]
 
 

@@ -19,8 +19,8 @@ _ECE_COLUMN = re.compile(r"^ece_top_(\d+)_lohi$")
 #: Intervals from fewer resampling units than this get a warning beside them (and a report-lint finding).
 MIN_UNITS = 5
 
-__all__ = ["MIN_UNITS", "TABLE_FORMATS", "ece_columns", "few_units_warning", "fill_missing", "fmt_ci", "integer_columns",
-           "settings_text", "table_or_note", "write_all_formats"]
+__all__ = ["MIN_UNITS", "TABLE_FORMATS", "ece_columns", "few_units_warning", "fill_missing", "fmt_ci",
+           "integer_columns", "settings_text", "table_or_note", "write_all_formats"]
 
 
 def fmt_ci(point: float, lo: float, hi: float) -> str:
@@ -92,6 +92,6 @@ def few_units_warning(n_units: Iterable[Any], unit: str = "unit") -> str:
     small = sorted({int(n) for n in n_units if pd.notna(n) and int(n) < MIN_UNITS})
     if not small:
         return ""
-    return (f" **Warning: some intervals rest on {', '.join(map(str, small))} {unit}(s), fewer than {MIN_UNITS}: such an "
-            "interval says almost nothing (with one unit, every resample is the same and the interval collapses onto "
-            "the point).**")
+    return (f" **Warning: some intervals rest on {', '.join(map(str, small))} {unit}(s), fewer than {MIN_UNITS}: "
+            "such an interval says almost nothing (with one unit, every resample is the same and the interval "
+            "collapses onto the point).**")

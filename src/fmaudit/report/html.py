@@ -46,9 +46,11 @@ def inline(text: str) -> str:
     """One line of the Markdown subset as HTML (escaped, then links, images, code, bold, italic)."""
     parts, last = [], 0
     for m in _LINK.finditer(text):
-        parts.append(_emphasis(text[last:m.start()]))
+        parts.append(_emphasis(text[last : m.start()]))
         label, href = html.escape(m.group(1)), html.escape(_safe_href(m.group(2)), quote=True)
-        parts.append(f'<img src="{href}" alt="{label}">' if m.group(0).startswith("!") else f'<a href="{href}">{label}</a>')
+        parts.append(
+            f'<img src="{href}" alt="{label}">' if m.group(0).startswith("!") else f'<a href="{href}">{label}</a>'
+        )
         last = m.end()
     parts.append(_emphasis(text[last:]))
     return "".join(parts)
@@ -100,7 +102,11 @@ def markdown_to_html(text: str) -> str:
             out.append(f'<h{level} id="{anchor}">{inline(heading.group(2))}</h{level}>')
             i += 1
             continue
-        if stripped.startswith("|") and i + 1 < len(lines) and re.match(r"^\|\s*(-{3,}\s*\|\s*)+$", lines[i + 1].strip()):
+        if (
+            stripped.startswith("|")
+            and i + 1 < len(lines)
+            and re.match(r"^\|\s*(-{3,}\s*\|\s*)+$", lines[i + 1].strip())
+        ):
             flush()
             header = _cells(stripped)
             rows = []
@@ -129,14 +135,20 @@ def markdown_to_html(text: str) -> str:
 
 def page(title: str, body: str, extra_style: str = "") -> str:
     """A complete, self-contained HTML page."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}{extra_style}</style>\n</head>\n"
-            f"<body>\n{body}\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}{extra_style}</style>\n</head>\n"
+        f"<body>\n{body}\n</body>\n</html>\n"
+    )
 
 
 def table_html(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]]) -> str:
     """A table from plain-text cells: ``rows`` of (text, css class) pairs, every text escaped."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="{c}">{html.escape(t)}</td>' if c else f"<td>{html.escape(t)}</td>"
-                                    for t, c in r) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="{c}">{html.escape(t)}</td>' if c else f"<td>{html.escape(t)}</td>" for t, c in r)
+        + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -31,13 +31,26 @@ import pandas as pd
 
 from fmaudit.io import read_table
 
-__all__ = ["CAPTIONS", "CHECKS", "MIN_UNITS", "lint_captions", "lint_markdown", "lint_report", "lint_tables",
-           "markdown_tables"]
+__all__ = [
+    "CAPTIONS",
+    "CHECKS",
+    "MIN_UNITS",
+    "lint_captions",
+    "lint_markdown",
+    "lint_report",
+    "lint_tables",
+    "markdown_tables",
+]
 
 #: Intervals from fewer resampling units than this are flagged.
 MIN_UNITS = 5
-CHECKS = ("few resampling units", "caption names what the table lacks", "detection AUROC below 0.5", "blank cell",
-          "empty table")
+CHECKS = (
+    "few resampling units",
+    "caption names what the table lacks",
+    "detection AUROC below 0.5",
+    "blank cell",
+    "empty table",
+)
 #: The HTML report's table captions (one per table name).
 CAPTIONS = Path(__file__).resolve().parents[3] / "resources" / "report" / "tables"
 _COUNT_COLUMNS = ("ci_n_units", "n_units")
@@ -61,8 +74,15 @@ def _counts(table: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
     """(units per row, unit name per row) for a table whose intervals name their count."""
     for col in _COUNT_COLUMNS:
         if col in table.columns:
-            unit = table["ci_unit"] if "ci_unit" in table.columns else (
-                table["resampling_unit"] if "resampling_unit" in table.columns else pd.Series("unit", index=table.index))
+            unit = (
+                table["ci_unit"]
+                if "ci_unit" in table.columns
+                else (
+                    table["resampling_unit"]
+                    if "resampling_unit" in table.columns
+                    else pd.Series("unit", index=table.index)
+                )
+            )
             return pd.to_numeric(table[col], errors="coerce"), unit.astype(str)
     if "unit" in table.columns and "n_encoders" in table.columns:
         hier = table["unit"].astype(str).str.startswith("encoder >")
@@ -87,25 +107,42 @@ def lint_tables(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
             few = defined & (n < MIN_UNITS).fillna(False).to_numpy()
             if few.any():
                 sub = pd.DataFrame({"n": n[few], "unit": unit[few]})
-                spread = "; ".join(f"{u}: n={int(k)} ({c} rows)" for (u, k), c in
-                                   sub.groupby(["unit", "n"]).size().items())
-                out.append(_finding("few resampling units", f"tables/{name}.csv",
-                                    f"{int(few.sum())} of {len(table)} rows have an interval from fewer than "
-                                    f"{MIN_UNITS} resampling units ({spread}): such an interval says little and "
-                                    "its bounds can sit on the point."))
+                spread = "; ".join(
+                    f"{u}: n={int(k)} ({c} rows)" for (u, k), c in sub.groupby(["unit", "n"]).size().items()
+                )
+                out.append(
+                    _finding(
+                        "few resampling units",
+                        f"tables/{name}.csv",
+                        f"{int(few.sum())} of {len(table)} rows have an interval from fewer than "
+                        f"{MIN_UNITS} resampling units ({spread}): such an interval says little and "
+                        "its bounds can sit on the point.",
+                    )
+                )
         for col in _AUROC_COLUMNS:
             if col not in table.columns:
                 continue
             low = table[pd.to_numeric(table[col], errors="coerce") < 0.5]
             if len(low):
                 keys = [c for c in ("scorer", "tier", "condition") if c in low.columns]
-                groups = (low.groupby(keys[:2], sort=True)[col].agg(["min", "max", "size"]) if keys else None)
-                detail = ("; ".join(f"{' / '.join(map(str, k if isinstance(k, tuple) else (k,)))}: "
-                                    f"{r['min']:.2f}-{r['max']:.2f} ({int(r['size'])} rows)"
-                                    for k, r in groups.iterrows()) if groups is not None else f"{len(low)} rows")
-                out.append(_finding("detection AUROC below 0.5", f"tables/{name}.csv",
-                                    f"{len(low)} rows with {col} below 0.5 ({detail}): worse than chance, the scorer "
-                                    "ranks those OOD images as more familiar than the in-distribution ones."))
+                groups = low.groupby(keys[:2], sort=True)[col].agg(["min", "max", "size"]) if keys else None
+                detail = (
+                    "; ".join(
+                        f"{' / '.join(map(str, k if isinstance(k, tuple) else (k,)))}: "
+                        f"{r['min']:.2f}-{r['max']:.2f} ({int(r['size'])} rows)"
+                        for k, r in groups.iterrows()
+                    )
+                    if groups is not None
+                    else f"{len(low)} rows"
+                )
+                out.append(
+                    _finding(
+                        "detection AUROC below 0.5",
+                        f"tables/{name}.csv",
+                        f"{len(low)} rows with {col} below 0.5 ({detail}): worse than chance, the scorer "
+                        "ranks those OOD images as more familiar than the in-distribution ones.",
+                    )
+                )
                 break
     return out
 
@@ -177,21 +214,45 @@ def lint_markdown(text: str, where: str = "index.md") -> list[dict[str, str]]:
     """Blank cells, empty tables and captions that name what their table lacks, in a Markdown text."""
     out = []
     for t in markdown_tables(text):
-        place = f"{where}, under \"{t['heading']}\""
+        place = f'{where}, under "{t["heading"]}"'
         if not any(h for h in t["header"]) or not t["rows"]:
-            out.append(_finding("empty table", place, "a table without " + ("columns" if not any(t["header"]) else "rows")
-                                + "; print a sentence saying why instead."))
+            out.append(
+                _finding(
+                    "empty table",
+                    place,
+                    "a table without "
+                    + ("columns" if not any(t["header"]) else "rows")
+                    + "; print a sentence saying why instead.",
+                )
+            )
             continue
-        blank = sorted({t["header"][j] if j < len(t["header"]) else f"column {j + 1}" for r in t["rows"]
-                        for j, c in enumerate(r) if c in BLANK})
+        blank = sorted(
+            {
+                t["header"][j] if j < len(t["header"]) else f"column {j + 1}"
+                for r in t["rows"]
+                for j, c in enumerate(r)
+                if c in BLANK
+            }
+        )
         if blank:
             n = sum(c in BLANK for r in t["rows"] for c in r)
-            out.append(_finding("blank cell", place, f"{n} blank cells (columns {', '.join(blank)}): a missing value must "
-                                "say why (n/a with a reason, a bound mark)."))
+            out.append(
+                _finding(
+                    "blank cell",
+                    place,
+                    f"{n} blank cells (columns {', '.join(blank)}): a missing value must "
+                    "say why (n/a with a reason, a bound mark).",
+                )
+            )
         missing = _lacks(t["caption"], t["header"], [c for r in t["rows"] for c in r])
         if missing:
-            out.append(_finding("caption names what the table lacks", place,
-                                f"the text above the table names {', '.join(missing)}, which the table does not have."))
+            out.append(
+                _finding(
+                    "caption names what the table lacks",
+                    place,
+                    f"the text above the table names {', '.join(missing)}, which the table does not have.",
+                )
+            )
     return out
 
 
@@ -208,8 +269,13 @@ def lint_captions(tables: dict[str, pd.DataFrame], captions: Path = CAPTIONS) ->
         cells = [str(v) for v in table.astype(str).to_numpy().ravel()]
         missing = _lacks(text, table.columns, cells)
         if missing:
-            out.append(_finding("caption names what the table lacks", f"resources/report/tables/{name}.rst",
-                                f"names {', '.join(missing)}, which tables/{name}.csv does not have."))
+            out.append(
+                _finding(
+                    "caption names what the table lacks",
+                    f"resources/report/tables/{name}.rst",
+                    f"names {', '.join(missing)}, which tables/{name}.csv does not have.",
+                )
+            )
     return out
 
 

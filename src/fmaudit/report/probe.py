@@ -125,7 +125,7 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
         bins = ece_col.split("_")[2]
         cell = cell.assign(stage_label=[stage_name(r) for r in cell.itertuples()])
         wide = cell.pivot_table(index=["encoder", "source_domain", "target_domain"], columns="stage_label",
-                                values=ece_col, sort=False, dropna=False).reset_index()
+                                values=ece_col, sort=False).reset_index()
         order = ["encoder", "source_domain", "target_domain"] + [c for c in ["raw", "source_ts", "oracle_ts"] if c in wide]
         order += sorted((c for c in wide.columns if str(c).startswith("kshot")),
                         key=lambda c: int(str(c).split("K=")[1].rstrip(")")))
@@ -150,8 +150,9 @@ def _mark_bound_cells(wide: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
     if "n_at_bound" not in cell.columns:
         return fill_missing(wide)
     keys = ["encoder", "source_domain", "target_domain"]
-    bound = cell[cell["n_at_bound"].fillna(0) > 0].assign(
-        stage_label=lambda d: [f"kshot_ts (K={int(k)})" if st == "kshot_ts" else st for st, k in zip(d["stage"], d["k"])])
+    bound = cell[cell["n_at_bound"].fillna(0) > 0]
+    bound = bound.assign(stage_label=[f"kshot_ts (K={int(k)})" if st == "kshot_ts" else st
+                                      for st, k in zip(bound["stage"], bound["k"])])
     at_bound = {(*r[:3], r[3]) for r in bound[keys + ["stage_label"]].itertuples(index=False, name=None)}
     for col in out.columns[3:]:
         for i in out.index[wide[col].isna()]:
@@ -168,8 +169,8 @@ def shift_summary_markdown(summary: pd.DataFrame, board: pd.DataFrame) -> str:
     n_src = board.groupby(["task", "head"])["source_domain"].nunique().max() if len(board) else 0
     n_pairs = (board[~board["in_domain"]].groupby(["task", "head", "encoder"]).size().max()
                if len(board) and "in_domain" in board else 0)
-    return (f"Per encoder, at the largest label fraction and as means over seeds: `macro_f1_in_domain` is the mean of its "
-            f"in-domain macro-F1 over the task's {n_src} source domain(s) (each source's own leaderboard below), "
+    return ("Per encoder, at the largest label fraction and as means over seeds: `macro_f1_in_domain` is the mean of "
+            f"its in-domain macro-F1 over the task's {n_src} source domain(s) (each source's own leaderboard below), "
             f"`macro_f1_off_domain` the mean over its {n_pairs} source → target pair(s), likewise for ECE. These are "
             "means of the leaderboards' values, without intervals; the leaderboards give each value with its "
             f"interval.\n\n{dataframe_to_markdown(fill_missing(summary))}")
