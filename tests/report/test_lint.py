@@ -111,3 +111,12 @@ def test_every_check_has_a_test_here(check):
     from pathlib import Path
 
     assert check in Path(__file__).read_text()
+
+
+def test_a_table_file_without_columns_is_an_empty_table(tmp_path):
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "cri_by_split.csv").write_text("\n")
+    findings = lint_report("", tmp_path, captions=tmp_path)
+    assert findings.to_dict("records") == [{"check": "empty table", "where": "tables/cri_by_split.csv",
+                                            "detail": "a table file without columns; write a note row saying why "
+                                                      "instead."}]

@@ -68,8 +68,8 @@ REPORT_SETTINGS: dict[str, str] = {
     "cards": "the study's name and the encoders that get a reliability card",
 }
 
-__all__ = ["REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_outputs", "report_reads",
-           "report_settings", "write_report"]
+__all__ = ["LINT_TABLE", "REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_files", "report_outputs",
+           "report_reads", "report_settings", "write_report"]
 
 
 def _declared(chapters: Sequence[Chapter], attribute: str, known: Mapping[str, str]) -> list[str]:
@@ -102,6 +102,17 @@ def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str
                 raise ValueError(f"report chapter {s.name!r}: {kind} {sorted(clash)} already belong to another chapter")
             out[kind].update(names)
     return out
+
+
+def report_files(encoders: Sequence[str], chapters: Sequence[Chapter] = CHAPTERS) -> set[str]:
+    """Every file the report writes for a study whose cards are ``encoders``, relative to the report folder: each
+    table in every format, each figure, the cards and the front page, the lint's table, ``index.md`` and
+    ``index.html`` (what the workflow's ``report`` rule declares)."""
+    outputs = report_outputs(chapters)
+    files = {f"tables/{t}{ext}" for t in outputs["tables"] for ext in TABLE_FORMATS}
+    files |= {f"figures/{f}.png" for f in outputs["figures"]}
+    files |= set(cards.card_files(encoders)) if cards.CHAPTER in chapters else set()
+    return files | {"index.md", "index.html"}
 
 
 #: The report lint's table (:mod:`fmaudit.report.lint`), written by :func:`write_report` beside the chapters'.

@@ -282,6 +282,14 @@ def lint_captions(tables: dict[str, pd.DataFrame], captions: Path = CAPTIONS) ->
 def lint_report(index_markdown: str, out_dir: str | Path, captions: Path = CAPTIONS) -> pd.DataFrame:
     """Every finding of the lint on a written report (module doc): columns ``check``, ``where``, ``detail``."""
     out_dir = Path(out_dir)
-    tables = {p.stem: read_table(p) for p in sorted((out_dir / "tables").glob("*.csv")) if p.stem != "report_lint"}
-    findings = lint_tables(tables) + lint_markdown(index_markdown) + lint_captions(tables, captions)
+    tables, empty = {}, []
+    for path in sorted((out_dir / "tables").glob("*.csv")):
+        if path.stem == "report_lint":
+            continue
+        try:
+            tables[path.stem] = read_table(path)
+        except pd.errors.EmptyDataError:  # written from a frame without columns
+            empty.append(_finding("empty table", f"tables/{path.name}", "a table file without columns; write a "
+                                  "note row saying why instead."))
+    findings = empty + lint_tables(tables) + lint_markdown(index_markdown) + lint_captions(tables, captions)
     return pd.DataFrame(findings, columns=["check", "where", "detail"])
