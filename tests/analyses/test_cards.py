@@ -558,3 +558,32 @@ def test_cards_validate_against_the_schema_and_an_unknown_encoder_gets_an_empty_
     assert row["enc-a"]["in_domain"]["best"] and row["enc-b"]["in_domain"]["separated"]  # 0.75-0.84 vs 0.85-0.95
     assert row["enc-b"]["calibration"]["point"] == pytest.approx(0.04)  # the source temperature suffices for enc-b
     assert row["enc-a"]["prior_shift_risk"]["point"] == pytest.approx(-0.05)
+
+
+def test_wide_intervals_are_named_under_the_limits():
+    wide = accuracy_section(
+        "enc-a",
+        {
+            "leaderboard": board(
+                {
+                    "enc-a": {"a": (0.9, 0.6, 0.95), "b": (0.8, 0.7, 0.9)},
+                    "enc-b": {"a": (0.8, 0.7, 0.9), "b": (0.7, 0.6, 0.8)},
+                }
+            )
+        },
+    )
+    assert any(
+        "1 macro-F1 intervals are wider than 0.25 (widest: a → b, 0.900 [0.600, 0.950])" in x for x in wide["limits"]
+    )
+    narrow = accuracy_section(
+        "enc-a",
+        {
+            "leaderboard": board(
+                {
+                    "enc-a": {"a": (0.9, 0.85, 0.95), "b": (0.8, 0.7, 0.9)},
+                    "enc-b": {"a": (0.8, 0.7, 0.9), "b": (0.7, 0.6, 0.8)},
+                }
+            )
+        },
+    )
+    assert not any("wider than" in x for x in narrow["limits"])

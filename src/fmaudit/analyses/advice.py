@@ -30,6 +30,7 @@ __all__ = [
     "RULES",
     "Rule",
     "THRESHOLDS",
+    "WIDE_INTERVAL",
     "fire_rules",
     "fmt",
     "fmt_q",
@@ -46,6 +47,8 @@ GATE_CAUGHT = 0.9
 MIN_UNITS = 5
 #: A rank-transfer ρ over fewer encoders than this is not read as evidence either way.
 MIN_RANK_ENCODERS = 5
+#: A macro-F1 interval wider than this says the card's comparisons are coarse (stated under its limits).
+WIDE_INTERVAL = 0.25
 #: Every threshold, as the card states them.
 THRESHOLDS = {
     "ece_margin": ECE_MARGIN,
@@ -53,6 +56,7 @@ THRESHOLDS = {
     "gate_caught": GATE_CAUGHT,
     "min_resampling_units": MIN_UNITS,
     "min_rank_encoders": MIN_RANK_ENCODERS,
+    "wide_interval": WIDE_INTERVAL,
     "alpha": 0.05,
 }
 

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.analyses import advice
-from fmaudit.analyses.advice import ECE_MARGIN, MIN_RANK_ENCODERS, MIN_UNITS, THRESHOLDS, fire_rules
+from fmaudit.analyses.advice import ECE_MARGIN, MIN_RANK_ENCODERS, MIN_UNITS, THRESHOLDS, WIDE_INTERVAL, fire_rules
 from fmaudit.report.cards import FRONT_AXES
 from fmaudit.stats import wilcoxon_smallest_p
 
@@ -324,6 +324,20 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
             "encoder it led in-domain to be better there: the change may be noise."
         )
     limits += _few_units(qs, "macro-F1")
+    wide = [
+        (r["label"], r["values"][k])
+        for r in rows
+        for k in ("in_domain", "target")
+        if k in r["values"]
+        and r["values"][k]["ci_lo"] is not None
+        and r["values"][k]["ci_hi"] - r["values"][k]["ci_lo"] > WIDE_INTERVAL
+    ]
+    if wide:
+        label, q = max(wide, key=lambda w: w[1]["ci_hi"] - w[1]["ci_lo"])
+        limits.append(
+            f"{len(wide)} macro-F1 intervals are wider than {WIDE_INTERVAL:g} (widest: {label}, "
+            f"{advice.fmt_q(q)}): differences between encoders smaller than that cannot be told apart here."
+        )
     fracs = sorted(set(mine["fraction"]))
     caption = (
         f"Macro-F1 (mean over seeds) of the {', '.join(sorted(set(mine['head'])))} probe at label fraction "
