@@ -35,6 +35,7 @@ __all__ = [
     "fmt",
     "fmt_q",
     "rules_of",
+    "supports_advice",
 ]
 
 #: A calibration whose top-label ECE is at most this far above the oracle temperature's counts as recalibrated.
@@ -112,7 +113,7 @@ def _units(q: Mapping[str, Any]) -> str:
     return f"{unit}, n={n}" if unit and n is not None else (str(unit) if unit else "no interval")
 
 
-def _enough(q: Mapping[str, Any] | None) -> bool:
+def supports_advice(q: Mapping[str, Any] | None) -> bool:
     """An interval that can carry advice: defined, from at least :data:`MIN_UNITS` resampling units."""
     return bool(
         q
@@ -142,7 +143,9 @@ def _off_domain_drop(f: Mapping[str, Any]) -> list[Advice]:
     hits = [
         r
         for r in pairs
-        if _enough(r["in_domain"]) and _enough(r["target"]) and r["target"]["ci_hi"] < r["in_domain"]["ci_lo"]
+        if supports_advice(r["in_domain"])
+        and supports_advice(r["target"])
+        and r["target"]["ci_hi"] < r["in_domain"]["ci_lo"]
     ]
     if not hits:
         return []
@@ -163,7 +166,7 @@ def _rank_drop(f: Mapping[str, Any]) -> list[Advice]:
     for r in _pairs_of(f):
         for o in r.get("overtaken_by", []):
             d = o["difference"]
-            if _enough(d) and d["ci_lo"] > 0:
+            if supports_advice(d) and d["ci_lo"] > 0:
                 out.append(
                     Advice(
                         "accuracy.rank_drop",
@@ -312,7 +315,9 @@ def _kshot_insufficient(f: Mapping[str, Any]) -> list[Advice]:
 
 # -------------------------------------------------------------------------------------------------- abstention
 def _ood_sets(f: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [r for r in f.get("sets", []) if r["tier"] not in ("id", "in-distribution") and _enough(r["rejected"])]
+    return [
+        r for r in f.get("sets", []) if r["tier"] not in ("id", "in-distribution") and supports_advice(r["rejected"])
+    ]
 
 
 def _let_through(f: Mapping[str, Any]) -> list[Advice]:
@@ -347,7 +352,7 @@ def _caught(f: Mapping[str, Any]) -> list[Advice]:
 
 def _below_chance(f: Mapping[str, Any]) -> list[Advice]:
     out = []
-    hits = [r for r in f.get("detection", []) if _enough(r["auroc"]) and r["auroc"]["ci_hi"] < 0.5]
+    hits = [r for r in f.get("detection", []) if supports_advice(r["auroc"]) and r["auroc"]["ci_hi"] < 0.5]
     for scorer in dict.fromkeys(r["scorer"] for r in hits):
         mine = [r for r in hits if r["scorer"] == scorer]
         items = [f"{r['condition']} ({r['tier']}): {fmt_q(r['auroc'])}" for r in mine]
@@ -366,7 +371,7 @@ def _below_chance(f: Mapping[str, Any]) -> list[Advice]:
 # ------------------------------------------------------------------------------------------------- prior shift
 def _harmful(f: Mapping[str, Any]) -> list[Advice]:
     out = []
-    hits = [r for r in f.get("gains", []) if r["deployable"] and _enough(r["gain"]) and r["gain"]["ci_hi"] < 0]
+    hits = [r for r in f.get("gains", []) if r["deployable"] and supports_advice(r["gain"]) and r["gain"]["ci_hi"] < 0]
     for method in dict.fromkeys(r["method"] for r in hits):
         mine = [r for r in hits if r["method"] == method]
         items = [
@@ -394,7 +399,7 @@ def _helps_everywhere(f: Mapping[str, Any]) -> list[Advice]:
     for (task, source, method), part in frame.groupby(["task", "source_domain", "method"], sort=False):
         if not part["deployable"].iloc[0] or part["prior"].nunique() < 2:
             continue
-        if all(_enough(g) and g["ci_lo"] > 0 for g in part["gain"]):
+        if all(supports_advice(g) and g["ci_lo"] > 0 for g in part["gain"]):
             lows = [g["ci_lo"] for g in part["gain"]]
             worst = part.iloc[int(np.argmin(lows))]
             out.append(

@@ -33,9 +33,16 @@ __all__ = [
     "CARD_SECTIONS",
     "KINDS",
     "SCHEMA_VERSION",
+    "abstention_section",
+    "accuracy_section",
     "build_cards",
+    "calibration_section",
     "card_encoders",
+    "cells_section",
+    "cost_section",
+    "exposure_section",
     "front_page",
+    "prior_shift_section",
     "quantity",
     "recommended_fix",
 ]
@@ -293,7 +300,9 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
                 r_o_t = _int(rank.get(key + (other,)))
                 if r_o_in is not None and r_o_t is not None and r_o_in > r_in and r_o_t < r_t:
                     overtaken.append({"encoder": other, "difference": d})
-            if r_t > r_in and not any(_enough_q(o["difference"]) and o["difference"]["ci_lo"] > 0 for o in overtaken):
+            if r_t > r_in and not any(
+                advice.supports_advice(o["difference"]) and o["difference"]["ci_lo"] > 0 for o in overtaken
+            ):
                 noisy.append(f"{source} → {target} (rank {r_in} → {r_t})")
             pairs.append(
                 {
@@ -353,10 +362,6 @@ def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str,
         ("rho", "rank transfer ρ (study)"),
     ]
     return _section(caption, columns, rows, {"pairs": pairs, "rank_transfer": transfers}, "accuracy", limits)
-
-
-def _enough_q(q: Mapping[str, Any]) -> bool:
-    return advice._enough(q)
 
 
 def _ctx(task: str, head: str, frac: float, source: str, target: str) -> dict[str, Any]:
@@ -614,7 +619,7 @@ def abstention_section(encoder: str, ood: Mapping[str, Any] | None) -> dict[str,
     limits = _few_units(qs, "gate")
     below = [d for d in detection if d["auroc"]["point"] is not None and d["auroc"]["point"] < 0.5]
     for d in below:
-        if not (advice._enough(d["auroc"]) and d["auroc"]["ci_hi"] < 0.5):
+        if not (advice.supports_advice(d["auroc"]) and d["auroc"]["ci_hi"] < 0.5):
             limits.append(
                 f"The {d['scorer']} score's AUROC on {d['condition']} is {advice.fmt_q(d['auroc'])}, below "
                 "0.5 but not with its whole interval."
@@ -1052,8 +1057,8 @@ def front_page(cards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     q is not best
                     and best.get("ci_lo") is not None
                     and q.get("ci_hi") is not None
-                    and advice._enough(q)
-                    and advice._enough(best)
+                    and advice.supports_advice(q)
+                    and advice.supports_advice(best)
                     and ((q["ci_hi"] < best["ci_lo"]) if higher else (q["ci_lo"] > best["ci_hi"]))
                 )
         tables.append({"task": task, "rows": rows})
