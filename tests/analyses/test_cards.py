@@ -587,3 +587,16 @@ def test_wide_intervals_are_named_under_the_limits():
         },
     )
     assert not any("wider than" in x for x in narrow["limits"])
+
+
+def test_a_harmful_interval_from_too_few_units_is_not_named_harmful():
+    weak = prior_shift_section("enc-a", gains([("bbse", "skewed", -0.05, -0.08, -0.02)], n_units=2))
+    assert weak["harmful_methods"] == [] and "prior_shift.harmful_under_prior" not in _rules(weak)
+    assert "Below zero somewhere but from fewer units (not evidence): bbse." in weak["caption"]
+
+
+def test_a_source_temperature_worse_by_less_than_the_margin_is_not_advice():
+    close = calibration_section(
+        "enc-a", {"calibration": ladder("enc-a", raw=0.10, source=0.11, oracle=0.03, kshot={4: 0.04})}
+    )
+    assert "calibration.source_temperature_worsens" not in _rules(close)

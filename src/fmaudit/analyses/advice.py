@@ -219,7 +219,10 @@ def _does_transfer(r: Mapping[str, Any]) -> bool | None:
 
 def _worsens(f: Mapping[str, Any]) -> list[Advice]:
     hits = _ladder(
-        f, lambda r: r.get("raw") is not None and r.get("source_ts") is not None and r["source_ts"] > r["raw"]
+        f,
+        lambda r: (
+            r.get("raw") is not None and r.get("source_ts") is not None and r["source_ts"] - r["raw"] > ECE_MARGIN
+        ),
     )
     if not hits:
         return []
@@ -227,7 +230,8 @@ def _worsens(f: Mapping[str, Any]) -> list[Advice]:
     return [
         Advice(
             "calibration.source_temperature_worsens",
-            f"The source temperature makes off-domain calibration worse on {len(hits)} of "
+            f"The source temperature makes off-domain calibration worse, by more than {ECE_MARGIN:g} top-label ECE, on "
+            f"{len(hits)} of "
             f"{len(f.get('targets', []))} transfer pairs (top-label ECE: {_listing(items)}): do not carry "
             "a source temperature to these scanners.",
             {"pairs": [_pair(r) for r in hits]},
@@ -520,7 +524,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "calibration.source_temperature_worsens",
-        "off-domain top-label ECE after the source temperature is above the raw ECE",
+        f"off-domain top-label ECE after the source temperature is more than {ECE_MARGIN:g} above the raw ECE",
         _worsens,
     ),
     Rule(

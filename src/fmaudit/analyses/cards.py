@@ -468,8 +468,8 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
         )
     if bounds:
         limits.append(
-            f"Fitted temperatures at a search bound ({'; '.join(bounds)}) are left out of the ladder's means "
-            f"({board_rule(cal)}); a cell with none left says so."
+            f"Fitted temperatures at a search bound ({'; '.join(bounds)}): {board_rule(cal)}; a cell with none "
+            "left says so."
         )
     limits.append(
         "The ladder's ECEs (but raw's) are means over seeds and draws without intervals: the margin rules "
@@ -682,9 +682,21 @@ def prior_shift_section(
                 "values": values,
             }
         )
+    below = {
+        f["method"] for f in facts if f["deployable"] and f["gain"]["ci_hi"] is not None and f["gain"]["ci_hi"] < 0
+    }
     harmful = sorted(
-        {f["method"] for f in facts if f["deployable"] and f["gain"]["ci_hi"] is not None and f["gain"]["ci_hi"] < 0}
+        m
+        for m in below
+        if any(
+            f["method"] == m
+            and f["gain"]["ci_hi"] is not None
+            and f["gain"]["ci_hi"] < 0
+            and advice.supports_advice(f["gain"])
+            for f in facts
+        )
     )
+    weak = sorted(below - set(harmful))
     limits = _few_units(qs, "gain")
     if not any(f["gain"]["ci_lo"] is not None and (f["gain"]["ci_lo"] > 0 or f["gain"]["ci_hi"] < 0) for f in facts):
         limits.append(
@@ -694,7 +706,11 @@ def prior_shift_section(
     caption = (
         "Mean macro-F1 gain of each label-free adaptation over the unadapted source probe, per class prior of "
         "the target draws, this encoder only; 95% hierarchical-bootstrap interval over its source seeds and "
-        "draws. Harmful somewhere (interval below zero): " + (", ".join(harmful) or "none") + "."
+        "draws. Harmful under some prior (interval below zero, from at least "
+        f"{MIN_UNITS} resampling units): "
+        + (", ".join(harmful) or "none")
+        + "."
+        + (f" Below zero somewhere but from fewer units (not evidence): {', '.join(weak)}." if weak else "")
     )
     columns = [(f"prior:{p}", p) for p in prior_names]
     out = _section(caption, columns, rows, {"gains": facts}, "prior_shift", limits)
