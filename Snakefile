@@ -36,6 +36,7 @@ localrules:
     download,
     download_dataset,
     validate,
+    import_features,
     aggregate_probe,
     aggregate_ood,
     aggregate_prior_shift,

@@ -80,24 +80,22 @@ def planned_jobs(work: Path, configfile: Path) -> int:
 
 
 def with_placeholders(config: dict, work: Path, tag: str, extra_encoders: list[str] = ()) -> tuple[dict, int]:
-    """The config pointed at registry copies that hold a placeholder for every name they lack."""
-    encoders = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    datasets = yaml.safe_load((work / "resources" / "datasets.yaml").read_text())
-    enc_template = encoders.get("demo-vit-tiny") or next(iter(encoders.values()))
-    ds_template = datasets.get("demo-tiles") or next(iter(datasets.values()))
-    missing = 0
-    for name in [*config["encoders"], *extra_encoders]:
-        if name not in encoders:
-            encoders[name] = copy.deepcopy(enc_template)
-            missing += 1
-    for name in config["datasets"]:
-        if name not in datasets:
-            datasets[name] = copy.deepcopy(ds_template)
-            missing += 1
+    """The config with registries of its own (added to the built-in ones) that hold a placeholder for every name
+    the built-in registries lack."""
+    builtin_encoders = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    builtin_datasets = yaml.safe_load((work / "resources" / "datasets.yaml").read_text())
+    enc_template = builtin_encoders.get("demo-vit-tiny") or next(iter(builtin_encoders.values()))
+    ds_template = builtin_datasets.get("demo-tiles") or next(iter(builtin_datasets.values()))
+    encoders = {name: copy.deepcopy(enc_template) for name in dict.fromkeys([*config["encoders"], *extra_encoders])
+                if name not in builtin_encoders}
+    datasets = {name: copy.deepcopy(ds_template) for name in config["datasets"] if name not in builtin_datasets}
+    missing = len(encoders) + len(datasets)
     if not missing:
         return config, 0
     config = copy.deepcopy(config)
     for key, data in (("encoder_registry", encoders), ("dataset_registry", datasets)):
+        if not data:
+            continue
         path = work / "bench" / f"{tag}.{key}.yaml"
         path.parent.mkdir(exist_ok=True)
         path.write_text(yaml.dump(data, Dumper=_NoAliases, sort_keys=False))

@@ -1,12 +1,16 @@
-# The cell branch (CellPath-Bench, seed 002): Xenium sections registered to their H&E, checked, embedded at
+# The cell branch (CellPath-Bench, seed 002): Xenium sections registered to their H&E (or the slides of a
+# cell_table: the user's own cells, fmaudit.cells.table), checked, embedded at
 # their nuclei per (encoder, section, magnification), probed per (encoder, magnification, protocol) shard,
 # aggregated for the report. Planned from CELL_PLAN (rules/common.smk, fmaudit.grid.cell_plan); nothing here
 # when the config has no `cells` section.
 
 
-# One section: registration through its alignment (fmaudit.cells.prepare), labels through the taxonomy tables,
-# a QC overlay; a section with fewer than two valid classes is written, marked excluded and the reason logged.
+# One section: registration through its alignment (fmaudit.cells.prepare; a cell_table slide: its cells as given,
+# fmaudit.cells.table), labels through the taxonomy tables, a QC overlay; a section with fewer than two valid
+# classes is written, marked excluded and the reason logged.
 rule prepare_cell_section:
+    input:
+        cell_section_inputs,
     output:
         manifest=f"{CELLS}/sections/{{section}}.parquet",
         qc=f"{CELLS}/qc/{{section}}.png",

@@ -1,18 +1,29 @@
 # Input functions and helpers of every rule. Rules themselves hold no Python logic.
 
 import copy
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
-from fmaudit.config import dataset_params, fill_config, manifest_file, results_dir
-from fmaudit.preflight import check_config, data_checks, unusable_encoders
+from fmaudit.config import (
+    dataset_params,
+    embedded_encoders,
+    fill_config,
+    manifest_file,
+    results_dir,
+    weights_override as config_weights_override,
+)
+from fmaudit.datasets import preparer_split_strata
+from fmaudit.preflight import check_config, data_checks, feature_imports, unusable_encoders
 from fmaudit.grid import config_block, embed_pairs, settings_by_task, shards, task_domains, task_group_units
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import embedding_key, embedding_spec, unknown_name_error
-from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards
+from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards, ood_split_plan, ood_split_shards
+from fmaudit.jobs.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
 from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 from fmaudit.report import report_outputs, report_reads, report_settings
 from fmaudit.report.cards import DECISION, FRONT_PAGE, card_files
@@ -131,14 +142,14 @@ def download_entry(wildcards):
 
 
 def dataset_input_files(wildcards):
-    """Files a preparation depends on that live in the repository (slide sheets), so edits re-run it."""
+    """The sheets a preparation reads (slide sheets; the sheet of an own-data set: image_table, slide_table,
+    features), so that editing one prepares the manifest again."""
     params = dataset_params(config, DATASETS, config_name("dataset", wildcards.dataset, "datasets"))
-    sheet = params.get("slides")
-    return [sheet] if sheet else []
+    return [params[key] for key in ("slides", "sheet") if isinstance(params.get(key), str)]
 
 
 # What the validate job checks (fmaudit.preflight.data_checks): every tile-level task with its resolved domains,
-# the manifests they read and the class names the config mentions.
+# the manifests they read, the class names the config mentions and the files of every data set it embeds.
 DATA_CHECKS = data_checks(config, DATASETS)
 
 
@@ -151,18 +162,51 @@ DATA_CHECKS = data_checks(config, DATASETS)
 # finds them done); an edit of a description or licence changes nothing.
 def weights_override(encoder):
     """The config's local checkpoint for ``encoder`` ('' for none); a declared variant uses its base's."""
-    base = ENCODERS[encoder].get("variant_of")
-    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base, "") if base else "")
+    return config_weights_override(config, ENCODERS, encoder) or ""
 
 
 # Every encoder the config embeds: its encoders and their declared variants (`variants`, e.g. a resolution check)
-EMBEDDED_ENCODERS = list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+EMBEDDED_ENCODERS = embedded_encoders(config)
 EMBEDDING_KEY = {enc: embedding_key(ENCODERS[enc], weights_override(enc) or None) for enc in EMBEDDED_ENCODERS}
 
 
 def embedding_path(encoder, dataset):
     """Where ``encoder``'s embeddings of ``dataset`` lie (every rule that reads embeddings asks here)."""
     return f"{RESULTS}/embeddings/{encoder}/{EMBEDDING_KEY[encoder]}/{dataset}.npz"
+
+
+# Embeddings computed elsewhere ({(encoder, data set): file, keys, readout} of the config's `features` data sets):
+# the import_features rule writes them where the embed rule would (it matches only these data sets, and takes
+# precedence: ruleorder in rules/embed.smk), so no embedding job runs for them.
+FEATURE_IMPORTS = feature_imports(config, DATASETS)
+FEATURE_DATASETS = sorted({ds for _, ds in FEATURE_IMPORTS})
+FEATURES_DATASET = "|".join(map(re.escape, FEATURE_DATASETS)) if FEATURE_DATASETS else r"(?!)"
+
+
+def imported_source(wildcards):
+    """What import_features reads for this (encoder, data set), checked against the config and the path's key."""
+    encoder = config_name("encoder", wildcards.encoder, "encoders")
+    if (encoder, wildcards.dataset) not in FEATURE_IMPORTS:
+        raise WorkflowError(f"data set {wildcards.dataset!r} has no feature file of encoder {encoder!r} "
+                            f"(dataset_entries.{wildcards.dataset}.params.files)")
+    if wildcards.key != EMBEDDING_KEY[encoder]:
+        raise FmauditInputError(f"embeddings of {encoder!r} with key {wildcards.key} were asked for; the config gives "
+                                f"it the key {EMBEDDING_KEY[encoder]}")
+    return FEATURE_IMPORTS[(encoder, wildcards.dataset)]
+
+
+def imported_features_file(wildcards):
+    return imported_source(wildcards)["file"]
+
+
+def imported_features_source(wildcards):
+    return canonical(imported_source(wildcards))
+
+
+def imported_encoder_entry(wildcards):
+    """The encoder entry the imported embeddings are filed under (its number-deciding keys, as embed_encoder)."""
+    imported_source(wildcards)
+    return canonical(embedding_spec(ENCODERS[wildcards.encoder]))
 
 
 def embed_encoder(wildcards):
@@ -351,8 +395,8 @@ if PRIOR_SHIFT_SHARDS:
                          prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
                          scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
 # {task: what the report reads of its prior_shift section} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {**{k: ps[k] for k in ("model_selection", "priors", "draws",
-                                                                        "sample_size", "seeds")},
+REPORT_SETTINGS["prior_shift"] = canonical({task: {**{k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
+                                                                        "draws", "sample_size", "seeds")},
                                                    "scratch_reference": bool(ps["scratch_reference"]["enabled"])}
                                             for task, ps in PRIOR_SHIFT.items()})
 
@@ -423,6 +467,9 @@ def all_targets():
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
 OOD_SHARDS = ood_shards(config)
 OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
+# seed 003's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
+OOD_SPLIT_SHARDS = ood_split_shards(config)
+OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(t for _, t in OOD_SPLIT_SHARDS)}
 DERIVED = derived_datasets(config)
 # tags of perturbations (fmaudit.ood.perturb.perturbation_tag): what a derived manifest's name ends with
 PERTURBATION_KINDS = r"(?:blur_s|jpeg_q|exposure_f|pen_seed|bubble_seed|fold_seed)"
@@ -454,8 +501,13 @@ def ood_settings(wildcards):
 
 
 def ood_task(wildcards):
-    """The task's config entry with its resolved domains (the OOD shard pools them)."""
-    return probe_task(wildcards)
+    """The task's config entry with its resolved domains (the OOD shard pools them) and, per data set, the manifest
+    columns its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and provider), which
+    the gate's fit/validation divisions and the further splits are stratified by too."""
+    spec = probe_task(wildcards)
+    spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
+                            for ds in config["tasks"][wildcards.task]["datasets"]}
+    return canonical(spec)
 
 
 def _ood_derived(wildcards):
@@ -483,13 +535,30 @@ def ood_derived_embeddings(wildcards):
     return {name: embedding_path(wildcards.encoder, name) for name in _ood_derived(wildcards)}
 
 
+def ood_split_plan_params(wildcards):
+    """The task's further splits: seeds, test fraction and the parts they evaluate (fmaudit.grid.ood_split_plan)."""
+    return canonical(OOD_SPLIT_PLANS[wildcards.task])
+
+
+def ood_split_shard_inputs(wildcards):
+    """The task's manifests and this encoder's embeddings of them: nothing about other encoders or tasks."""
+    return probe_shard_inputs(wildcards)
+
+
 def ood_shard_path(task, encoder, table):
     return f"{RESULTS}/shards/ood/{task}/{encoder}.{table}.parquet"
 
 
+def ood_split_shard_path(task, encoder, table):
+    return f"{RESULTS}/shards/ood_splits/{task}/{encoder}.{table}.parquet"
+
+
 def ood_aggregate_inputs(wildcards):
-    """Each table of every OOD shard, by table."""
-    return {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    """Each table of every OOD shard and further-splits job, by table."""
+    inputs = {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
+    inputs.update({table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
+                   for table in OOD_SPLIT_TABLES})
+    return inputs
 
 
 def ood_aggregate_path(table):
@@ -507,12 +576,13 @@ def report_ood_settings():
             "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
             "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
             "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+            "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
         })
     return out
 
 
 # the aggregated OOD tables, when the config plans any OOD shard (else the report says none ran)
-REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_TABLES] if OOD_SHARDS else []
+REPORT_INPUTS["ood_tables"] = [ood_aggregate_path(table) for table in OOD_AGGREGATE_TABLES] if OOD_SHARDS else []
 REPORT_SETTINGS["ood"] = report_ood_settings()
 
 
@@ -537,6 +607,7 @@ def planned_benchmarks():
     out += [f"{bench}/embed/{enc}/{EMBEDDING_KEY[enc]}/{ds}.tsv" for enc, ds in sorted(embedded)]
     out += [f"{bench}/probe_shard/{s.task}/{s.encoder}.tsv" for s in shards(config)]
     out += [f"{bench}/ood_shard/{task}/{enc}.tsv" for enc, task in OOD_SHARDS]
+    out += [f"{bench}/ood_split_shard/{task}/{enc}.tsv" for enc, task in OOD_SPLIT_SHARDS]
     out += [f"{bench}/prior_shift_shard/{j.task}/{j.encoder}/{j.source_domain}/{j.target_domain}.tsv"
             for j in PRIOR_SHIFT_SHARDS]
     out += [f"{bench}/scratch_reference/{j.task}/{j.source_domain}/seed{j.seed}.tsv" for j in SCRATCH_JOBS]
@@ -598,13 +669,14 @@ def downloadable_datasets(wildcards):
 
 
 from fmaudit.grid import cell_plan, protocol_sections
+from fmaudit.cells.table import section_lists
 
 try:
     # The cell branch as the workflow plans it (fmaudit.grid.cell_plan): sections with their organ and data
     # set, one feature job per (encoder, section, magnification), one shard per (encoder, magnification,
     # protocol). Built from the config's factors, never from the run table, so a 300,000-run grid plans fast.
-    CELL_PLAN = cell_plan(config, {ds: list(dataset_params(config, DATASETS, ds).get("sections") or {})
-                                   for ds in config["datasets"] if DATASETS[ds].get("kind") == "xenium_cells"})
+    # each cell-level data set's sections: a xenium_cells set's `sections`, a cell_table's slides
+    CELL_PLAN = cell_plan(config, section_lists(config, DATASETS))
 except FmauditInputError as err:
     raise WorkflowError(str(err))
 CELLS = f"{RESULTS}/cells"
@@ -646,8 +718,21 @@ def cell_section(wildcards):
     if CELL_PLAN is None or wildcards.section not in CELL_PLAN.organ_of:
         raise unknown_name_error("section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [], "config 'cells.sections'")
     dataset = CELL_PLAN.dataset_of[wildcards.section]
-    return canonical({"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
-                      "params": dataset_params(config, DATASETS, dataset)})
+    entry = {"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
+             "params": dataset_params(config, DATASETS, dataset)}
+    if DATASETS[dataset]["kind"] != "xenium_cells":  # (Xenium sections' params stay as they were: no rerun)
+        entry["kind"] = DATASETS[dataset]["kind"]
+    return canonical(entry)
+
+
+def cell_section_inputs(wildcards):
+    """The sheets a cell_table section is read from (an edit prepares it again); a Xenium section has none here."""
+    cell_section(wildcards)
+    dataset = CELL_PLAN.dataset_of[wildcards.section]
+    if DATASETS[dataset]["kind"] != "cell_table":
+        return []
+    params = dataset_params(config, DATASETS, dataset)
+    return [params["slides"], params["cells"]]
 
 
 def cell_taxonomies():
@@ -740,17 +825,25 @@ def all_cell_features():
 
 
 def cell_report_settings():
-    """What the cell section of the report states: magnifications, protocols with their seeds, taxonomies, and
-    the pretraining scale of each encoder (the landscape's point size, from the registry)."""
-    if CELL_PLAN is None:  # the captions still render (the section's outputs are notes then)
-        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {}}
+    """What the cell chapter of the report states: magnifications, protocols with their seeds, taxonomies, the
+    pretraining scale of each encoder (the landscape's point size, from the registry), the panel's sections and
+    the nested section subsets (cells.subsets: sizes and lists; a scores table is an input of the report)."""
+    if CELL_PLAN is None:  # the captions still render (the chapter's outputs are notes then)
+        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {},
+                "sections": [], "subsets": {}}
     cells = CELL_PLAN.cells
+    subsets = {k: v for k, v in (cells.get("subsets") or {}).items() if k != "scores"}  # the scores are an input
     return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
                       "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),
-                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders}})
+                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders},
+                      "sections": list(CELL_PLAN.sections), "subsets": subsets})
 
 
 if CELL_PLAN is not None:
     REPORT_INPUTS.update(cell_runs=[CELL_RUNS], cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
                          cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections])
+    scores = (CELL_PLAN.cells.get("subsets") or {}).get("scores")  # the table ranking sections for the subsets
+    REPORT_INPUTS["cell_subset_scores"] = [scores] if scores else []
 REPORT_SETTINGS["cells"] = cell_report_settings()
+# the Paper check's claims files (config claims), checked against the report's own tables
+REPORT_INPUTS["claims"] = list(config["claims"])

@@ -28,12 +28,14 @@ rule prepare_manifest:
 # The data stage of the pre-flight (fmaudit.preflight.check_data), once all manifests are prepared and before
 # any embedding: every split check of every tile-level task (groups on two splits, classes evaluated but absent
 # from training, label ranges, single-class training splits, duplicate ids and files) and every class name the
-# config mentions (ood.near, ood.artefact, priors ...). The report lists each check; a problem stops the run
-# here, naming the manifest, the config key, the group and both splits or the class. Also a target of its own:
+# config mentions (ood.near, ood.artefact, priors ...), and whether the files can be read (every image header,
+# a full decode of a seeded sample, every slide opened with openslide: the slides environment); test splits with
+# fewer than 5 groups are warnings. The report lists each check; a problem stops the run here, naming the
+# manifest, the config key, the group and both splits, the class, or the file and its sheet line. Also a target:
 # `snakemake validate` prepares the manifests and checks them without embedding anything.
 rule validate:
     input:
-        list(DATA_CHECKS.manifests.values()),
+        DATA_CHECKS.inputs,
     output:
         VALIDATION,
     log:
@@ -45,7 +47,7 @@ rule validate:
         mem_mb=4000,
         runtime=30,
     conda:
-        "../envs/analysis.yaml"
+        "../envs/slides.yaml"
     script:
         "../scripts/validate.py"
 

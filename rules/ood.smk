@@ -3,7 +3,8 @@
 # comes from derive_manifest, its embeddings from the ordinary `embed` rule (a real encoder input, never
 # feature noise), so adding one sigma or artefact embeds only that copy. One shard job per (encoder, task)
 # runs every condition, scorer and gate setting of the task (fmaudit.grid.ood_runs / ood_gate_runs) and
-# exports the task's gate; aggregate_ood concatenates the shards for the report.
+# exports the task's gate; one further-splits job per (encoder, task) runs seed 003's further splits
+# (fmaudit.grid.ood_split_runs); aggregate_ood concatenates both for the report.
 
 
 rule derive_manifest:
@@ -65,6 +66,36 @@ rule ood_shard:
         "../scripts/ood_shard.py"
 
 
+# Seed 003's further train/test splits (ood.extra_splits, default seeds 0-4): the probe metrics, slide aggregation
+# and the coarsening controls of one (encoder, task) on every split, pooled; the stored split above stays the one
+# of detection, blur, scorer sensitivity and the gate.
+rule ood_split_shard:
+    input:
+        unpack(ood_split_shard_inputs),
+    output:
+        split_selective=f"{RESULTS}/shards/ood_splits/{{task}}/{{encoder}}.split_selective.parquet",
+        split_slides=f"{RESULTS}/shards/ood_splits/{{task}}/{{encoder}}.split_slides.parquet",
+        split_coarsening=f"{RESULTS}/shards/ood_splits/{{task}}/{{encoder}}.split_coarsening.parquet",
+    log:
+        f"{RESULTS}/logs/ood_split_shard/{{task}}/{{encoder}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/ood_split_shard/{{task}}/{{encoder}}.tsv"
+    params:
+        task=ood_task,
+        plan=ood_split_plan_params,
+        settings=ood_settings,
+        bootstrap=bootstrap_settings,
+        calibration=calibration_settings,
+    threads: 1
+    resources:
+        mem_mb=shard_mem_mb,
+        runtime=shard_runtime,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/ood_split_shard.py"
+
+
 rule aggregate_ood:
     input:
         unpack(ood_aggregate_inputs),
@@ -79,6 +110,9 @@ rule aggregate_ood:
         scorer_sensitivity=f"{RESULTS}/aggregate/ood_scorer_sensitivity.parquet",
         slides=f"{RESULTS}/aggregate/ood_slides.parquet",
         coarsening=f"{RESULTS}/aggregate/ood_coarsening.parquet",
+        split_selective=f"{RESULTS}/aggregate/ood_split_selective.parquet",
+        split_slides=f"{RESULTS}/aggregate/ood_split_slides.parquet",
+        split_coarsening=f"{RESULTS}/aggregate/ood_split_coarsening.parquet",
     log:
         f"{RESULTS}/logs/aggregate_ood.log",
     conda:

@@ -4,10 +4,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
 
-from fmaudit.jobs.ood import SHARD_TABLES, aggregate_ood_job  # noqa: E402
+from fmaudit.jobs.ood import AGGREGATE_TABLES, aggregate_ood_job  # noqa: E402
 
 aggregate_ood_job(
-    shards={name: list(getattr(snakemake.input, name)) for name in SHARD_TABLES},  # noqa: F821
-    out={name: getattr(snakemake.output, name) for name in SHARD_TABLES},  # noqa: F821
+    shards={name: list(getattr(snakemake.input, name)) for name in AGGREGATE_TABLES},  # noqa: F821
+    out={name: getattr(snakemake.output, name) for name in AGGREGATE_TABLES},  # noqa: F821
     log=snakemake.log[0],  # noqa: F821
 )

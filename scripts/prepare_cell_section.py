@@ -1,4 +1,4 @@
-"""Snakemake adapter: register, label and QC one Xenium section."""
+"""Snakemake adapter: register (or read, for a cell_table), label and QC one section."""
 import sys
 from pathlib import Path
 
@@ -12,6 +12,7 @@ prepare_section_job(
     organ=section["organ"],
     dataset=section["dataset"],
     params=section["params"],
+    kind=section.get("kind", "xenium_cells"),
     data_root=snakemake.params.data_root,  # noqa: F821
     out=snakemake.output.manifest,  # noqa: F821
     qc_png=snakemake.output.qc,  # noqa: F821

@@ -11,8 +11,8 @@ from fmaudit.commands import floats, ints, words
 def test_every_command_module_is_registered(capsys):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"probe", "grid", "download", "check-config", "profile", "cells", "gate", "adapt",
-                                  "cost"}
+    assert set(sub.choices) == {"init", "list", "probe", "grid", "download", "check-config", "check-claims", "embed",
+                                "profile", "cells", "gate", "adapt", "cost"}
     for command in cli.COMMANDS:  # every module registers a parser whose handler lives in that module
         handlers = {p.get_default("func") for p in sub.choices.values()}
         handlers |= {q.get_default("func") for p in sub.choices.values() for a in p._actions

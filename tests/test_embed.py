@@ -49,6 +49,13 @@ def direct_features(spec, manifest: pd.DataFrame, readout: str) -> np.ndarray:
         return encoder(batch, [readout])[readout].numpy()
 
 
+def assert_only_the_finished_copy_is_kept(out: Path) -> None:
+    """After a finished run the chunk folder holds a second name of the output (a hard link) and nothing else."""
+    chunks = Path(f"{out}.chunks")
+    assert [p.name for p in chunks.iterdir()] == [f"finished{out.suffix}"]
+    assert os.path.samefile(chunks / f"finished{out.suffix}", out)
+
+
 @pytest.fixture
 def manifest(tmp_path) -> pd.DataFrame:
     return image_manifest(tmp_path / "images", 10)
@@ -72,7 +79,7 @@ def test_embeds_images_in_manifest_order_with_provenance(manifest, tmp_path):
     assert prov["n_items"] == 10 and prov["device"] == "cpu" and prov["images_per_s"] > 0
     assert prov["embed_dim"] == {"cls": 64, "mean": 64, "cls_mean": 128, "pooled": 64}
     assert "fmaudit_version" in prov
-    assert not Path(f"{out}.chunks").exists()
+    assert_only_the_finished_copy_is_kept(out)
 
 
 def test_workers_give_the_same_features(manifest, tmp_path):
@@ -228,7 +235,7 @@ def test_sigkill_leaves_no_output_and_the_rerun_resumes(manifest, tmp_path):
     text = log.read_text()
     assert "chunk 00000: reused" in text
     assert "chunk 00001: computed" in text and "chunk 00002: computed" in text
-    assert not chunks.exists()
+    assert_only_the_finished_copy_is_kept(out)
     reference = tmp_path / "uninterrupted.npz"
     embed_manifest(manifest, ENCODER, reference, batch_size=2, chunk_size=4, num_threads=1)
     done, ref = read_npz(out)[0], read_npz(reference)[0]
@@ -369,7 +376,8 @@ def test_temporary_files_of_a_killed_run_are_removed_by_the_next_run(manifest, t
     for path in leftovers:
         path.write_bytes(b"half a file")
     embed_manifest(manifest, ENCODER, out, batch_size=4, chunk_size=4)
-    assert not any(p.exists() for p in leftovers) and out.exists() and not chunks.exists()
+    assert not any(p.exists() for p in leftovers) and out.exists()
+    assert_only_the_finished_copy_is_kept(out)
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
 
 
@@ -394,3 +402,75 @@ def test_provenance_and_inventory_say_what_the_weights_were(manifest, tmp_path):
     assert table["weights_sha256"].isna().tolist() == [True, False]
     assert table["weights_sha256"].iloc[1] == sha256_of(weights)
     assert table["embedding_key"].tolist() == [prov["embedding_key"], prov2["embedding_key"]]
+
+
+# ---------------------------------------------------------------- the finished copy, the HDF5 layout
+
+
+def test_a_deleted_output_is_rebuilt_from_the_finished_copy_without_computing(manifest, tmp_path):
+    """What Snakemake's --rerun-incomplete does after its own process was killed: the output of a job that had
+    finished is deleted and the job runs again. Every chunk comes from the finished copy; a changed item is
+    the only chunk computed again."""
+    out = tmp_path / "emb" / "toy.npz"
+    reference = embed_manifest(manifest, ENCODER, out, batch_size=2, chunk_size=4)
+    first = read_npz(out)[0]
+    out.unlink()  # Snakemake's cleanup of an incomplete output
+    log = tmp_path / "rerun.log"
+    prov = embed_manifest(manifest, ENCODER, out, batch_size=2, chunk_size=4, log=log)
+    text = log.read_text()
+    assert "3 chunk(s) of 4; 0 to compute, 3 reused" in text
+    assert all(f"chunk {c:05d}: reused from finished.npz" in text for c in range(3)) and "computed" not in text
+    assert prov["images_per_s"] is None and prov["chunk_keys"] == reference["chunk_keys"]
+    again = read_npz(out)[0]
+    for key, value in first.items():
+        np.testing.assert_array_equal(again[key], value)
+    assert_only_the_finished_copy_is_kept(out)
+
+    changed = manifest.copy()
+    changed.loc[5, "source"] = manifest.loc[0, "source"]  # one item of chunk 1 now shows other pixels
+    log2 = tmp_path / "changed.log"
+    embed_manifest(changed, ENCODER, out, batch_size=2, chunk_size=4, log=log2, overwrite=True)
+    text = log2.read_text()
+    assert "chunk 00000: reused from finished.npz" in text and "chunk 00002: reused from finished.npz" in text
+    assert "chunk 00001: computed" in text
+    np.testing.assert_allclose(read_npz(out)[0]["feat__cls"][5], first["feat__cls"][0], rtol=1e-5, atol=1e-6)
+
+
+def test_chunks_are_kept_where_there_are_no_hard_links(manifest, tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    out = tmp_path / "toy.npz"
+    embed_manifest(manifest, ENCODER, out, batch_size=2, chunk_size=4)
+    kept = sorted(p.name for p in Path(f"{out}.chunks").iterdir())
+    assert kept == ["chunk_00000.npz", "chunk_00001.npz", "chunk_00002.npz"]
+    out.unlink()
+    log = tmp_path / "rerun.log"
+    embed_manifest(manifest, ENCODER, out, batch_size=2, chunk_size=4, log=log)
+    assert "0 to compute, 3 reused" in log.read_text()
+
+
+def test_hdf5_output_holds_features_ids_every_readout_and_provenance(manifest, tmp_path):
+    import h5py
+
+    from fmaudit.io import load_feature_array
+
+    npz = tmp_path / "toy.npz"
+    embed_manifest(manifest, ENCODER, npz, batch_size=4, chunk_size=4)
+    out = tmp_path / "toy.h5"
+    prov = embed_manifest(manifest, ENCODER, out, batch_size=4, chunk_size=4, features_readout="mean")
+    reference = read_npz(npz)[0]
+    with h5py.File(out, "r") as f:
+        assert f["item_id"].asstr()[()].tolist() == manifest["item_id"].tolist()
+        assert sorted(f["readouts"]) == sorted(get_encoder_spec(ENCODER)["readouts"])
+        for readout in f["readouts"]:
+            np.testing.assert_array_equal(f["readouts"][readout][()], reference[f"feat__{readout}"])
+        stored = __import__("json").loads(f.attrs["provenance"])
+    assert stored["features_readout"] == "mean" and stored["encoder_config_hash"] == prov["encoder_config_hash"]
+    np.testing.assert_array_equal(load_feature_array(out), reference["feat__mean"])  # what `fmaudit probe` reads
+    # the existing file is recognised as up to date, and its finished copy too
+    assert embed_manifest(manifest, ENCODER, out, batch_size=4, chunk_size=4)["manifest_hash"] == prov["manifest_hash"]
+    assert_only_the_finished_copy_is_kept(out)
+    with pytest.raises(FmauditInputError, match="features_readout 'nuc' is not among the readouts"):
+        embed_manifest(manifest, ENCODER, tmp_path / "x.h5", features_readout="nuc")

@@ -13,7 +13,8 @@ LAYERS = [  # top to bottom; a module may import its own layer and those below
     ("jobs", {"jobs"}),
     ("analyses", {"analyses"}),
     ("domain", {"config", "datasets", "slides", "embed", "encoders", "grid", "calibration", "stats", "report",
-                "cells", "ood", "adapt", "split_checks", "preflight", "profiles", "exposure", "costs"}),
+                "cells", "ood", "adapt", "split_checks", "preflight", "profiles", "exposure", "slide_aggregation",
+                "claims", "costs"}),
     ("foundations", {"io", "schema", "metrics", "probes", "registry", "devices", "logs"}),
 ]
 LEVEL = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from fmaudit.config import fill_config
+from fmaudit.encoders import build_encoder, save_weights
 from fmaudit.io import FmauditInputError
 from fmaudit.preflight import check_config, check_names, unusable_encoders
 from fmaudit.schema import REPO_ROOT, load_yaml
@@ -23,10 +24,11 @@ def registries():
 
 
 def _remote_registry(tmp_path):
-    registry = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
-    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
-                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
-                                           "format": "safetensors"}}
+    """A registry of one's own (added to the built-in one): a remote-code entry without a pinned commit."""
+    builtin = load_yaml(REPO_ROOT / "resources" / "encoders.yaml")
+    registry = {"remote-demo": {**builtin["demo-dinov2-tiny"], "trust_remote_code": True,
+                                "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                            "format": "safetensors"}}}
     path = tmp_path / "encoders.yaml"
     path.write_text(yaml.safe_dump(registry))
     return path
@@ -81,9 +83,17 @@ def test_a_missing_weights_override_stops_at_config_time_naming_the_key(demo_con
     demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path)}
     with pytest.raises(FmauditInputError, match="encoder_weights.demo-convnet': .* is not a file"):
         check_config(fill_config(copy.deepcopy(demo_config)))
+    # an override that exists but is no checkpoint stops the pre-flight, naming the file and the key
     (tmp_path / "w.safetensors").write_bytes(b"x")
     demo_config["encoder_weights"] = {"demo-convnet": str(tmp_path / "w.safetensors")}
+    with pytest.raises(FmauditInputError, match=r"w.safetensors is not a readable safetensors file .*"
+                                                r"encoder_weights.demo-convnet"):
+        check_config(fill_config(copy.deepcopy(demo_config)))
+    monkeypatch.chdir(tmp_path)  # the pre-flight records what it checked under results/<study>/ of the cwd
+    demo_config["dataset_params"]["cmu-small-region"] = {"slides": str(REPO_ROOT / "resources/data/slides.tsv")}
+    save_weights(build_encoder("demo-convnet"), tmp_path / "w.safetensors")
     check_config(fill_config(demo_config))
+    assert (tmp_path / "results" / "demo" / "validation" / "encoders" / "demo-convnet.json").is_file()
 
 
 def test_encoders_that_cannot_be_embedded_name_the_key_to_set(demo_config, tmp_path, monkeypatch):
@@ -212,3 +222,57 @@ def test_data_checks_round_trip_through_rule_params_and_restrict_to_prepared_tas
     again = DataChecks.from_params(checks.as_params())
     assert again.as_params() == checks.as_params()
     assert checks.restricted_to([]).manifests == {}
+
+
+# ---- a user's own data sets
+
+
+def _own_config(tmp_path, **entry_params):
+    from own_data_utils import write_tile_study
+
+    sheet = write_tile_study(tmp_path / "mine", n_patients=5, size=16)
+    params = {"sheet": str(sheet), "classes": ["tumour", "stroma", "lymphocytes"], **entry_params}
+    return fill_config({"data_root": str(tmp_path), "encoders": ["demo-vit-tiny"], "datasets": ["mine"],
+                        "dataset_entries": {"mine": {"kind": "image_table", "params": params}},
+                        "tasks": {"t": {"datasets": ["mine"]}}})
+
+
+def test_a_task_over_ones_own_data_transfers_between_the_domains_of_its_sheet(tmp_path):
+    from fmaudit.preflight import data_checks
+
+    cfg = _own_config(tmp_path)
+    _, datasets = check_config(cfg)
+    assert datasets["mine"]["domains"] == ["scanner1", "scanner2"]
+    assert data_checks(cfg, datasets).tasks["t"]["domains"] == ["scanner1", "scanner2"]
+
+
+def test_a_kind_or_preparer_that_does_not_exist_is_an_error_of_the_plan(tmp_path):
+    cfg = _own_config(tmp_path)
+    cfg["dataset_entries"]["mine"]["kind"] = "image_tables"
+    with pytest.raises(FmauditInputError, match=r"config 'dataset_entries': does not match its schema:\n  "
+                                                r"mine/kind: 'image_tables' is not one of"):
+        check_config(cfg)
+    cfg["dataset_entries"]["mine"]["kind"] = "image_table"
+    cfg["dataset_entries"]["mine"]["preparer"] = "image_tabel"
+    with pytest.raises(FmauditInputError, match=r"data set 'mine' \(its registry entry's 'preparer'\): unknown "
+                                                r"preparer 'image_tabel'; did you mean 'image_table'"):
+        check_config(cfg)
+
+
+def test_features_of_one_encoder_cannot_be_embedded_by_another(tmp_path):
+    from own_data_utils import write_feature_study
+
+    path, sheet = write_feature_study(tmp_path)
+    entry = {"kind": "features", "params": {"sheet": str(sheet), "files": {"their-uni": path.name},
+                                            "classes": ["tumour", "stroma", "lymphocytes"]}}
+    base = {"data_root": str(tmp_path), "datasets": ["feats"], "dataset_entries": {"feats": entry},
+            "tasks": {"t": {"datasets": ["feats"]}}}
+    encoders, _ = check_config(fill_config({**copy.deepcopy(base), "encoders": ["their-uni"]}))
+    assert encoders["their-uni"]["loader"] == "precomputed" and encoders["their-uni"]["embed_dim"] == 24
+    with pytest.raises(FmauditInputError, match=r"data set 'feats' holds embeddings computed elsewhere \(kind: "
+                                                r"features, files of their-uni\), but the config also asks encoder "
+                                                r"'demo-vit-tiny' to embed it"):
+        check_config(fill_config({**copy.deepcopy(base), "encoders": ["their-uni", "demo-vit-tiny"]}))
+    blur = {**copy.deepcopy(base), "encoders": ["their-uni"], "ood": {"blur": {"sigmas": [2.0], "tasks": ["t"]}}}
+    with pytest.raises(FmauditInputError, match=r"re-embeds perturbed images of data set 'feats'"):
+        check_config(fill_config(blur))

@@ -254,11 +254,41 @@ def test_shipped_registry_pins_what_it_can_and_marks_the_rest(registry):
     assert registry["dinov2-vitb14"]["weights"]["revision"] == "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
     for name, entry in hub.items():
         if name not in pinned:
-            assert entry.get("verify") is True, f"{name}: unpinned hub entries must say verify: true"
+            assert entry.get("verify") is True or entry.get("checked_against"), \
+                f"{name}: unpinned hub entries must say verify: true or what they were checked against"
     for name in ("hibou-b", "hibou-l"):  # remote code, no published commit found: explicit and unusable
         assert registry[name]["weights"]["revision"] is None
         with pytest.raises(FmauditInputError, match=f"encoder '{name}': weights.revision is not set"):
             check_encoder_usable(name, registry[name])
+
+
+def test_every_real_entry_says_what_it_was_checked_against_or_why_not(registry):
+    for name, entry in registry.items():
+        if entry.get("family") == "demo" or entry.get("variant_of"):
+            continue
+        if entry.get("verify"):
+            assert entry.get("verify_reason"), f"{name}: verify: true needs a verify_reason"
+        else:
+            assert entry.get("checked_against"), f"{name}: neither checked_against nor verify: true"
+    # what the check corrected (the sources: the notes and checked_against of each entry)
+    assert registry["uni2-h"]["preprocessing"]["interpolation"] == "bilinear"
+    assert registry["eva02-b14"]["preprocessing"]["resize_size"] == 248
+    assert registry["vit-b16-in21k"]["weights"]["drop_keys_with_prefix"] == ["head."]
+    assert registry["reddino-s"]["preprocessing"]["crop"] == "none"
+    assert "preprocessing.resize_size" in registry["prov-gigapath"]["departs_from_hub_config"]
+
+
+def test_checked_against_names_a_source_and_a_date(tmp_path):
+    entry = copy.deepcopy(DEMO_ENTRY)
+    entry["checked_against"] = ["https://example.org/card, 2026-12-01"]
+    load_yaml_registry(write_registry(tmp_path, {"mine": entry}), ENCODER_SCHEMA)
+    entry["checked_against"] = "the model card"
+    with pytest.raises(FmauditInputError, match="checked_against"):
+        load_yaml_registry(write_registry(tmp_path, {"mine": entry}), ENCODER_SCHEMA)
+    entry.pop("checked_against")
+    entry["departs_from_hub_config"] = {"preprocessing.colour": "no such field"}
+    with pytest.raises(FmauditInputError, match="departs_from_hub_config"):
+        load_registry(write_registry(tmp_path, {"mine": entry}))
 
 
 # ---------------------------------------------------------------- what decides an embedding's numbers
@@ -370,3 +400,47 @@ def test_a_variant_embeds_the_same_weights_at_its_own_resolution(registry):
     with torch.no_grad():
         fb, fv = enc_b(xb[None]), enc_v(xv[None])
     assert fb["cls"].shape == fv["cls"].shape and not torch.allclose(fb["cls"], fv["cls"])
+
+
+# ---- a config's own registries extend the built-in ones
+
+
+def test_registries_of_ones_own_add_to_the_built_in_ones(tmp_path):
+    from fmaudit.registry import load_dataset_registries, load_encoder_registries
+
+    mine = write_registry(tmp_path, {"my-resnet18": DEMO_ENTRY}, "mine.yaml")
+    both = load_encoder_registries(str(mine))
+    assert "my-resnet18" in both and "uni" in both and "demo-vit-tiny" in both
+    inline = load_encoder_registries([str(mine)], entries={"my-vit": DEMO_ENTRY})
+    assert {"my-resnet18", "my-vit", "uni"} <= set(inline)
+    # the config's default (the built-in file itself) and a byte-identical copy of it add nothing twice
+    builtin = Path(__file__).resolve().parents[1] / "resources" / "encoders.yaml"
+    copy_path = tmp_path / "copy.yaml"
+    copy_path.write_bytes(builtin.read_bytes())
+    assert set(load_encoder_registries(["resources/encoders.yaml", str(copy_path)])) == set(load_registry())
+    datasets = load_dataset_registries(entries={"my-tiles": {"kind": "image_table",
+                                                             "params": {"sheet": "s.csv", "classes": ["a", "b"]}}})
+    assert datasets["my-tiles"]["preparer"] == "image_table" and "demo-tiles" in datasets
+    assert datasets["my-tiles"]["params"]["fractions"] == [0.6, 0.2, 0.2]  # the kind's defaults, from its schema
+
+
+def test_a_slug_defined_twice_names_both_places(tmp_path):
+    from fmaudit.registry import load_dataset_registries, load_encoder_registries
+
+    a = write_registry(tmp_path, {"my-enc": DEMO_ENTRY}, "a.yaml")
+    b = write_registry(tmp_path, {"my-enc": DEMO_ENTRY}, "b.yaml")
+    with pytest.raises(FmauditInputError, match=rf"encoder 'my-enc' is defined twice: in {a} and in {b}"):
+        load_encoder_registries([str(a), str(b)])
+    uni = write_registry(tmp_path, {"uni": DEMO_ENTRY}, "uni.yaml")
+    with pytest.raises(FmauditInputError, match=rf"encoder 'uni' is defined twice: in .*resources/encoders.yaml and "
+                                                rf"in {uni}"):
+        load_encoder_registries(str(uni))
+    with pytest.raises(FmauditInputError, match=r"encoder 'my-enc' is defined twice: in .*a.yaml and in config "
+                                                r"'encoder_entries'"):
+        load_encoder_registries(str(a), entries={"my-enc": DEMO_ENTRY})
+    entry = {"kind": "image_table", "params": {"sheet": "s.csv", "classes": ["a", "b"]}}
+    with pytest.raises(FmauditInputError, match=r"data set 'demo-tiles' is defined twice: in .*resources/datasets.yaml "
+                                                r"and in config 'dataset_entries'"):
+        load_dataset_registries(entries={"demo-tiles": entry})
+    with pytest.raises(FileNotFoundError, match="nowhere.yaml: registry file not found"):
+        load_encoder_registries(str(tmp_path / "nowhere.yaml"))

@@ -139,6 +139,14 @@ def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
         assert card["encoder"] == enc and card["class_names"] == ["tumour", "stroma", "lymphocytes", "adipose", "mucus"]
     index = (report / "index.md").read_text()
     assert "## OOD detection and abstention" in index and "unit=patient, n=" in index
+    # seed 003's further splits of the probe metrics beside the stored split, pooled over the demo's two seeds
+    selective = pd.read_csv(report / "tables" / "ood_selective.csv")
+    assert set(selective["splits"]) == {"stored", "further"}
+    further = selective[selective["splits"] == "further"]
+    assert len(further) == len(config["encoders"]) and (further["n_splits"] == 2).all()
+    assert (further["n_boot_pooled"] == 2 * 200).all() and further["accuracy_ci_lo"].notna().all()
+    gate = pd.read_csv(report / "tables" / "ood_gate_summary.csv")
+    assert {"coverage", "coverage_mean_over_divisions", "division_strata"} <= set(gate.columns)
 
 
 def test_demo_runs_a_skewed_prior_through_every_prior_shift_table(demo_run):
@@ -196,8 +204,9 @@ def test_html_report(demo_run):
 
 def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["demo-vit-tiny-seed1"] = {**registry["demo-vit-tiny"], "weights": {"source": "random", "seed": 1}}
+    builtin = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    # a registry of one's own, added to the built-in one
+    registry = {"demo-vit-tiny-seed1": {**builtin["demo-vit-tiny"], "weights": {"source": "random", "seed": 1}}}
     (work / "encoders-plus.yaml").write_text(yaml.safe_dump(registry))
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     cfg["encoders"].append("demo-vit-tiny-seed1")
@@ -210,7 +219,7 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     tile_tasks = [t for t in cfg["tasks"] if t not in cells["taxonomies"].values()]
     copies = 2  # the blurred and the pen-marked copies of the demo's test split (OOD tiers)
     assert jobs.get("embed") == len(tile_datasets) + copies, jobs
-    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard"), jobs
+    assert jobs.get("probe_shard") == len(tile_tasks) == jobs.get("ood_shard") == jobs.get("ood_split_shard"), jobs
     # its prior-shift shards (one per target of the single source), nothing of the other encoders
     assert jobs.get("prior_shift_shard") == len(cfg["prior_shift"]["target_domains"]), jobs
     # the cell branch: this encoder's feature jobs, its feature sets and shards, the merges; no section again
@@ -219,9 +228,9 @@ def test_adding_an_encoder_plans_only_its_jobs(demo_run):
     assert jobs.get("cell_features") == n_sections * n_mags, jobs
     assert jobs.get("cell_feature_set") == n_mags, jobs
     assert jobs.get("cell_shard") == len(cells["protocols"]) * n_mags, jobs
-    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "cell_features", "cell_feature_set",
-                         "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift", "aggregate_cells",
-                         "report", "all"}, jobs
+    assert set(jobs) == {"embed", "probe_shard", "ood_shard", "ood_split_shard", "prior_shift_shard", "cell_features",
+                         "cell_feature_set", "cell_shard", "aggregate_probe", "aggregate_ood", "aggregate_prior_shift",
+                         "aggregate_cells", "report", "all"}, jobs
 
 
 def test_removing_an_encoder_reaggregates_only(demo_run):
@@ -489,8 +498,8 @@ def settings_run(demo_run, tmp_path_factory):
 def test_a_settings_change_reruns_only_what_it_feeds(settings_run):
     _, planned = settings_run
     # ECE bins name the prior-shift and OOD shards' calibration columns too; the bootstrap counts feed only the report
-    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "aggregate_ood", "prior_shift_shard",
-                            "aggregate_prior_shift", "report", "all"}, planned
+    assert set(planned) == {"probe_shard", "aggregate_probe", "ood_shard", "ood_split_shard", "aggregate_ood",
+                            "prior_shift_shard", "aggregate_prior_shift", "report", "all"}, planned
 
 
 def test_settings_show_in_every_table_and_caption_that_depends_on_them(settings_run):
@@ -622,35 +631,45 @@ def test_a_task_edit_reruns_the_checks_only(demo_run):
 
 def test_a_descriptive_encoder_or_data_set_edit_reruns_nothing(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["demo-vit-tiny"].update(description="edited", licence="MIT")
-    (work / "encoders-described.yaml").write_text(yaml.safe_dump(registry))
-    datasets = yaml.safe_load((work / "resources" / "datasets.yaml").read_text())
-    datasets["demo-tiles"].update(description="edited", licence="CC-BY-4.0")
-    (work / "datasets-described.yaml").write_text(yaml.safe_dump(datasets))
-    _write_config(work, "described.yaml", encoder_registry="encoders-described.yaml",
-                  dataset_registry="datasets-described.yaml")
-    proc = snakemake(work, "-n", "--configfile", "described.yaml")
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    # what the report's exposure audit shows (pretraining corpora, exposure) reruns the report, and only it
-    registry["demo-vit-tiny"].update(pretraining_corpora=["nothing"],
-                                     exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
-    (work / "encoders-exposed.yaml").write_text(yaml.safe_dump(registry))
-    _write_config(work, "exposed.yaml", encoder_registry="encoders-exposed.yaml")
-    jobs = planned_jobs(snakemake(work, "-n", "--configfile", "exposed.yaml").stdout)
-    assert set(jobs) <= {"report", "all"} and jobs.get("report") == 1, jobs
+    # the built-in registries edited in place (a registry of one's own adds entries, it replaces none)
+    encoders_file, datasets_file = work / "resources" / "encoders.yaml", work / "resources" / "datasets.yaml"
+    encoders_text, datasets_text = encoders_file.read_text(), datasets_file.read_text()
+    try:
+        registry = yaml.safe_load(encoders_text)
+        registry["demo-vit-tiny"].update(description="edited", licence="MIT")
+        encoders_file.write_text(yaml.safe_dump(registry))
+        datasets = yaml.safe_load(datasets_text)
+        datasets["demo-tiles"].update(description="edited", licence="CC-BY-4.0")
+        datasets_file.write_text(yaml.safe_dump(datasets))
+        proc = snakemake(work, "-n")
+        assert "Nothing to be done" in proc.stdout + proc.stderr
+        # what the report's exposure audit shows (pretraining corpora, exposure) reruns the report, and only it
+        registry["demo-vit-tiny"].update(pretraining_corpora=["nothing"],
+                                         exposure={"demo-tiles": {"status": "no", "evidence": "generated"}})
+        encoders_file.write_text(yaml.safe_dump(registry))
+        jobs = planned_jobs(snakemake(work, "-n").stdout)
+        assert set(jobs) <= {"report", "all"} and jobs.get("report") == 1, jobs
+    finally:
+        encoders_file.write_text(encoders_text)
+        datasets_file.write_text(datasets_text)
 
 
 @pytest.fixture(scope="module")
 def failed_rerun(demo_run, tmp_path_factory):
-    """The demo with demo-vit-tiny's weights replaced by a checkpoint that does not fit it: the rerun fails."""
+    """The demo with demo-vit-tiny's weights replaced by a checkpoint of the right keys and shapes whose values
+    are NaN: it passes the pre-flight (a checkpoint that does not fit stops before any job,
+    tests/test_workflow_killed.py), and the embedding jobs fail on the features it gives."""
     import torch
     from safetensors.torch import save_file
+
+    from fmaudit.encoders import build_encoder
 
     work = _copy(demo_run, tmp_path_factory, "failed")
     before = _digests(work / DEMO / "embeddings" / "demo-vit-tiny")
     (work / "weights").mkdir()
-    save_file({"not_a_layer.weight": torch.zeros(3)}, str(work / "weights" / "wrong.safetensors"))
+    state = build_encoder("demo-vit-tiny").backbone.model.state_dict()
+    save_file({k: torch.full_like(v, float("nan")) for k, v in state.items()},
+              str(work / "weights" / "wrong.safetensors"))
     _write_config(work, "wrong-weights.yaml", encoder_weights={"demo-vit-tiny": "weights/wrong.safetensors"})
     # until the embeddings (the cell features of demo-vit-tiny would fail the same way); --keep-going: every one
     proc = snakemake(work, "--cores", "2", "--keep-going", "--until", "embed", "--configfile", "wrong-weights.yaml",
@@ -674,11 +693,10 @@ def test_a_failing_jobs_log_holds_its_full_exception(failed_rerun):
     logs = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log") if "Traceback" in p.read_text()]
     assert logs  # every failed embedding of the new key (the data sets and the OOD copies), each with its traceback
     text = logs[0].read_text()
-    assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny': the weights in " in text
-    assert "weights/wrong.safetensors do not fit the architecture" in text and "unexpected keys: not_a_layer" in text
-    assert "Traceback (most recent call last)" in text and "load_state_dict_strict" in text
+    assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny' produced non-finite" in text
+    assert "Traceback (most recent call last)" in text and "_check_finite" in text
     assert text.rstrip().splitlines()[-1].startswith("fmaudit.io.FmauditInputError: encoder 'demo-vit-tiny'")
-    assert "do not fit the architecture" in proc.stderr + proc.stdout  # and on stderr
+    assert "produced non-finite" in proc.stderr + proc.stdout  # and on stderr
 
 
 def test_an_input_function_error_names_the_config_key(demo_run):
@@ -701,11 +719,11 @@ def test_a_missing_weights_override_stops_before_planning_naming_the_key(demo_ru
 
 def test_remote_code_without_a_pinned_commit_is_planned_but_never_run(demo_run):
     work, _ = demo_run
-    registry = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
-    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
-                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote-demo", "revision": None,
-                                           "format": "safetensors"}}
-    (work / "encoders-remote.yaml").write_text(yaml.safe_dump(registry))
+    builtin = yaml.safe_load((work / "resources" / "encoders.yaml").read_text())
+    registry = {"remote-demo": {**builtin["demo-dinov2-tiny"], "trust_remote_code": True,
+                                "weights": {"source": "hf_hub", "hf_hub_id": "org/remote-demo", "revision": None,
+                                            "format": "safetensors"}}}
+    (work / "encoders-remote.yaml").write_text(yaml.safe_dump(registry))  # added to the built-in registry
     cfg = _write_config(work, "remote.yaml", encoder_registry="encoders-remote.yaml")
     cfg["encoders"].append("remote-demo")
     (work / "remote.yaml").write_text(yaml.safe_dump(cfg))
@@ -876,9 +894,11 @@ def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
     jobs = planned_jobs(snakemake(work, "-n", "--configfile", str(preset)).stdout)
     config = load_config(preset)
     tables = grid.enumerate_runs(config, load_dataset_registry(work / "resources" / "datasets.yaml"))
-    n = {name: len(grid.jobs(tables[name], name)) for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact")}
+    n = {name: len(grid.jobs(tables[name], name))
+         for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact", "ood_splits")}
     assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
     assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
+    assert jobs["ood_split_shard"] == n["ood_splits"] == 91  # seed 003's further splits, one job per OOD shard
     assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
     assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
 
@@ -984,6 +1004,27 @@ def test_the_demo_cell_branch_runs_end_to_end_and_nuc_beats_mean(demo_run):
         assert (report / "tables" / f"{name}.csv").stat().st_size > 0
     assert (report / "figures" / "cell_qc_overlays.png").stat().st_size > 10_000
     assert "## Cells (CellPath-Bench)" in (report / "index.md").read_text()
+
+
+def test_the_demo_report_checks_its_own_claims(demo_run):
+    """The demo's claims file (direction checks only) through the report's Paper check: one row per claim, each
+    quantity computable from the demo's tables, and the shift the demo builds in reproduced."""
+    from fmaudit.claims import STATUSES, claims_path, load_claims
+
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    table = pd.read_csv(report / "tables" / "paper_check.csv")
+    claims = load_claims(claims_path("demo"))
+    assert table["claim"].tolist() == [c.id for c in claims.claims] and set(table["status"]) <= set(STATUSES)
+    assert (table["status"] != "not computable").all(), table[["claim", "why"]]
+    verdict = table.set_index("claim")["status"]
+    for claim in ("in-domain-above-off-domain", "ece-rises-off-domain", "far-tiles-detected", "nuc-above-mean"):
+        assert verdict[claim] == "reproduced", table[["claim", "value", "why"]]
+    assert "## Paper check" in (report / "index.md").read_text()
+    for name in ("cell_decodability", "cell_cra_sections", "cell_subsets"):
+        assert "note" not in pd.read_csv(report / "tables" / f"{name}.csv").columns, name
+    rho = pd.read_csv(report / "tables" / "cell_taxonomy_consistency.csv")
+    assert set(rho["protocol"]) == {"IS", "LOOO"} and rho["spearman_rho"].notna().all()  # fine vs coarse, 4 encoders
 
 
 def test_the_cellpath_preset_plans_every_feature_and_shard_job(demo_run):

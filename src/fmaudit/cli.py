@@ -1,9 +1,13 @@
 """The command line: the same analysis functions as the workflow, on files the user brings.
 
+    fmaudit init --images my-study/labels.csv --encoders uni,virchow2 --out my-study
+    fmaudit list encoders|datasets|kinds|analyses
     fmaudit probe --train-features X.npy --train-labels y.npy --test-features ... --test-labels ... --out runs.csv
     fmaudit grid --configfile resources/presets/prism.yaml [--json]
     fmaudit check-config --configfile config.yaml
+    fmaudit check-claims --preset hema --results results/hema
     fmaudit download SLUG --data-root DIR
+    fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
     fmaudit cost --results results/demo
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
@@ -16,11 +20,25 @@ import argparse
 import sys
 from typing import Sequence
 
-from fmaudit.commands import adapt, cells, check_config, cost, download, gate, grid, probe, profile
+from fmaudit.commands import (
+    adapt,
+    cells,
+    check_claims,
+    check_config,
+    cost,
+    download,
+    embed,
+    gate,
+    grid,
+    init,
+    listing,
+    probe,
+    profile,
+)
 from fmaudit.io import FmauditInputError
 
 #: Subcommand modules, in the order ``fmaudit --help`` lists them.
-COMMANDS = (probe, grid, download, check_config, profile, cells, gate, adapt, cost)
+COMMANDS = (init, check_config, listing, probe, embed, grid, download, check_claims, profile, cells, gate, adapt, cost)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,8 +6,13 @@ and inside each task), so that code downstream reads ``config["calibration"]["ec
 fallback of its own. The Snakefile (through ``rules/common.smk``) and the command line (:func:`load_config`)
 both call it, so a config means the same numbers in the workflow and on the command line.
 
-The checks a config can fail before its first job (names, grids, registries, weight files, and the data
-checks of the ``validate`` stage) live one layer up, in :mod:`fmaudit.preflight`.
+Encoders may be named by their Hugging Face repo (``timm:<org>/<repo>``, ``hf:<org>/<repo>``): :func:`fill_config`
+replaces each such name by its slug (:func:`fmaudit.registry.hub_name_slug`) wherever the config names encoders
+(``encoders``, each study's ``encoders``, the keys of ``encoder_weights`` and ``encoder_revisions``), so the
+workflow's paths and wildcards only ever see slugs; :func:`add_hub_encoders` adds their registry entries.
+
+The checks a config can fail before its first job (names, grids, registries, weight files, the encoders'
+pre-flight, and the data checks of the ``validate`` stage) live one layer up, in :mod:`fmaudit.preflight`.
 
 Everything a study writes goes under :func:`results_dir` (``results/<study>/``).
 
@@ -22,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fmaudit.io import FmauditInputError, PathLike
-from fmaudit.registry import unknown_name_error
+from fmaudit.registry import hub_name_of_slug, hub_name_slug, is_hub_name, unknown_name_error
 from fmaudit.schema import load_schema, load_yaml, validate_against_schema
 
 CONFIG_SCHEMA = "config.schema.yaml"
@@ -32,14 +37,19 @@ RESULTS_ROOT = "results"
 __all__ = [
     "CONFIG_SCHEMA",
     "RESULTS_ROOT",
+    "add_hub_encoders",
     "apply_encoder_revisions",
     "dataset_params",
+    "embedded_encoders",
+    "encoder_from_reference",
     "fill_config",
     "fill_section",
     "load_config",
     "manifest_file",
+    "normalise_encoder_names",
     "results_dir",
     "schema_default",
+    "weights_override",
 ]
 
 
@@ -57,8 +67,32 @@ def manifest_file(config: Mapping[str, Any], dataset: str) -> str:
 def fill_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Validate ``config`` against the config schema and fill in every default, in place; returns it.
 
-    The error names ``source`` and every offending key (``probe.fractions.0: ...``)."""
-    return validate_against_schema(config, load_schema(CONFIG_SCHEMA), name=source, fill_defaults=True, sep=".")
+    The error names ``source`` and every offending key (``probe.fractions.0: ...``). Encoders named by their hub
+    repo are then replaced by their slugs (:func:`normalise_encoder_names`)."""
+    validate_against_schema(config, load_schema(CONFIG_SCHEMA), name=source, fill_defaults=True, sep=".")
+    return normalise_encoder_names(config, source)
+
+
+def normalise_encoder_names(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Every ``timm:<org>/<repo>`` / ``hf:<org>/<repo>`` encoder name of a filled config replaced by its slug, in
+    place (module doc); a name given twice, as a hub name and as its slug, is an error naming the key."""
+    def slug(name: str) -> str:
+        return hub_name_slug(name) if is_hub_name(name) else name
+
+    def slugs(names: list[str], key: str) -> list[str]:
+        out = [slug(n) for n in names]
+        if len(set(out)) != len(out):
+            twice = next(n for n in out if out.count(n) > 1)
+            raise FmauditInputError(f"{source}: '{key}' names encoder {twice!r} twice (as a hub name and as its slug)")
+        return out
+
+    config["encoders"] = slugs(config["encoders"], "encoders")
+    for study, spec in (config.get("studies") or {}).items():
+        spec["encoders"] = slugs(spec["encoders"], f"studies.{study}.encoders")
+    for key in ("encoder_weights", "encoder_revisions"):
+        renamed = slugs(list(config[key]), key)
+        config[key] = dict(zip(renamed, config[key].values()))
+    return config
 
 
 def load_config(path: PathLike) -> dict[str, Any]:
@@ -98,6 +132,59 @@ def schema_default(*keys: str) -> Any:
     return copy.deepcopy(node["default"])
 
 
+def add_hub_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder registry with an entry for every encoder the config names by its hub repo, built from the
+    repo's config files in the local Hugging Face cache (:func:`fmaudit.encoders.hub.resolve_hub_encoder`, at
+    the config's ``encoder_revisions.<slug>`` when set); an uncached or unusable repo is an error naming the
+    config key and the name, before any job."""
+    named = [enc for enc in config["encoders"] if hub_name_of_slug(enc) and enc not in encoder_registry]
+    if not named:
+        return dict(encoder_registry)
+    # torch, timm, transformers and open_clip are imported only when a config names an encoder by its hub repo
+    from fmaudit.encoders.hub import resolve_hub_encoder
+
+    registry = dict(encoder_registry)
+    for enc in named:
+        try:
+            registry[enc] = resolve_hub_encoder(hub_name_of_slug(enc), revision=config["encoder_revisions"].get(enc))
+        except FmauditInputError as e:
+            raise FmauditInputError(f"config 'encoders': {hub_name_of_slug(enc)}: {e}") from e
+    return registry
+
+
+#: Suffixes of a checkpoint file named where an encoder is expected (``fmaudit embed --encoder FILE``).
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+
+
+def encoder_from_reference(reference: str, encoder_registry: Mapping[str, Any], architecture: str | None = None,
+                           where: str = "--encoder") -> tuple[str, dict[str, Any], str | None]:
+    """``(slug, entry, weights override)`` of an encoder as a user names it outside a config (``fmaudit embed``):
+    a registry slug, a hub name (``timm:<org>/<repo>``, ``hf:<org>/<repo>``, resolved from the local cache as in
+    a config), or a local checkpoint file, whose architecture and preprocessing are those of ``architecture`` (a
+    registry slug or hub name) and which overrides that entry's weights. Errors name ``where``."""
+    path = Path(reference)
+    if is_hub_name(reference):
+        from fmaudit.encoders.hub import resolve_hub_encoder  # torch and the model libraries: only for hub names
+
+        try:
+            entry = resolve_hub_encoder(reference)
+        except FmauditInputError as e:
+            raise FmauditInputError(f"{where} {reference}: {e}") from e
+        return entry["name"], {k: v for k, v in entry.items() if k != "name"}, None
+    if reference in encoder_registry:
+        return reference, dict(encoder_registry[reference]), None
+    if path.suffix.lower() in CHECKPOINT_SUFFIXES or path.exists():
+        if not path.is_file():
+            raise FmauditInputError(f"{where} {reference}: checkpoint file not found")
+        if architecture is None:
+            raise FmauditInputError(
+                f"{where} {reference}: a checkpoint file holds weights, not the network they fit; name its "
+                f"architecture with --architecture (a registry slug, or timm:<org>/<repo> / hf:<org>/<repo>)")
+        slug, entry, _ = encoder_from_reference(architecture, encoder_registry, where="--architecture")
+        return slug, entry, str(path)
+    raise unknown_name_error("encoder", reference, list(encoder_registry), where)
+
+
 def dataset_params(config: Mapping[str, Any], dataset_registry: Mapping[str, Any], dataset: str) -> dict[str, Any]:
     """Preparer parameters of one data set: the registry's (the preparer's defaults) overridden by the config."""
     entry = dataset_registry[dataset]
@@ -123,3 +210,15 @@ def apply_encoder_revisions(config: Mapping[str, Any], encoder_registry: Mapping
         entry["weights"]["revision"] = revision
         registry[enc] = entry
     return registry
+
+
+def embedded_encoders(config: Mapping[str, Any]) -> list[str]:
+    """Every encoder the config embeds: its encoders, then their declared variants (``variants``)."""
+    return list(dict.fromkeys([*config["encoders"], *config["variants"]]))
+
+
+def weights_override(config: Mapping[str, Any], encoder_registry: Mapping[str, Any], encoder: str) -> str | None:
+    """The config's local checkpoint for ``encoder`` (``encoder_weights``), or None; a declared variant uses its
+    base's."""
+    base = encoder_registry[encoder].get("variant_of")
+    return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base) if base else None) or None

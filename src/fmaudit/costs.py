@@ -29,6 +29,7 @@ from fmaudit.grid import (
     enumerate_runs,
     ood_shard_plan,
     ood_shards,
+    ood_split_shards,
     prior_shift_runs,
     scratch_reference_runs,
     shards,
@@ -66,6 +67,7 @@ BENCHMARK_PATHS: dict[str, str] = {
     "embed": "{encoder}/{key}/{dataset}",
     "probe_shard": "{task}/{encoder}",
     "ood_shard": "{task}/{encoder}",
+    "ood_split_shard": "{task}/{encoder}",
     "prior_shift_shard": "{task}/{encoder}/{source_domain}/{target_domain}",
     "scratch_reference": "{task}/{source_domain}/seed{seed}",
     "prepare_cell_section": "{section}",
@@ -344,6 +346,7 @@ def planned_jobs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
     rows += [{"rule": "embed", "encoder": e, "dataset": d} for e, d in dict.fromkeys(embedded)]
     rows += [{"rule": "probe_shard", "encoder": s.encoder, "task": s.task} for s in shards(config)]
     rows += [{"rule": "ood_shard", "encoder": e, "task": t} for e, t in ood_shards(config)]
+    rows += [{"rule": "ood_split_shard", "encoder": e, "task": t} for e, t in ood_split_shards(config)]
     ps = prior_shift_runs(config, dataset_registry)
     if len(ps):
         keys = ["task", "encoder", "source_domain", "target_domain"]
@@ -388,6 +391,8 @@ def planned_units(
     counts["ood_shard"] = per_job(
         pd.concat([tables["ood"][["encoder", "task"]], tables["ood_gate"][["encoder", "task"]]]), ["encoder", "task"]
     )
+    if "ood_splits" in tables:
+        counts["ood_split_shard"] = per_job(tables["ood_splits"], ["encoder", "task"])
     counts["prior_shift_shard"] = per_job(tables["prior_shift"], ["task", "encoder", "source_domain", "target_domain"])
     cells = tables["cells"]
     if len(cells):
@@ -396,6 +401,7 @@ def planned_units(
     keys = {
         "probe_shard": ["encoder", "task"],
         "ood_shard": ["encoder", "task"],
+        "ood_split_shard": ["encoder", "task"],
         "prior_shift_shard": ["task", "encoder", "source_domain", "target_domain"],
         "cell_shard": ["encoder", "magnification", "protocol"],
     }

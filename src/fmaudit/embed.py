@@ -1,6 +1,7 @@
 """The embedding engine: manifest items -> encoder readouts, resumable in chunks, written once atomically.
 
-Output of :func:`embed_manifest`, an ``.npz`` written by :func:`fmaudit.io.write_npz`:
+Output of :func:`embed_manifest`, an ``.npz`` written by :func:`fmaudit.io.write_npz` (or, for an ``.h5`` /
+``.hdf5`` path, an HDF5 file written by :func:`fmaudit.io.write_h5`, see below):
 
 - ``item_id``: str array, the manifest's item ids in manifest order;
 - ``feat__<readout>``: float32, ``(n_items, D)`` per readout (``patch_grid``: ``(n_items, D, H/p, W/p)``);
@@ -10,16 +11,34 @@ Output of :func:`embed_manifest`, an ``.npz`` written by :func:`fmaudit.io.write
   computed in this run; null if all were reused), device, precision, weights (what the weights are, path-free:
   source and seed, or the sha256 of every file and, for hub weights, the repo, requested revision and resolved
   snapshot commit; :class:`fmaudit.encoders.weights.ResolvedWeights`), weight_files (each file's path and
-  sha256) and weights_sha256_checked (whether a sha256 of the registry was checked).
+  sha256), weights_sha256_checked (whether a sha256 of the registry was checked), hub_config (the hub config
+  files the entry was compared with, :func:`fmaudit.encoders.hub.check_against_hub_config`, or null), and
+  chunk_size and chunk_keys (the key of every chunk, below).
+
+The HDF5 layout is the one WSI feature tools write and ``fmaudit probe`` reads: ``features`` (the
+``features_readout`` readout, by default the entry's ``default_readout``), ``item_id``, every readout under
+``readouts/<readout>``, and the provenance (with ``features_readout``) as a JSON string in the file's
+``provenance`` attribute.
+
+Before anything is computed, the entry is compared with its hub repo's cached config: a field that differs
+without a declared departure stops the job naming it.
 
 Resuming: items are processed in chunks of ``chunk_size`` manifest rows. Each finished chunk is written
 atomically to ``<out_path>.chunks/chunk_NNNNN.npz`` with its item ids and a chunk key (a hash of the encoder
 config hash, the weights' identity above, the readouts, the autocast precision and the chunk's pixel-defining
 manifest columns): what decides its numbers, and nothing else. A rerun reuses every chunk whose key and ids
-match and recomputes the rest; the final file is assembled, written atomically, and only then is the chunk
-folder removed. A job killed at any point leaves no final file; its temporary files are removed by the next
-write of the same file (:func:`fmaudit.io.write_npz`). Batches never straddle chunks, so a resumed run computes
-every item in the same batch as an uninterrupted one.
+match and recomputes the rest; the final file is assembled and written atomically. Batches never straddle
+chunks, so a resumed run computes every item in the same batch as an uninterrupted one. A job killed at any
+point leaves no final file; its temporary files are removed by the next write of the same file
+(:func:`fmaudit.io.write_npz`).
+
+The finished file survives the deletion of the output itself: once it is written, the chunk folder keeps a
+second name of it, ``<out_path>.chunks/finished<suffix>`` (a hard link: no extra disk space while the output
+exists), and the chunk files are removed. Snakemake deletes the output of a job it considers incomplete before
+rerunning it (``--rerun-incomplete`` after its own process was killed, even when the job went on and finished);
+the rerun then takes every chunk whose key matches from the finished copy (its provenance lists the chunk
+keys), computing nothing that was done. Where the file system has no hard links, the chunk files are kept
+instead. Delete the ``.chunks`` folder with an embedding you remove by hand.
 
 An existing final file whose provenance matches (encoder config, manifest, readouts, weights) is kept and
 returned as is; one that does not match raises unless ``overwrite=True``: embeddings are never silently
@@ -31,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -41,16 +59,23 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from fmaudit.datasets.manifest import make_manifest, validate_manifest
 from fmaudit.devices import resolve_device
-from fmaudit.encoders import READOUTS, ResolvedWeights, build_encoder, resolve_weights
+from fmaudit.encoders import READOUTS, ResolvedWeights, build_encoder, check_against_hub_config, resolve_weights
 from fmaudit.io import (
+    H5_SUFFIXES,
     FmauditInputError,
     PathLike,
     dataframe_hash,
     provenance,
+    read_h5,
+    read_h5_provenance,
     read_npz,
+    read_npz_provenance,
     read_table,
+    remove_stale_temps,
     stable_hash,
+    write_h5,
     write_npz,
 )
 from fmaudit.logs import file_handler
@@ -228,11 +253,78 @@ def _check_finite(feats: Mapping[str, np.ndarray], ids: Sequence[str], encoder: 
                 f"first {str(ids[i])!r}{hint}")
 
 
+def _is_h5(path: Path) -> bool:
+    return path.suffix.lower() in H5_SUFFIXES
+
+
+def _read_provenance(path: Path) -> dict[str, Any]:
+    return read_h5_provenance(path) if _is_h5(path) else read_npz_provenance(path)
+
+
+def _read_features(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``{"item_id": ..., "feat__<readout>": ...}`` and the provenance of an output in either layout."""
+    if not _is_h5(path):
+        return read_npz(path)
+    arrays, prov = read_h5(path)
+    feats = {FEATURE_PREFIX + k.split("/", 1)[1]: v for k, v in arrays.items() if k.startswith("readouts/")}
+    return {"item_id": arrays["item_id"], **feats}, prov
+
+
+def _write_output(out: Path, arrays: Mapping[str, np.ndarray], prov: Mapping[str, Any],
+                  features_readout: str) -> None:
+    if not _is_h5(out):
+        write_npz(out, arrays, prov)
+        return
+    h5 = {"features": arrays[FEATURE_PREFIX + features_readout], "item_id": arrays["item_id"]}
+    h5.update({f"readouts/{k[len(FEATURE_PREFIX):]}": v for k, v in arrays.items() if k.startswith(FEATURE_PREFIX)})
+    write_h5(out, h5, prov)
+
+
+def finished_copy_path(out: Path) -> Path:
+    """Where the chunk folder keeps the second name of a finished output (module doc)."""
+    return Path(f"{out}.chunks") / f"finished{out.suffix}"
+
+
+def _keep_finished(out: Path, chunk_dir: Path, n_chunks: int, logger: logging.Logger) -> None:
+    """Give the finished output a second name in its chunk folder and drop the chunk files (module doc); where
+    hard links are impossible, keep the chunk files instead."""
+    finished = finished_copy_path(out)
+    tmp = chunk_dir / f".{finished.name}.{os.getpid()}.tmp"
+    try:
+        chunk_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            tmp.unlink()
+        os.link(out, tmp)
+        os.replace(tmp, finished)
+    except OSError as e:
+        logger.info("no hard link of %s in %s (%s): its %d chunk file(s) are kept instead", out, chunk_dir, e, n_chunks)
+        return
+    for c in range(n_chunks):
+        chunk_path(chunk_dir, c).unlink(missing_ok=True)
+        remove_stale_temps(chunk_path(chunk_dir, c))  # half-written chunks of killed runs
+    logger.info("kept %s (a second name of %s, for a rerun that finds the output deleted)", finished, out)
+
+
+def _finished_chunks(out: Path, keys: Sequence[str], chunk_size: int) -> list[int]:
+    """The chunks the finished copy of an earlier run holds under the same key (and chunk layout)."""
+    finished = finished_copy_path(out)
+    if not finished.exists():
+        return []
+    try:
+        prov = _read_provenance(finished)
+    except (FmauditInputError, FileNotFoundError):
+        return []
+    old = prov.get("chunk_keys") or []
+    if prov.get("chunk_size") != chunk_size:
+        return []
+    return [c for c, key in enumerate(keys) if c < len(old) and old[c] == key]
+
+
 def _existing_output(out: Path, expected: Mapping[str, Any], overwrite: bool) -> dict[str, Any] | None:
     if not out.exists():
         return None
     try:
-        _, prov = read_npz(out)
+        prov = _read_provenance(out)
     except FmauditInputError:
         prov = {}
     if all(prov.get(k) == v for k, v in expected.items()):
@@ -262,16 +354,16 @@ def embed_manifest(
     num_threads: int | None = None,
     overwrite: bool = False,
     log_every: int = 20,
+    features_readout: str | None = None,
 ) -> dict[str, Any]:
     """Embed every manifest item with one encoder and write ``out_path`` (see the module doc); returns its
     provenance.
 
     ``spec``: a registry entry (with ``name``) or an encoder slug. ``readouts``: defaults to the entry's.
     ``num_threads``: torch intra-op threads for this call (restored afterwards). ``log``: a Logger, a log
-    file path, or None for the ``fmaudit.embed`` logger.
+    file path, or None for the ``fmaudit.embed`` logger. ``features_readout``: the readout an HDF5 output holds
+    as ``features`` (default: the entry's default_readout, else the first readout).
     """
-    from fmaudit.datasets.manifest import validate_manifest
-
     logger, handler = _logger(log)
     previous_threads = torch.get_num_threads()
     try:
@@ -294,10 +386,20 @@ def embed_manifest(
         if batch_size < 1 or chunk_size < 1:
             raise FmauditInputError(f"batch_size and chunk_size must be >= 1 (got {batch_size}, {chunk_size})")
 
+        features_readout = features_readout or (spec.get("default_readout") if spec.get("default_readout") in readouts
+                                                else readouts[0])
+        if features_readout not in readouts:
+            raise FmauditInputError(f"encoder {name!r}: features_readout {features_readout!r} is not among the "
+                                    f"readouts {readouts}")
+
         dev = resolve_device(device, logger)
         precision = spec.get("precision", "float32") if dev.type == "cuda" else "float32"
         out = Path(out_path)
         config_hash = encoder_config_hash(spec)
+        hub = check_against_hub_config(spec, source=f"encoder {name!r}")  # before anything is computed
+        if hub is not None:
+            logger.info("%s matches the config of %s at %s (%s)", name, hub.repo_id, hub.commit,
+                        ", ".join(p.name for p in hub.files))
         # the weights are located, checked and hashed once, before anything else: their identity keys the chunks
         resolved = resolve_weights(spec, weights_path)
         weights_id = resolved.identity
@@ -320,13 +422,17 @@ def embed_manifest(
                              "precision": precision, "items": dataframe_hash(pixels.iloc[s:e])})
                 for s, e in bounds]
         chunk_dir = Path(f"{out}.chunks")
-        pending = [c for c, (s, e) in enumerate(bounds)
-                   if not _reusable_chunk(chunk_path(chunk_dir, c), keys[c], ids[s:e], readouts)]
+        in_chunks = {c for c, (s, e) in enumerate(bounds)
+                     if _reusable_chunk(chunk_path(chunk_dir, c), keys[c], ids[s:e], readouts)}
+        in_finished = set(_finished_chunks(out, keys, chunk_size)) - in_chunks
+        pending = [c for c in range(len(bounds)) if c not in in_chunks | in_finished]
         logger.info("%s on %s: %d items in %d chunk(s) of %d; %d to compute, %d reused from %s",
                     name, dev, len(ids), len(bounds), chunk_size, len(pending), len(bounds) - len(pending), chunk_dir)
         for c in range(len(bounds)):
-            if c not in pending:
+            if c in in_chunks:
                 logger.info("chunk %05d: reused", c)
+            elif c in in_finished:
+                logger.info("chunk %05d: reused from %s", c, finished_copy_path(out).name)
 
         images_per_s = None
         if pending:
@@ -335,12 +441,18 @@ def embed_manifest(
                                            precision=precision, weights_path=weights_path, resolved=resolved,
                                            logger=logger, log_every=log_every)
 
+        finished_arrays = _read_features(finished_copy_path(out))[0] if in_finished else {}
         arrays: dict[str, Any] = {"item_id": np.asarray(ids, dtype=str)}
         parts: dict[str, list[np.ndarray]] = {r: [] for r in readouts}
         for c, (s, e) in enumerate(bounds):
-            chunk, _ = read_npz(chunk_path(chunk_dir, c))
+            if c in in_finished:
+                chunk = {k: v[s:e] for k, v in finished_arrays.items()}
+                where = finished_copy_path(out)
+            else:
+                chunk, _ = read_npz(chunk_path(chunk_dir, c))
+                where = chunk_path(chunk_dir, c)
             if chunk["item_id"].astype(str).tolist() != ids[s:e]:
-                raise FmauditInputError(f"{chunk_path(chunk_dir, c)}: item ids do not match the manifest rows {s}-{e}")
+                raise FmauditInputError(f"{where}: item ids do not match the manifest rows {s}-{e}")
             for r in readouts:
                 parts[r].append(chunk[FEATURE_PREFIX + r])
         for r in readouts:
@@ -352,9 +464,12 @@ def embed_manifest(
         key = embedding_key(spec, str(weights_path) if weights_path else None)
         prov = provenance(**expected, embedding_key=key, weight_files=resolved.files,
                           weights_sha256_checked=resolved.sha256_checked, n_items=len(ids), embed_dim=dims,
-                          images_per_s=images_per_s, device=str(dev), precision=precision, chunk_size=chunk_size)
-        write_npz(out, arrays, prov)
-        shutil.rmtree(chunk_dir, ignore_errors=True)
+                          images_per_s=images_per_s, device=str(dev), precision=precision, chunk_size=chunk_size,
+                          chunk_keys=keys, hub_config=[str(p) for p in hub.files] if hub is not None else None)
+        if _is_h5(out):
+            prov["features_readout"] = features_readout
+        _write_output(out, arrays, prov, features_readout)
+        _keep_finished(out, chunk_dir, len(bounds), logger)
         logger.info("wrote %s (%d items; readouts %s)", out, len(ids), dims)
         return prov
     finally:
@@ -411,6 +526,45 @@ def _compute_chunks(manifest: pd.DataFrame, spec: Mapping[str, Any], readouts: l
     rate = n_done / max(elapsed, 1e-9)
     logger.info("embedded %d items in %.1f s (%.1f images/s, dataset + loader + model)", n_done, elapsed, rate)
     return round(rate, 2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# images a user brings (fmaudit embed)
+# --------------------------------------------------------------------------------------------------------
+
+#: Image files a folder given to :func:`image_manifest` contributes (by suffix, any case).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp")
+
+
+def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
+    """A manifest of image files, to embed outside the workflow: a sheet (``.csv`` or ``.tsv``) with a ``path``
+    column, paths relative to the sheet, and an optional ``item_id`` column (default: the path as written), or
+    a folder, every image file below it (:data:`IMAGE_SUFFIXES`) in sorted order, its item id the path relative
+    to the folder. A missing file is an error naming the sheet row; so is a repeated item id."""
+    source = Path(source)
+    if source.is_dir():
+        files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise FmauditInputError(f"{source}: no image files ({', '.join(IMAGE_SUFFIXES)}) in this folder")
+        rows = [{"item_id": p.relative_to(source).as_posix(), "source": str(p.resolve())} for p in files]
+    else:
+        sheet = read_table(source)
+        if "path" not in sheet.columns:
+            raise FmauditInputError(f"{source}: an image sheet needs a 'path' column (it has {list(sheet.columns)})")
+        rows = []
+        for i, row in enumerate(sheet.itertuples(index=False)):
+            written = getattr(row, "path")
+            if pd.isna(written) or not str(written).strip():
+                raise FmauditInputError(f"{source}: row {i + 1} has no path")
+            path = Path(str(written))
+            path = path if path.is_absolute() else source.parent / path
+            if not path.is_file():
+                raise FmauditInputError(f"{source}: row {i + 1}: image file {path} does not exist")
+            item = getattr(row, "item_id", None) if "item_id" in sheet.columns else None
+            rows.append({"item_id": str(written) if item is None or pd.isna(item) else str(item),
+                         "source": str(path.resolve())})
+    manifest = make_manifest([{**r, "dataset": dataset, "group": r["item_id"], "domain": dataset} for r in rows])
+    return validate_manifest(manifest, name=str(source))
 
 
 # --------------------------------------------------------------------------------------------------------

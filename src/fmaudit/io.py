@@ -238,6 +238,66 @@ def read_npz_provenance(path: PathLike) -> dict[str, Any]:
         raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
 
 
+H5_SUFFIXES = (".h5", ".hdf5")
+
+
+def write_h5(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapping[str, Any] | None = None) -> None:
+    """Write arrays to an HDF5 file, atomically: one dataset per key (``a/b`` makes group ``a``), string arrays
+    as UTF-8 strings, and the provenance as a JSON string in the file's ``provenance`` attribute. This is the
+    layout other WSI feature tools write (a ``features`` dataset) and :func:`load_feature_array` reads."""
+    import h5py
+
+    with atomic_path(path, clean_stale=True) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for key, value in arrays.items():
+                value = np.asarray(value)
+                if value.dtype.kind in "UO":
+                    f.create_dataset(key, data=value.astype(object), dtype=h5py.string_dtype())
+                else:
+                    f.create_dataset(key, data=value)
+            if provenance is not None:
+                f.attrs["provenance"] = json.dumps(provenance, sort_keys=True, default=_json_default)
+
+
+def read_h5(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Every dataset of an HDF5 file (``group/name`` keys; strings as str arrays) and its ``provenance``
+    attribute (empty dict if none)."""
+    import h5py
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with h5py.File(path, "r") as f:
+            def visit(name, obj):
+                if isinstance(obj, h5py.Dataset):
+                    arrays[name] = obj.asstr()[()] if h5py.check_string_dtype(obj.dtype) else obj[()]
+
+            f.visititems(visit)
+            raw = f.attrs.get("provenance")
+    except OSError as e:
+        raise FmauditInputError(f"{path}: unreadable HDF5 file ({e})") from e
+    arrays = {k: np.asarray(v, dtype=str) if isinstance(v, np.ndarray) and v.dtype == object else v
+              for k, v in arrays.items()}
+    return arrays, json.loads(raw) if raw else {}
+
+
+def read_h5_provenance(path: PathLike) -> dict[str, Any]:
+    """Only the ``provenance`` attribute of an HDF5 file (the datasets are not read)."""
+    import h5py
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("provenance")
+    except OSError as e:
+        raise FmauditInputError(f"{path}: unreadable HDF5 file ({e})") from e
+    return json.loads(raw) if raw else {}
+
+
 def load_feature_array(path: PathLike, key: str | None = None) -> np.ndarray:
     """Features brought from elsewhere: .npy, .npz (``key`` or the single array / ``features``),
     or HDF5 (.h5/.hdf5) with a ``features`` dataset (CLAM/TRIDENT style; (1,N,D) is squeezed)."""

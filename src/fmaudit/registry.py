@@ -3,10 +3,18 @@
 Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A registry is a mapping
 ``slug -> entry``; an unknown slug raises :class:`~fmaudit.io.FmauditInputError` with close matches. Conventions:
 
-- The encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment variable
-  ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument names another file (the argument wins).
-- The data-set registry is ``resources/datasets.yaml`` unless the config's ``dataset_registry`` names another;
-  it is checked against ``resources/schemas/datasets.schema.yaml`` when loaded.
+- The built-in encoder registry is ``resources/encoders.yaml`` of the source tree, unless the environment
+  variable ``FMAUDIT_ENCODER_REGISTRY`` or the ``path`` argument of :func:`load_registry` names another file
+  (the argument wins). The built-in data-set registry is ``resources/datasets.yaml``; it is checked against
+  ``resources/schemas/datasets.schema.yaml`` when loaded.
+- A config's own registries *extend* the built-in ones (:func:`load_encoder_registries`,
+  :func:`load_dataset_registries`): the files of its ``encoder_registry`` / ``dataset_registry`` (one path or a
+  list; the built-in file itself is skipped) and the entries given inline under ``encoder_entries`` /
+  ``dataset_entries`` are added to the built-in entries, each validated on its own. A slug defined twice, in
+  two files or twice in one, is an error naming both places: an entry is never silently replaced.
+- A data-set entry without ``preparer`` uses the preparer named after its ``kind`` (the own-data kinds
+  ``image_table``, ``slide_table``, ``cell_table``, ``features``); its parameters get the defaults of their
+  kind's schema.
 - YAML anchors and ``<<`` merges are allowed; a key repeated within one mapping is an error
   (:func:`fmaudit.schema.load_yaml`).
 - An entry returned by :func:`get_encoder_spec` is a copy with its slug added under ``name``.
@@ -15,6 +23,11 @@ Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A re
   :data:`DESCRIPTIVE_KEYS` describe it (description, licence, pretraining corpora, exposure, paper ...).
   :func:`embedding_spec` keeps only the former and :func:`encoder_config_hash` hashes only them, so editing a
   description or a licence changes no embedding key and reruns nothing.
+- An encoder can also be named by its Hugging Face repo instead of a slug: ``timm:<org>/<repo>`` or
+  ``hf:<org>/<repo>`` (:func:`is_hub_name`). Its slug is :func:`hub_name_slug` (``timm--<org>--<repo>``, the
+  Hugging Face cache's own folder naming; hub repo ids never contain ``--``, so the slug names one repo), and
+  :mod:`fmaudit.encoders.hub` builds its entry from the repo's config files. Registry slugs that start with
+  ``timm--`` or ``hf--`` are refused, so the two kinds of name never meet.
 - Declared variants (an entry's ``variants:``, e.g. seed 000's 224-vs-518 input-resolution check) become
   entries of their own, ``<slug>.<variant>``, when the registry is loaded (:func:`expand_variants`): the base
   entry with the variant's keys deep-merged over it, marked ``variant_of`` / ``variant``, validated like any
@@ -26,8 +39,9 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from fmaudit.io import FmauditInputError, PathLike, stable_hash
 from fmaudit.schema import RESOURCES, SCHEMAS, load_yaml, repo_path, validate_against_schema
@@ -47,8 +61,51 @@ EMBEDDING_KEYS = ("loader", "architecture", "weights", "trust_remote_code", "pre
 #: Keys that describe an entry (or place its job: ``gpu``) without changing a single number of its embeddings;
 #: ``default_readout`` picks which readout the probes use, which the probe jobs take as their own parameter.
 DESCRIPTIVE_KEYS = ("description", "licence", "gated", "pretraining_corpora", "exposure", "paper", "magnification",
-                    "family", "params_m", "gpu", "verify", "notes", "default_readout", "variants", "variant",
-                    "variant_of", "pretraining_wsis")
+                    "family", "params_m", "gpu", "verify", "verify_reason", "checked_against", "notes",
+                    "default_readout", "variants", "variant", "variant_of", "pretraining_wsis", "hub_name",
+                    "departs_from_hub_config")
+#: Descriptive keys the embedding job needs as well: it compares the entry with the hub repo's cached config
+#: when it loads the encoder (:mod:`fmaudit.encoders.hub`), and a field the entry departs from on purpose is
+#: not a mismatch. They travel in :func:`embedding_spec` but are not hashed (:func:`encoder_config_hash`).
+JOB_KEYS = ("departs_from_hub_config",)
+
+#: Fields of an entry that :mod:`fmaudit.encoders.hub` compares with its hub repo's config (the keys a
+#: ``departs_from_hub_config`` mapping may name).
+HUB_CONFIG_FIELDS = ("architecture.model_name", "preprocessing.input_size", "preprocessing.resize_size",
+                     "preprocessing.crop", "preprocessing.interpolation", "preprocessing.mean", "preprocessing.std",
+                     "embed_dim", "pooled_dim", "patch_size", "num_prefix_tokens")
+
+#: Libraries an encoder named by its hub repo can be built with (``timm:<repo>``, ``hf:<repo>``).
+HUB_NAME_PREFIXES = ("timm", "hf")
+_HUB_NAME = re.compile(r"^(timm|hf):([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9][A-Za-z0-9_.-]*)$")
+_HUB_SLUG = re.compile(r"^(timm|hf)--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][A-Za-z0-9_.-]*)$")
+
+
+def is_hub_name(name: str) -> bool:
+    """Whether ``name`` names an encoder by its Hugging Face repo (``timm:org/repo``, ``hf:org/repo``)."""
+    return isinstance(name, str) and name.split(":", 1)[0] in HUB_NAME_PREFIXES and ":" in name
+
+
+def parse_hub_name(name: str) -> tuple[str, str]:
+    """``("timm" | "hf", "org/repo")`` of a hub name; an error naming it when it is not one."""
+    m = _HUB_NAME.match(name)
+    if m is None or "--" in name or ".." in name:
+        raise FmauditInputError(
+            f"encoder {name!r}: a hub name is timm:<org>/<repo> or hf:<org>/<repo> (a Hugging Face repo id: letters, "
+            f"digits, '-', '_', '.', without '--' or '..')")
+    return m.group(1), f"{m.group(2)}/{m.group(3)}"
+
+
+def hub_name_slug(name: str) -> str:
+    """The filename-safe slug of a hub name: ``timm:org/repo`` -> ``timm--org--repo``."""
+    library, repo = parse_hub_name(name)
+    return f"{library}--{repo.replace('/', '--')}"
+
+
+def hub_name_of_slug(slug: str) -> str | None:
+    """The hub name a slug of :func:`hub_name_slug` stands for, or None for a registry slug."""
+    m = _HUB_SLUG.match(slug)
+    return f"{m.group(1)}:{m.group(2)}/{m.group(3)}" if m else None
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:
@@ -57,6 +114,16 @@ def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[
     if not isinstance(data, dict) or not data:
         raise FmauditInputError(f"{path}: a registry must be a non-empty mapping of slug -> entry")
     return validate_against_schema(data, load_yaml(schema_path), name=str(path))
+
+
+def validate_encoder_entry(entry: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """One encoder entry checked against the registry schema's entry definition (and :func:`check_encoder_entry`),
+    e.g. one built from a hub repo's config; errors name ``name`` and the key."""
+    schema = load_yaml(ENCODER_SCHEMA)
+    entry_schema = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/encoder"}
+    validate_against_schema(entry, entry_schema, name=name)
+    check_encoder_entry(name, entry, source=name)
+    return dict(entry)
 
 
 def encoder_registry_path(path: PathLike | None = None) -> Path:
@@ -82,6 +149,10 @@ def check_encoder_entry(name: str, entry: Mapping[str, Any], source: str = "enco
         raise FmauditInputError(f"{where}: allow_pickle only applies to format: torch")
     if entry.get("trust_remote_code") and entry["loader"] != "transformers":
         raise FmauditInputError(f"{where}: trust_remote_code only applies to the transformers loader")
+    unknown = sorted(set(entry.get("departs_from_hub_config") or {}) - set(HUB_CONFIG_FIELDS))
+    if unknown:
+        raise FmauditInputError(f"{where}: departs_from_hub_config names {unknown[0]!r}, which is not a compared "
+                                f"field ({', '.join(HUB_CONFIG_FIELDS)})")
 
 
 VARIANT_KEYS = ("variant_of", "variant")
@@ -122,6 +193,12 @@ def expand_variants(registry: Mapping[str, Mapping[str, Any]], schema: Mapping[s
             spec = deep_merge(base, override)
             spec["description"] = f"{base['description']} Declared variant {vname!r} of {name}."
             spec["variant_of"], spec["variant"] = name, vname
+            # what the variant changes departs from the hub repo's config by declaration (e.g. a 518 px input)
+            changed = [f for f in HUB_CONFIG_FIELDS if _has_path(override, f)]
+            if changed:
+                spec["departs_from_hub_config"] = {
+                    **(base.get("departs_from_hub_config") or {}),
+                    **{f: f"declared variant {vname!r} of {name}" for f in changed}}
             derived[slug] = spec
     clash = sorted(set(derived) & set(out))
     if clash:
@@ -132,6 +209,15 @@ def expand_variants(registry: Mapping[str, Mapping[str, Any]], schema: Mapping[s
     return out
 
 
+def _has_path(mapping: Mapping[str, Any], dotted: str) -> bool:
+    node: Any = mapping
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def load_registry(path: PathLike | None = None, schema_path: PathLike | None = None) -> dict[str, dict[str, Any]]:
     """The encoder registry, validated (schema + :func:`check_encoder_entry`), with its declared variants as
     entries of their own (:func:`expand_variants`); see module doc for the path."""
@@ -140,13 +226,95 @@ def load_registry(path: PathLike | None = None, schema_path: PathLike | None = N
     registry = expand_variants(load_yaml_registry(reg_path, schema_path or ENCODER_SCHEMA), schema,
                                source=str(reg_path))
     for name, entry in registry.items():
+        if hub_name_of_slug(name):
+            raise FmauditInputError(f"{reg_path}: encoder {name!r}: slugs starting with timm-- or hf-- stand for "
+                                    f"encoders named by their hub repo ({hub_name_of_slug(name)}); rename the entry")
         check_encoder_entry(name, entry, source=str(reg_path))
     return registry
 
 
 def load_dataset_registry(path: PathLike | None = None) -> dict[str, dict[str, Any]]:
-    """The data-set registry (``resources/datasets.yaml`` by default), validated against its schema."""
-    return load_yaml_registry(repo_path(path) if path is not None else DATASET_REGISTRY, DATASET_SCHEMA)
+    """One data-set registry file (``resources/datasets.yaml`` by default), validated against its schema, its
+    parameters filled with their kind's defaults and a missing ``preparer`` set to the entry's ``kind``."""
+    reg_path = repo_path(path) if path is not None else DATASET_REGISTRY
+    return _dataset_entries(load_yaml(reg_path), str(reg_path))
+
+
+def _dataset_entries(data: Any, source: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(data, dict) or not data:
+        raise FmauditInputError(f"{source}: a registry must be a non-empty mapping of slug -> entry")
+    registry = validate_against_schema(copy.deepcopy(data), load_yaml(DATASET_SCHEMA), name=source,
+                                       fill_defaults=True)
+    for entry in registry.values():
+        entry.setdefault("preparer", entry["kind"])
+    return registry
+
+
+def _registry_files(paths: PathLike | Sequence[PathLike] | None, builtin: Path) -> list[Path]:
+    """A config's own registry files (one path or a list), without the built-in file itself: the config's default
+    names it, and a copy of the repository (a workflow run in another folder) has a byte-identical one."""
+    if paths is None:
+        return []
+    listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    out = []
+    for p in listed:
+        path = repo_path(p)
+        if not path.exists():
+            raise FileNotFoundError(f"{p}: registry file not found (relative to {Path.cwd()})")
+        same = path.resolve() == builtin.resolve() or path.read_bytes() == builtin.read_bytes()
+        if not same and path not in out:
+            out.append(path)
+    return out
+
+
+def merge_registries(kind: str, parts: Sequence[tuple[str, Mapping[str, Mapping[str, Any]]]]
+                     ) -> dict[str, dict[str, Any]]:
+    """The entries of every ``(source, registry)`` part, in order; a slug defined by two parts raises naming both
+    sources (a user's registry adds entries, it never replaces one silently)."""
+    merged: dict[str, dict[str, Any]] = {}
+    where: dict[str, str] = {}
+    for source, registry in parts:
+        for slug, entry in registry.items():
+            if slug in where:
+                raise FmauditInputError(
+                    f"{kind} {slug!r} is defined twice: in {where[slug]} and in {source}; a registry of your own adds "
+                    f"entries to the built-in ones, so give yours another slug")
+            where[slug] = source
+            merged[slug] = dict(entry)
+    return merged
+
+
+def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
+                            entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The built-in encoder registry (:func:`encoder_registry_path`) extended by the registry files ``paths``
+    and the inline ``entries`` (a config's ``encoder_registry`` and ``encoder_entries``), each validated like the
+    built-in one (:func:`load_registry`); see the module doc."""
+    builtin = encoder_registry_path()
+    parts = [(str(builtin), load_registry(builtin))]
+    parts += [(str(p), load_registry(p)) for p in _registry_files(paths, builtin)]
+    if entries:
+        source = "config 'encoder_entries'"
+        schema = load_yaml(ENCODER_SCHEMA)
+        inline = expand_variants(validate_against_schema(copy.deepcopy(dict(entries)), schema, name=source), schema,
+                                 source=source)
+        for name, entry in inline.items():
+            if hub_name_of_slug(name):
+                raise FmauditInputError(f"{source}: encoder {name!r}: slugs starting with timm-- or hf-- stand for "
+                                        f"encoders named by their hub repo ({hub_name_of_slug(name)}); rename the entry")
+            check_encoder_entry(name, entry, source=source)
+        parts.append((source, inline))
+    return merge_registries("encoder", parts)
+
+
+def load_dataset_registries(paths: PathLike | Sequence[PathLike] | None = None,
+                            entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The built-in data-set registry extended by the registry files ``paths`` and the inline ``entries`` (a
+    config's ``dataset_registry`` and ``dataset_entries``); see the module doc."""
+    parts = [(str(DATASET_REGISTRY), load_dataset_registry(DATASET_REGISTRY))]
+    parts += [(str(p), load_dataset_registry(p)) for p in _registry_files(paths, DATASET_REGISTRY)]
+    if entries:
+        parts.append(("config 'dataset_entries'", _dataset_entries(dict(entries), "config 'dataset_entries'")))
+    return merge_registries("data set", parts)
 
 
 def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") -> FmauditInputError:
@@ -191,17 +359,18 @@ def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None
 
 
 def embedding_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of an encoder entry that decides its embeddings' numbers (:data:`EMBEDDING_KEYS`), a deep copy;
-    ``name`` is kept when present (it names the encoder in messages, not in the numbers)."""
-    keep = EMBEDDING_KEYS + ("name",)
+    """What the embedding job takes of an encoder entry, a deep copy: the keys that decide its embeddings'
+    numbers (:data:`EMBEDDING_KEYS`), the few descriptive keys its load-time checks read (:data:`JOB_KEYS`), and
+    ``name`` when present (it names the encoder in messages, not in the numbers)."""
+    keep = EMBEDDING_KEYS + JOB_KEYS + ("name",)
     return {k: copy.deepcopy(v) for k, v in spec.items() if k in keep}
 
 
 def encoder_config_hash(spec: Mapping[str, Any]) -> str:
-    """Provenance hash of what decides an encoder's embeddings (:func:`embedding_spec`, ``name`` ignored): a
-    change to the architecture, weights, preprocessing, readouts or precision changes it; a description,
-    licence or exposure edit does not."""
-    return stable_hash({k: v for k, v in embedding_spec(spec).items() if k != "name"})
+    """Provenance hash of what decides an encoder's embeddings (:data:`EMBEDDING_KEYS` only): a change to the
+    architecture, weights, preprocessing, readouts or precision changes it; a description, licence, exposure or
+    ``departs_from_hub_config`` edit does not."""
+    return stable_hash({k: copy.deepcopy(v) for k, v in spec.items() if k in EMBEDDING_KEYS})
 
 
 def embedding_key(spec: Mapping[str, Any], weights_override: str | None = None, length: int = 12) -> str:

@@ -236,7 +236,7 @@ def tissue_mask(slide, thumb_max: int = 1024) -> np.ndarray:
     return tissue_mask_from_rgb(np.asarray(thumb))
 
 
-def _rect_fraction(mask: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
+def rect_fraction(mask: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
     """Exact mean of a piecewise-constant mask over rectangles with fractional mask-pixel corners.
 
     The integral of a piecewise-constant image up to (u, v) is the bilinear interpolation of its summed-area
@@ -314,7 +314,7 @@ def tile_coordinates(
 
     mask_h, mask_w = mask.shape
     sx, sy = width0 / mask_w, height0 / mask_h
-    fraction = _rect_fraction(mask, x / sx, y / sy, (x + footprint) / sx, (y + footprint) / sy)
+    fraction = rect_fraction(mask, x / sx, y / sy, (x + footprint) / sx, (y + footprint) / sy)
 
     keep = fraction >= float(min_tissue_fraction)
     if not keep.any():

@@ -57,7 +57,8 @@ TILE_KEY = ("source", "x", "y", "level", "size")
 
 @dataclass
 class SplitCheck:
-    """One check on one scope: ``status`` is ``ok``, ``error`` or ``allowed`` (an error the config accepts)."""
+    """One check on one scope: ``status`` is ``ok``, ``error``, ``allowed`` (an error the config accepts) or
+    ``warning`` (the run goes on; the validation log and report say why its numbers are weaker)."""
 
     task: str
     check: str
@@ -80,16 +81,22 @@ class SplitValidationReport:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def warnings(self) -> list[str]:
+        return [_problem_line(c) for c in self.checks if c.status == "warning"]
+
     def to_frame(self) -> pd.DataFrame:
         return pd.DataFrame([vars(c) for c in self.checks], columns=["task", "check", "scope", "status", "detail"])
 
     def add(self, task: str, check: str, scope: str, problems: Sequence[str], ok_detail: str,
-            allowed: Sequence[str] = ()) -> None:
+            allowed: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
         for p in problems:
             self.checks.append(SplitCheck(task, check, scope, "error", p))
         for a in allowed:
             self.checks.append(SplitCheck(task, check, scope, "allowed", a))
-        if not problems and not allowed:
+        for w in warnings:
+            self.checks.append(SplitCheck(task, check, scope, "warning", w))
+        if not problems and not allowed and not warnings:
             self.checks.append(SplitCheck(task, check, scope, "ok", ok_detail))
 
 

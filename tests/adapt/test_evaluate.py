@@ -96,11 +96,19 @@ def per_draw_reference(probe, xs, ys, xt, yt, index, K):
             "class_balanced_restandardization": m.cbr_standardize(x, pseudo, probe.scale_, K)[0] @ probe.W_ + probe.b_,
             "oracle_restandardization": m.oracle_standardize(x, y, probe.scale_, K)[0] @ probe.W_ + probe.b_,
         }
+        # CBR's ablation: its class-balanced mean, the draw's own global std
+        _, cb_mean, _ = m.cbr_standardize(x, pseudo, probe.scale_, K)
+        logits["cbr_mean_only"] = (x - cb_mean) / (x.std(axis=0) + m.STD_EPS) @ probe.W_ + probe.b_
         head = m.ShotIMHead(dtype="float64").fit(probe.standardize(x), probe.W_, probe.b_)
         logits["shot_im"] = head.decision_logits(probe.standardize(x))
         probs = {k: (metrics.softmax(v), metrics.softmax(v, T)) for k, v in logits.items()}
         w = m.bbse_weights(ys[val], pred_val, pseudo, K)
         probs["bbse"] = (m.bbse_adjust(metrics.softmax(L0), w), m.bbse_adjust(metrics.softmax(L0, T), w))
+        # CBR then BBSE: BBSE's weights of the CBR predictions (the source hold-out's confusion) on CBR's probabilities
+        L_cbr = logits["class_balanced_restandardization"]
+        w_cbr = m.bbse_weights(ys[val], pred_val, L_cbr.argmax(1), K)
+        probs["cbr_then_bbse"] = (m.bbse_adjust(metrics.softmax(L_cbr), w_cbr),
+                                  m.bbse_adjust(metrics.softmax(L_cbr, T), w_cbr))
         probs["saerens_em"] = (m.saerens_em(metrics.softmax(L0), probe.source_prior_)[1],
                                m.saerens_em(metrics.softmax(L0, T), probe.source_prior_)[1])
         for name, (p, p_t) in probs.items():
@@ -120,6 +128,26 @@ def test_engine_equals_the_per_draw_pipeline_of_the_public_functions():
         got = np.column_stack([scores[name].macro_f1, scores[name].ece_raw, scores[name].ece_source_t,
                                scores[name].marginal_entropy])
         np.testing.assert_allclose(got, ref[name], atol=1e-8, err_msg=name)
+
+
+def test_cbr_ablations_differ_from_cbr_and_run_alone():
+    """cbr_mean_only keeps CBR's class-balanced mean and takes the global std; cbr_then_bbse reweights CBR's
+    probabilities: each differs from CBR on skewed draws, and either runs without CBR being asked for."""
+    xs, ys, xt, yt = scanner_world(3, d=10, n_target=500)
+    probe = fit_source_probes(xs, ys, 5, [0])[0]
+    seeds = [draw_seed(0, "t", "neutrophil-heavy", d) for d in range(3)]
+    shares = list(WBC5_SCENARIOS["neutrophil-heavy"].shares.values())
+    index = resample_target(yt, shares, 120, seeds).index
+    pool = standardize_pool(probe, xt, yt)
+    both = score_draws(pool, index, ["class_balanced_restandardization", "cbr_mean_only", "cbr_then_bbse"])
+    assert list(both) == ["none", "class_balanced_restandardization", "cbr_mean_only", "cbr_then_bbse"]
+    cbr = both["class_balanced_restandardization"]
+    for name in ("cbr_mean_only", "cbr_then_bbse"):
+        assert not np.allclose(both[name].ece_raw, cbr.ece_raw), name
+    alone = score_draws(pool, index, ["cbr_then_bbse"])
+    assert list(alone) == ["none", "cbr_then_bbse"]
+    np.testing.assert_allclose(alone["cbr_then_bbse"].macro_f1, both["cbr_then_bbse"].macro_f1)
+    assert np.isfinite(alone["cbr_then_bbse"].extra["estimated_prior_l1"]).all()
 
 
 def test_evaluate_rows_and_gains():

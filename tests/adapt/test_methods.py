@@ -41,7 +41,8 @@ def cbr_reference(Z, y, source_std, K, eps=1e-8):
         ss += ((rows - mu_k) ** 2).sum(axis=0)
         dof += len(rows) - 1
     mu = np.mean(means, axis=0)
-    sigma = np.sqrt(ss / dof) if dof > 0 else source_std
+    # step 5: a full collapse onto one pseudo-class, or no within-class spread, falls back to the source std
+    sigma = np.sqrt(ss / dof) if dof > 0 and len(means) > 1 else source_std
     return (Z - mu) / (sigma + eps), mu, sigma
 
 
@@ -79,6 +80,27 @@ def test_cbr_falls_back_to_the_source_std_when_every_class_is_a_singleton():
     _, mean, std = m.cbr_standardize(Z, np.array([0, 1, 2]), source_std, 3)
     np.testing.assert_allclose(std, source_std)
     np.testing.assert_allclose(mean, Z.mean(axis=0))
+
+
+def test_cbr_falls_back_to_the_source_std_when_every_item_collapses_to_one_pseudo_class():
+    """The seed: "if all target cells collapse to one pseudo-class we fall back to the source standard
+    deviation" (METHODS 6 step 5), even when that class has many items; its mean is still the class mean. The
+    batched engine of the prior-shift shards applies the same rule."""
+    from fmaudit.adapt.evaluate import _draw_statistics
+
+    Z = _rng(6).normal(loc=2.0, scale=3.0, size=(2, 40, 4))
+    source_std = np.array([1.0, 2.0, 3.0, 4.0])
+    y = np.zeros((2, 40), dtype=int)
+    y[1, :20] = 1  # the second draw keeps two classes: its own pooled std
+    _, mean, std = m.cbr_standardize(Z, y, source_std, 3)
+    np.testing.assert_allclose(std[0], source_std)
+    np.testing.assert_allclose(mean[0], Z[0].mean(axis=0))
+    assert not np.allclose(std[1], source_std)
+    np.testing.assert_allclose(std[1], cbr_reference(Z[1], y[1], source_std, 3)[2], atol=1e-12)
+    _, _, [(cb_mean, cb_std, collapsed, _)] = _draw_statistics(Z, [y], 3)
+    assert collapsed.tolist() == [True, False]
+    np.testing.assert_allclose(cb_std[0], 1.0)  # the source std in the source-standardised space
+    np.testing.assert_allclose(cb_std[1], std[1], atol=1e-9)
 
 
 def test_cbr_batched_equals_each_batch_alone():
@@ -224,27 +246,40 @@ def test_im_loss_matches_reference_and_its_gradient_matches_autograd():
 
 
 def shot_reference(Z, W, b, epochs=3, lr=0.01, batch=8, seed=0):
-    """SHOT's target loop with autograd and torch.optim.SGD on the head."""
+    """tim-learn/SHOT's target loop (object/image_target.py train_target), step by step, with autograd and
+    torch.optim.SGD on the head: max_iter = epochs x batches per pass (the last batch may be smaller, drop_last
+    False); batches stream pass after pass (a fresh shuffle each) until max_iter steps are taken; a batch of one
+    item is skipped without counting (``if inputs_test.size(0) == 1: continue``); the iteration is incremented
+    before the learning-rate step (``iter_num += 1; lr_scheduler(...)``), so step t = 1..max_iter runs at
+    lr (1 + 10 t / max_iter) ** -0.75."""
     Wt = torch.nn.Parameter(torch.tensor(W))
     bt = torch.nn.Parameter(torch.tensor(b))
     opt = torch.optim.SGD([Wt, bt], lr=lr, momentum=0.9, weight_decay=1e-3, nesterov=True)
     rng = np.random.default_rng(seed)
-    n, steps, step = Z.shape[0], epochs * -(-Z.shape[0] // batch), 0
+    n = Z.shape[0]
+    max_iter, iter_num = epochs * -(-n // batch), 0
     X = torch.tensor(Z)
-    for _ in range(epochs):
-        order = rng.permutation(n)
-        for s in range(0, n, batch):
-            for g in opt.param_groups:
-                g["lr"] = lr * (1 + 10 * step / steps) ** -0.75
-            logits = X[order[s:s + batch]] @ Wt + bt
-            p = torch.softmax(logits, 1)
-            loss = (-(p * torch.log(p + 1e-5)).sum(1)).mean()
-            pm = p.mean(0)
-            loss = loss + (pm * torch.log(pm + 1e-5)).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step += 1
+    batches = iter(())
+    while iter_num < max_iter:
+        try:
+            rows = next(batches)
+        except StopIteration:
+            order = rng.permutation(n)
+            batches = iter([order[s:s + batch] for s in range(0, n, batch)])
+            rows = next(batches)
+        if rows.size == 1:
+            continue
+        iter_num += 1
+        for g in opt.param_groups:
+            g["lr"] = lr * (1 + 10 * iter_num / max_iter) ** -0.75
+        logits = X[rows] @ Wt + bt
+        p = torch.softmax(logits, 1)
+        loss = (-(p * torch.log(p + 1e-5)).sum(1)).mean()
+        pm = p.mean(0)
+        loss = loss + (pm * torch.log(pm + 1e-5)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     return Wt.detach().numpy(), bt.detach().numpy()
 
 
@@ -265,6 +300,29 @@ def test_shot_im_head_matches_torch_sgd_on_autograd_and_batches():
     np.testing.assert_allclose(single.W_, head.W_[1], atol=1e-12)
     f32 = m.ShotIMHead(epochs=3, batch_size=8).fit(Z, W, b)
     np.testing.assert_allclose(f32.W_, head.W_, atol=1e-4)
+
+
+def test_shot_im_head_follows_shots_schedule_and_skips_batches_of_one_item():
+    """25 items in batches of 8: every pass ends with a batch of one, which SHOT skips without counting, so its
+    12 steps (3 epochs x 4 batches) take four passes of three steps (the loop ends before the fourth pass's
+    singleton); the first step already runs at the decayed learning rate of iteration 1. Compared step by step
+    with the re-derivation above."""
+    rng = _rng(10)
+    Z = rng.normal(size=(2, 25, 5))
+    W, b = rng.normal(size=(5, 3)), rng.normal(size=3) * 0.1
+    head = m.ShotIMHead(epochs=3, batch_size=8, dtype="float64", random_state=4).fit(Z, W, b)
+    assert head.n_steps_ == 12 and head.n_skipped_batches_ == 3
+    for r in range(2):
+        W_ref, b_ref = shot_reference(Z[r], W, b, seed=4)
+        np.testing.assert_allclose(head.W_[r], W_ref, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(head.b_[r], b_ref, rtol=1e-9, atol=1e-12)
+    one_step = m.ShotIMHead(epochs=1, batch_size=25, dtype="float64").fit(Z[0], W, b)
+    W_ref, _ = shot_reference(Z[0], W, b, epochs=1, batch=25)
+    np.testing.assert_allclose(one_step.W_, W_ref, rtol=1e-9, atol=1e-12)  # lr 0.01 * 11 ** -0.75, not 0.01
+    with pytest.raises(FmauditInputError, match="batch of one"):
+        m.ShotIMHead(batch_size=1).fit(Z[0], W, b)
+    with pytest.raises(FmauditInputError, match="batch of one"):
+        m.ShotIMHead().fit(Z[:, :1], W, b)
 
 
 def test_shot_im_head_rejects_bad_input():

@@ -36,21 +36,27 @@ def test_detection_by_tier_averages_conditions_and_keeps_task_kinds_apart():
     assert detection_by_tier(pd.DataFrame()).empty
 
 
-def test_gate_summary_is_one_row_per_set_with_intervals_and_the_exported_value():
+def test_gate_summary_headline_is_the_single_division_and_the_mean_over_divisions_a_named_second_column():
+    """Seed 003 reports one fit/validation division: the headline column is the gate of division 0 (`value`), and
+    the mean over the divisions with its pooled interval is a second, separately named column."""
     rows = []
     for s, tier, labelled in (("test", "id", True), ("far_x", "far", False)):
         for q, v in (("coverage", 0.7), ("reject_any", 0.3), ("accuracy_accepted", 0.95 if labelled else np.nan)):
             if np.isnan(v):
                 continue
             rows.append({"encoder": "e1", "task": "cat", "task_kind": "categorical", "readout": "cls", "setting": "cat",
-                         "set": s, "tier": tier, "quantity": q, "value": v, "point": v + 0.01, "ci_lo": v - 0.1,
-                         "ci_hi": v + 0.1, "n_valid": 20, "n_splits": 2, "n_boot": 20, "ci_unit": "group",
-                         "ci_n_units": 4, "n_items": 30})
+                         "set": s, "tier": tier, "quantity": q, "value": v, "mean_over_divisions": v + 0.01,
+                         "mean_over_divisions_ci_lo": v - 0.1, "mean_over_divisions_ci_hi": v + 0.1, "n_valid": 20,
+                         "n_splits": 2, "n_boot": 20, "ci_unit": "group", "ci_n_units": 4, "n_items": 30,
+                         "division_strata": "label x domain"})
     for q, v in (("tau_novelty", 12.5), ("tau_confidence", 0.8), ("C", 1.0)):
         rows.append({"encoder": "e1", "task": "cat", "task_kind": "categorical", "readout": "cls", "setting": "cat",
-                     "set": "validation", "tier": "validation", "quantity": q, "value": v, "point": v})
+                     "set": "validation", "tier": "validation", "quantity": q, "value": v, "mean_over_divisions": v})
     out = gate_summary(pd.DataFrame(rows)).set_index("set")
-    assert out.loc["test", "coverage"] == pytest.approx(0.71) and out.loc["test", "value_coverage"] == 0.7
-    assert out.loc["test", "coverage_ci_lo"] == pytest.approx(0.6) and out.loc["test", "ci_n_units"] == 4
+    assert out.loc["test", "coverage"] == 0.7
+    assert out.loc["test", "coverage_mean_over_divisions"] == pytest.approx(0.71)
+    assert out.loc["test", "coverage_mean_over_divisions_ci_lo"] == pytest.approx(0.6)
+    assert "coverage_ci_lo" not in out.columns and out.loc["test", "ci_n_units"] == 4
+    assert out.loc["test", "division_strata"] == "label x domain"
     assert "accuracy_accepted" in out.columns and np.isnan(out.loc["far_x", "accuracy_accepted"])
     assert out.loc["far_x", "tau_novelty"] == 12.5 and out.loc["test", "gate_C"] == 1.0

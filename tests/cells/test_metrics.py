@@ -12,7 +12,6 @@ from scipy import stats as sps
 from fmaudit.cells.metrics import (
     CRT_DEFINITION,
     check_nested,
-    cra_crt_landscape,
     cra_per_section,
     cra_table,
     crt_table,
@@ -28,6 +27,7 @@ from fmaudit.cells.metrics import (
     win_matrix,
 )
 from fmaudit.io import FmauditInputError
+from fmaudit.report.cells import cra_crt_landscape
 
 from slide_utils import TISSUE_RGB
 
@@ -62,6 +62,8 @@ def test_per_run_metrics_match_scikit_learn():
 
 ENCODERS = ["enc-a", "enc-b", "enc-c"]
 SECTIONS = [f"s{i}" for i in range(8)]
+# four organs of unequal size, so organ balancing differs from a mean over sections
+ORGAN_OF = {"s0": "o1", "s1": "o1", "s2": "o1", "s3": "o1", "s4": "o1", "s5": "o2", "s6": "o3", "s7": "o4"}
 
 
 def fixed_runs(seed: int = 0) -> pd.DataFrame:
@@ -76,7 +78,7 @@ def fixed_runs(seed: int = 0) -> pd.DataFrame:
         base = quality[enc] * mag_factor[mag] + (0.2 if tax == "coarse" else 0) + rng.normal(scale=0.02)
         for readout, value in (("nuc", base + cra[enc] + rng.normal(scale=0.03)), ("mean", base)):
             rows.append(dict(protocol="IS", encoder=enc, magnification=mag, taxonomy=tax, readout=readout, seed=s,
-                             unit=sec, organ="o" + sec[-1:], status="ok", macro_f1=value,
+                             unit=sec, organ=ORGAN_OF[sec], status="ok", macro_f1=value,
                              macro_auroc=min(1.0, value + 0.2)))
     for enc, (protocol, units), tax, s in itertools.product(
             ENCODERS, (("IOCD", SECTIONS[:6]), ("MOCV", ["fold0", "fold1", "fold2"]), ("LOOO", ["o1", "o2", "o3", "o4"])),
@@ -88,36 +90,64 @@ def fixed_runs(seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_cra_and_wins_against_scipy_wilcoxon():
+def test_cra_is_organ_balanced_and_its_wins_run_over_section_seed_units():
+    """The seed's CRA table: sections first averaged over seeds, then over their organ, mean ± SD across organs;
+    the per-section form beside it. Wins and Nuc-vs-Mean: paired Wilcoxon over every (section, seed) run."""
     runs = fixed_runs()
     # a skipped run and a NaN do not enter the seed means
     runs = pd.concat([runs, runs.iloc[[0]].assign(seed=9, status="skipped: x", macro_f1=np.nan)], ignore_index=True)
     table = cra_table(runs, magnification=20)
+    sections = cra_table(runs, magnification=20, balance="unit")
     is20 = runs[(runs["protocol"] == "IS") & (runs["magnification"] == 20) & (runs["status"] == "ok")]
     seed_mean = is20.groupby(["encoder", "taxonomy", "readout", "unit"])["macro_f1"].mean()
+    per_run = is20.set_index(["encoder", "taxonomy", "readout", "unit", "seed"])["macro_f1"].sort_index()
+    organs = pd.Series(ORGAN_OF)
     for tax in ("fine", "coarse"):
-        cra = {e: 100 * (seed_mean[e, tax, "nuc"] - seed_mean[e, tax, "mean"]).reindex(SECTIONS).to_numpy()
-               for e in ENCODERS}
+        cra = {e: 100 * (seed_mean[e, tax, "nuc"] - seed_mean[e, tax, "mean"]).reindex(SECTIONS) for e in ENCODERS}
+        cra_run = {e: 100 * (per_run[e, tax, "nuc"] - per_run[e, tax, "mean"]).sort_index() for e in ENCODERS}
         for e in ENCODERS:
             row = table[(table["encoder"] == e) & (table["taxonomy"] == tax)].iloc[0]
-            assert row["cra_mean_pp"] == pytest.approx(cra[e].mean())
-            assert row["cra_sd_pp"] == pytest.approx(np.std(cra[e], ddof=1))
-            assert row["n_sections"] == 8
+            by_organ = cra[e].groupby(organs[cra[e].index].to_numpy()).mean()
+            assert row["cra_mean_pp"] == pytest.approx(by_organ.mean())
+            assert row["cra_sd_pp"] == pytest.approx(by_organ.std(ddof=1))
+            assert row["n_balanced"] == 4 and row["n_sections"] == 8 and row["balance"] == "organ"
+            flat = sections[(sections["encoder"] == e) & (sections["taxonomy"] == tax)].iloc[0]
+            assert flat["cra_mean_pp"] == pytest.approx(cra[e].mean())
+            assert flat["cra_sd_pp"] == pytest.approx(np.std(cra[e], ddof=1)) and flat["balance"] == "section"
             wins = 0
             for other in ENCODERS:
                 if other == e:
                     continue
-                p = sps.wilcoxon(cra[e], cra[other]).pvalue
-                wins += int(p < 0.05 and np.median(cra[e] - cra[other]) > 0)
-            assert row["significant_wins"] == wins
-            nuc = 100 * seed_mean[e, tax, "nuc"].reindex(SECTIONS).to_numpy()
-            mean = 100 * seed_mean[e, tax, "mean"].reindex(SECTIONS).to_numpy()
+                a, b = cra_run[e], cra_run[other].reindex(cra_run[e].index)
+                p = sps.wilcoxon(a, b).pvalue
+                wins += int(p < 0.05 and np.median(a - b) > 0)
+            assert row["significant_wins"] == wins and row["n_win_units"] == 16  # 8 sections x 2 seeds
+            nuc = per_run[e, tax, "nuc"].sort_index()
+            mean = per_run[e, tax, "mean"].reindex(nuc.index)
             assert row["nuc_vs_mean_p"] == pytest.approx(sps.wilcoxon(nuc, mean).pvalue)
     fine = table[table["taxonomy"] == "fine"].set_index("encoder")
     assert fine.loc["enc-a", "significant_wins"] == 2 and fine.loc["enc-a", "rank"] == 1
     assert fine["nuc_beats_mean"].all()
     per = cra_per_section(runs, 20)
     assert len(per) == 3 * 2 * 8 and {"f1_nuc_pct", "f1_mean_pct", "cra_pp"} <= set(per.columns)
+
+
+def test_mocv_wins_are_counted_over_fold_seed_units():
+    """5 folds x 3 seeds: a Wilcoxon test over the 5 seed-averaged folds can never reach p < 0.05 (its smallest
+    two-sided p is 0.0625), so no encoder could win MOCV; over the 15 (fold, seed) runs a clearly better encoder
+    wins (the seed reports up to 27 MOCV wins)."""
+    rows = []
+    rng = np.random.default_rng(1)
+    for enc, level in (("good", 0.6), ("fair", 0.5), ("weak", 0.4)):
+        for fold, seed in itertools.product(range(5), range(3)):
+            rows.append(dict(protocol="MOCV", encoder=enc, magnification=20, taxonomy="fine", readout="nuc", seed=seed,
+                             unit=f"fold{fold}", organ="", status="ok", macro_f1=level + rng.normal(scale=0.02),
+                             macro_auroc=0.8))
+    table = protocol_table(pd.DataFrame(rows), "MOCV", 20).set_index("encoder")
+    assert table.loc["good", "significant_wins"] == 2 and table.loc["weak", "significant_wins"] == 0
+    assert table.loc["good", "n_win_units"] == 15 and table.loc["good", "balance"] == "fold"
+    five = pd.DataFrame(rows).groupby(["encoder", "unit"])["macro_f1"].mean().unstack()
+    assert sps.wilcoxon(five.loc["good"], five.loc["fair"]).pvalue > 0.05  # what seed means allowed
 
 
 def test_win_matrix_uses_common_valid_units_only():
@@ -140,18 +170,24 @@ def test_protocol_table_and_crt_by_hand():
     assert row["n_units"] == 4 and row["unit"] == "organ"
 
     crt = crt_table(runs, 20)
-    expected = {}
+    relative, wins = {}, {}
     for p in ("IOCD", "MOCV", "LOOO"):
         sub = runs[(runs["protocol"] == p) & (runs["taxonomy"] == "fine")]
         t = 100 * sub.groupby(["unit", "encoder"])["macro_f1"].mean().unstack()
-        expected[p] = t.sub(t.median(axis=1), axis=0).mean()
+        relative[p] = t.sub(t.median(axis=1), axis=0).mean()
+        per_run = sub.pivot_table(index=["unit", "seed"], columns="encoder", values="macro_f1")
+        wins[p] = {e: sum(int(sps.wilcoxon(per_run[e], per_run[o]).pvalue < 0.05
+                              and np.median(per_run[e] - per_run[o]) > 0) for o in ENCODERS if o != e)
+                   for e in ENCODERS}
     fine = crt[crt["taxonomy"] == "fine"].set_index("encoder")
     for e in ENCODERS:
-        assert fine.loc[e, "crt_pp"] == pytest.approx(np.mean([expected[p][e] for p in expected]))
-        assert fine.loc[e, "crt_LOOO_pp"] == pytest.approx(expected["LOOO"][e])
-    assert fine["provisional"].all() and (fine["definition"] == CRT_DEFINITION).all()
-    assert fine.loc["enc-b", "crt_pp"] == pytest.approx(0, abs=1.5)  # the median encoder
-    assert fine.loc["enc-a", "rank"] == 1
+        assert fine.loc[e, "crt"] == pytest.approx(np.mean([wins[p][e] for p in wins]))
+        assert fine.loc[e, "wins_MOCV"] == wins["MOCV"][e]
+        assert fine.loc[e, "crt_relative_pp"] == pytest.approx(np.mean([relative[p][e] for p in relative]))
+        assert fine.loc[e, "relative_LOOO_pp"] == pytest.approx(relative["LOOO"][e])
+    assert (fine["definition"] == CRT_DEFINITION).all() and fine["protocols"].iloc[0] == "IOCD,MOCV,LOOO"
+    assert fine.loc["enc-b", "crt_relative_pp"] == pytest.approx(0, abs=1.5)  # the median encoder
+    assert fine.loc["enc-a", "rank"] == 1 and fine.loc["enc-a", "crt"] == 2  # beats both, in every protocol
 
 
 def test_taxonomy_rank_consistency_against_scipy():

@@ -59,6 +59,21 @@ def test_adapt_resamples_to_a_named_wbc_prior_and_keeps_the_draws(arrays, capsys
     assert pd.read_csv(arrays / "b.csv").loc[0, "prior"] == "balanced"
 
 
+def test_adapt_says_when_the_sample_size_exceeds_the_target_and_draws_with_replacement(arrays, capsys):
+    """300 target items, 60 a class: --sample-size 500 at balanced shares asks 100 of each, so every class repeats
+    items; 200 asks 40 of each and none does."""
+    out = arrays / "big.csv"
+    assert main(args(arrays, "--methods", "none", "--prior", "balanced", "--sample-size", "500", "--draws", "2",
+                     "--out", str(out))) == 0
+    err = capsys.readouterr().err
+    assert "--sample-size 500" in err and "drawn WITH replacement" in err and "target's 300 items" in err
+    assert pd.read_csv(out).loc[0, "classes_with_replacement"] == "class_0,class_1,class_2,class_3,class_4"
+    assert main(args(arrays, "--methods", "none", "--prior", "balanced", "--sample-size", "200", "--draws", "2",
+                     "--out", str(out))) == 0
+    assert "replacement" not in capsys.readouterr().err
+    assert pd.isna(pd.read_csv(out).loc[0, "classes_with_replacement"])
+
+
 @pytest.mark.parametrize("case, message", [
     ("dims", "dimensions"),
     ("prior", "unknown prior"),

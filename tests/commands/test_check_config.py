@@ -78,8 +78,10 @@ def test_prepared_manifests_get_the_validate_stages_split_checks(tmp_path, capsy
     from fmaudit.io import write_table
 
     monkeypatch.chdir(tmp_path)
-    # the tiny manifest's classes are c0, c1: no prior names the demo's tissue classes
-    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None)
+    # the tiny manifest's classes are c0, c1: no prior names the demo's tissue classes; its files are made up, so
+    # the file checks are off (preflight.read_files)
+    config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None,
+                   preflight={"read_files": False})
     assert main(["check-config", "--configfile", config]) == 0
     out = capsys.readouterr().out
     assert "task 'demo-tissue': data not checked, manifests not prepared yet (results/mine/manifests/demo-tiles" in out
@@ -96,11 +98,11 @@ def test_prepared_manifests_get_the_validate_stages_split_checks(tmp_path, capsy
 
 def test_encoders_a_run_could_not_embed_fail_the_check_naming_the_key(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    registry = yaml.safe_load((REPO_ROOT / "resources" / "encoders.yaml").read_text())
-    registry["remote-demo"] = {**registry["demo-dinov2-tiny"], "trust_remote_code": True,
-                               "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
-                                           "format": "safetensors"}}
-    (tmp_path / "encoders.yaml").write_text(yaml.safe_dump(registry))
+    builtin = yaml.safe_load((REPO_ROOT / "resources" / "encoders.yaml").read_text())
+    registry = {"remote-demo": {**builtin["demo-dinov2-tiny"], "trust_remote_code": True,
+                                "weights": {"source": "hf_hub", "hf_hub_id": "org/remote", "revision": None,
+                                            "format": "safetensors"}}}
+    (tmp_path / "encoders.yaml").write_text(yaml.safe_dump(registry))  # added to the built-in registry
     config = _demo(tmp_path, encoder_registry=str(tmp_path / "encoders.yaml"), encoders=["remote-demo"])
     assert main(["check-config", "--configfile", config]) == 2
     assert "set `encoder_revisions.remote-demo: <commit>` in your config" in capsys.readouterr().err
@@ -111,6 +113,7 @@ def test_a_class_name_the_prepared_manifests_lack_stops_the_check_naming_the_key
 
     monkeypatch.chdir(tmp_path)
     config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None,
+                   preflight={"read_files": False},  # the tiny manifest's files are made up
                    tasks={"demo-tissue": {"datasets": ["demo-tiles"], "domains": ["scanner-a", "scanner-b", "scanner-c"],
                                           "allow_missing_classes": ["c3"]}})
     write_table(tmp_path / "results" / "mine" / "manifests" / "demo-tiles.parquet", _tiny_manifest(leak=False))

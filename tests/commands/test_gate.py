@@ -73,7 +73,10 @@ def test_cli_gate_reproduces_the_in_process_operating_point(arrays, tmp_path, ca
     assert main(["gate", "apply", "--gate", str(gate_dir), "--features", str(folder / "near.npy"),
                  "--out", str(out_near)]) == 0
     test_dec, near_dec = pd.read_csv(out_test), pd.read_csv(out_near)
-    assert list(test_dec.columns) == ["decision", "novelty", "confidence", "prediction", "prediction_name"]
+    # the item ids the file holds, in its order (a plain array has none: its rows are numbered)
+    assert list(test_dec.columns) == ["item_id", "decision", "novelty", "confidence", "prediction", "prediction_name"]
+    assert test_dec["item_id"].astype(str).tolist() == [str(i) for i in range(len(Xt))]
+    assert near_dec["row"].tolist() == list(range(len(near_dec)))
     assert len(test_dec) == len(Xt) and set(test_dec["decision"]) <= {"accept", "reject_novel", "reject_unconfident"}
     np.testing.assert_array_equal(test_dec["prediction_name"], CLASS_NAMES[test_dec["prediction"]])
 
@@ -112,3 +115,22 @@ def test_cli_gate_refuses_bad_input(arrays, tmp_path, capsys):
                  "--out", str(tmp_path / "H")]) == 2
     assert "NaN" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_cli_gate_apply_needs_the_readout_of_a_file_with_several(arrays, tmp_path, capsys):
+    folder, (X, y, g), (Xt, _, _), _ = arrays
+    gate_dir = tmp_path / "G"
+    assert main(["gate", "export", "--features", str(folder / "train.npy"), "--labels", str(folder / "labels.txt"),
+                 "--readout", "cls", "--C", "1.0", "--out", str(gate_dir)]) == 0
+    several = tmp_path / "several.npz"
+    ids = np.array([f"tile-{i:03d}" for i in range(len(Xt))])
+    np.savez(several, feat__cls=Xt, feat__mean=Xt[:, ::-1], item_id=ids)
+    capsys.readouterr()
+    out = tmp_path / "d.csv"
+    assert main(["gate", "apply", "--gate", str(gate_dir), "--features", str(several), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "several readouts (cls, mean)" in err and "--readout" in err and not out.exists()
+    assert main(["gate", "apply", "--gate", str(gate_dir), "--features", str(several), "--readout", "cls",
+                 "--out", str(out)]) == 0
+    decisions = pd.read_csv(out)
+    assert decisions["item_id"].tolist() == ids.tolist()

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from sklearn.model_selection import train_test_split
 
 from fmaudit.datasets.manifest import check_group_disjoint
 from fmaudit.datasets.splits import (
@@ -13,6 +14,7 @@ from fmaudit.datasets.splits import (
     carve_validation,
     file_digests,
     grouped_split,
+    paper_stratified_sample,
     remove_exact_duplicates,
     stratified_row_sample,
 )
@@ -156,3 +158,25 @@ def test_remove_exact_duplicates_with_given_digests_and_errors(tmp_path):
         remove_exact_duplicates(df, digests=["a", "b"])
     with pytest.raises(FmauditInputError, match="'bytes' or 'pixels'"):
         file_digests([], mode="md5")
+
+
+def test_paper_stratified_sample_reproduces_seed_003():
+    rng = np.random.default_rng(0)
+    classes = ["ADI", "BACK", "TUM"]
+    rows = []
+    for label, name in enumerate(classes):
+        for i in range(rng.integers(300, 500)):
+            rows.append({"item_id": f"{name}_{i}", "source": f"/data/nct/{name}/{name}-{i:05d}.tif", "label": label})
+    manifest = pd.DataFrame(rows).sample(frac=1.0, random_state=1).reset_index(drop=True)  # any manifest order
+    sample = paper_stratified_sample(manifest, n=900, seed=42)
+    # seed 003: files listed class by class, sorted within a class, then train_test_split(train_size=n, stratify)
+    listing = sorted(manifest["source"], key=lambda p: (classes.index(p.split("/")[3]), p))
+    labels = [classes.index(p.split("/")[3]) for p in listing]
+    kept, _ = train_test_split(np.array(listing), np.array(labels), train_size=900, random_state=42, stratify=labels)[::2]
+    assert set(sample["source"]) == set(kept) and len(sample) == 900
+    assert sample.index.is_monotonic_increasing  # manifest order kept
+    shares = sample["label"].value_counts(normalize=True).sort_index()
+    np.testing.assert_allclose(shares, manifest["label"].value_counts(normalize=True).sort_index(), atol=0.01)
+    assert len(paper_stratified_sample(manifest.head(10), n=900)) == 10
+    with pytest.raises(FmauditInputError, match="unlabelled"):
+        paper_stratified_sample(manifest.assign(label=np.nan))

@@ -54,7 +54,9 @@ def test_validate_job_writes_every_check_when_the_splits_are_sound(job_chain, tm
     validate_job(checks.as_params(), str(out), log=str(tmp_path / "v.log"))
     report = read_table(out)
     assert list(report.columns) == ["task", "check", "scope", "status", "detail"]
-    assert (report["status"] == "ok").all() and len(report) >= 8
+    # 4 patients per domain leave 1 or 2 for testing: warnings of the test_groups check, nothing else
+    assert set(report["status"]) <= {"ok", "warning"} and len(report) >= 8
+    assert set(report.loc[report["status"] == "warning", "check"]) <= {"test_groups"}
     assert {"group_disjoint", "evaluated_classes", "label_range", "duplicate_files"} <= set(report["check"])
     assert "checks passed" in (tmp_path / "v.log").read_text()
 

@@ -151,9 +151,113 @@ def test_ungated_task_says_so_and_missing_copies_are_named(ood_chain, tmp_path):
 
 
 def test_aggregate_stacks_each_table(ood_chain, tmp_path):
+    from fmaudit.jobs.ood import AGGREGATE_TABLES
+
     shards = {name: [ood_chain["out"][name], ood_chain["out"][name]] for name in SHARD_TABLES}
-    out = {name: str(tmp_path / f"ood_{name}.parquet") for name in SHARD_TABLES}
+    out = {name: str(tmp_path / f"ood_{name}.parquet") for name in AGGREGATE_TABLES}
     aggregate_ood_job(shards, out)
     for name in ("detection", "gate", "curves"):
         assert len(read_table(out[name])) == 2 * len(read_table(ood_chain["out"][name]))
     assert len(read_table(out["slides"])) == 0
+
+
+def _panda_like(root):
+    """A PANDA-like manifest: one ISUP grade per slide, tiles carrying it, the data provider as the domain, and
+    providers whose grade mix differs (one mostly low grades, one mostly high), so a division stratified by grade
+    alone differs from one stratified by grade and provider jointly; embeddings carry grade and provider."""
+    from fmaudit.datasets.manifest import make_manifest
+
+    rng = np.random.default_rng(3)
+    rows, slide = [], 0
+    for provider, grade_counts in (("karolinska", (10, 6, 2)), ("radboud", (2, 6, 10))):
+        for grade, n_slides in enumerate(grade_counts):
+            for _ in range(n_slides):
+                for t in range(4):
+                    rows.append({"dataset": "panda-like", "item_id": f"s{slide}_{t}", "source": f"s{slide}.tiff",
+                                 "label": grade, "label_name": f"isup{grade}", "group": f"s{slide}",
+                                 "domain": provider, "group_unit": "slide"})
+                slide += 1
+    man = make_manifest(rows)
+    slides = man["group"].unique()
+    test_slides = set(rng.choice(slides, size=8, replace=False))
+    man["split"] = np.where(man["group"].isin(test_slides), "test", "train")
+    path = root / "panda-like.parquet"
+    write_table(path, man)
+    provider = (man["domain"] == "radboud").to_numpy().astype(float)
+    means = rng.normal(scale=2.0, size=(3, 6))
+    X = means[man["label"].to_numpy().astype(int)] + provider[:, None] * 1.5 + rng.normal(size=(len(man), 6))
+    emb = _write_features(root / "panda-like.npz", man["item_id"], X)
+    return man, X.astype(np.float32).astype(np.float64), path, emb
+
+
+def test_gate_divisions_of_a_panda_like_task_are_stratified_by_grade_and_provider_jointly(tmp_path):
+    """Seed 003 divides PANDA's training split into fit and validation parts "stratified in the same way as the
+    test split", i.e. by grade and data provider jointly (the PANDA preparer's split strata): the exported gate
+    is the one fitted on that division, not on a grade-only one."""
+    from fmaudit.datasets import preparer_split_strata
+    from fmaudit.ood.gate import AbstentionGate
+
+    man, X, man_path, emb = _panda_like(tmp_path)
+    assert preparer_split_strata("panda") == ("label", "domain")
+    config = fill_config({"data_root": "data", "encoders": ["enc-a"], "datasets": ["panda-like"],
+                          "tasks": {"panda-like": {"datasets": ["panda-like"], "domains": ["all"], "ordinal": True}},
+                          "ood": {"probe": {"C": 1.0}, "gate": {"tasks": ["panda-like"], "n_splits": 1}}})
+    plan = grid.ood_shard_plan(config, "panda-like")
+    task_spec = dict(config["tasks"]["panda-like"], split="manifest", transfer=False,
+                     split_strata={"panda-like": list(preparer_split_strata("panda"))})
+    out = {name: str(tmp_path / "shard" / f"{name}.parquet") for name in SHARD_TABLES}
+    ood_shard_job(encoder="enc-a", task="panda-like", task_spec=task_spec,
+                  plan={"conditions": plan["conditions"], "gate": plan["gate"]},
+                  settings=dict(plan["settings"], readout="cls"), bootstrap={"n_boot": 10, "seed": 0}, ece_bins=15,
+                  manifests=[str(man_path)], embeddings=[str(emb)], far_manifests=[], far_embeddings=[],
+                  derived_embeddings={}, out=out, gate_dir=str(tmp_path / "gate"))
+    table = read_table(out["gate"])
+    assert set(table["division_strata"]) == {"label x domain"}
+    validation = table[table["set"] == "validation"].set_index("quantity")["value"]
+    train = (man["split"] == "train").to_numpy()
+    y, groups = man["label"].to_numpy().astype(int)[train], man["group"].to_numpy()[train]
+    joint = (man["label"].astype(str) + "|" + man["domain"].astype(str)).to_numpy()[train]
+    params = dict(C=1.0, random_state=0, validation_fraction=0.2, n_classes=3)
+    by_both = AbstentionGate(**params).fit(X[train], y, groups, strata=joint)
+    by_grade = AbstentionGate(**params).fit(X[train], y, groups)
+    assert not np.array_equal(by_both.validation_index_, by_grade.validation_index_)
+    assert validation["tau_novelty"] == pytest.approx(by_both.novelty_threshold_, rel=1e-9)
+    assert validation["n_validation"] == by_both.validation_index_.size
+    card = json.loads((tmp_path / "gate" / "gate.json").read_text())
+    assert card["validation_operating_point"]["n_validation"] == by_both.validation_index_.size
+
+
+def test_further_splits_of_a_panda_like_task_pool_five_splits_of_every_aggregator(tmp_path):
+    """Seed 003's further splits (ood.extra_splits, default seeds 0-4) of the probe metrics and of slide
+    aggregation, each split stratified by grade and provider as the stored one; rows say which splits they pool."""
+    from fmaudit.datasets import preparer_split_strata
+    from fmaudit.jobs.ood import SPLIT_TABLES, ood_split_shard_job
+
+    man, X, man_path, emb = _panda_like(tmp_path)
+    config = fill_config({"data_root": "data", "encoders": ["enc-a"], "datasets": ["panda-like"],
+                          "tasks": {"panda-like": {"datasets": ["panda-like"], "domains": ["all"], "ordinal": True}},
+                          "ood": {"probe": {"C": 1.0}, "gate": {"tasks": ["panda-like"]},
+                                  "slides": {"tasks": ["panda-like"],
+                                             "aggregators": ["majority_vote", "max_embedding", "transformer_mil"],
+                                             "transformer": {"embed_dim": 8, "n_heads": 2, "feedforward_dim": 16,
+                                                             "epochs": 2}}}})
+    plan = grid.ood_split_plan(config, "panda-like")
+    assert plan == {"seeds": [0, 1, 2, 3, 4], "test_fraction": 0.2, "parts": ["probe_metrics", "slide_aggregation"]}
+    runs = grid.ood_split_runs(config)
+    assert len(runs) == 2 * 5 and set(runs["part"]) == {"probe_metrics", "slide_aggregation"}
+    settings = dict(grid.ood_shard_plan(config, "panda-like")["settings"], readout="cls")
+    task_spec = dict(config["tasks"]["panda-like"], split="manifest", transfer=False,
+                     split_strata={"panda-like": list(preparer_split_strata("panda"))})
+    out = {name: str(tmp_path / "splits" / f"{name}.parquet") for name in SPLIT_TABLES}
+    ood_split_shard_job(encoder="enc-a", task="panda-like", task_spec=task_spec, plan=plan, settings=settings,
+                        bootstrap={"n_boot": 10, "seed": 0}, ece_bins=15, manifests=[str(man_path)],
+                        embeddings=[str(emb)], out=out)
+    selective = read_table(out["split_selective"])
+    assert len(selective) == 1 and selective["n_splits"].iloc[0] == 5
+    assert selective["split_seeds"].iloc[0] == "0,1,2,3,4"
+    assert selective["split_strata"].iloc[0] == "label x domain" and np.isfinite(selective["qwk_ci_lo"]).all()
+    slides = read_table(out["split_slides"])
+    assert slides["aggregator"].tolist() == ["tile_level", "majority_vote", "max_embedding", "transformer_mil"]
+    assert (slides["splits"] == "further").all() and (slides["n_boot_pooled"] == 50).all()
+    assert (slides.loc[slides["level"] == "slide", "ci_unit"] == "item").all()  # the slides are the resampled items
+    assert len(read_table(out["split_coarsening"])) == 0

@@ -108,13 +108,14 @@ def test_operating_points_table(task):
     merged = table.merge(point, on=["set", "quantity"], suffixes=("", "_single"))
     np.testing.assert_allclose(merged["value"], merged["value_single"], rtol=0, atol=1e-12, equal_nan=True)
     row = table.set_index(["set", "quantity"])
-    assert row.loc[("holdout_3", "reject_novel"), "point"] > row.loc[("test", "reject_novel"), "point"]
+    mean = "mean_over_divisions"
+    assert row.loc[("holdout_3", "reject_novel"), mean] > row.loc[("test", "reject_novel"), mean]
     cov = row.loc[("test", "coverage")]
-    assert cov["ci_lo"] <= cov["point"] <= cov["ci_hi"]
+    assert cov[f"{mean}_ci_lo"] <= cov[mean] <= cov[f"{mean}_ci_hi"]
     assert cov["ci_unit"] == "group" and cov["ci_n_units"] == np.unique(gt).size
     assert cov["n_boot"] == 60 and cov["n_splits"] == 3 and cov["n_valid"] == 180
     taus = [AbstentionGate(random_state=s).fit(X, y, g).novelty_threshold_ for s in range(3)]
-    assert row.loc[("validation", "tau_novelty"), "point"] == pytest.approx(np.mean(taus))
+    assert row.loc[("validation", "tau_novelty"), mean] == pytest.approx(np.mean(taus))
     assert row.loc[("validation", "tau_novelty"), "value"] == pytest.approx(taus[0])
     assert ("test", "qwk_accepted") in row.index and ("holdout_3", "accuracy_accepted") not in row.index
     assert row.loc[("holdout_3", "reject_any"), "ci_unit"] == "group"
@@ -187,3 +188,14 @@ def test_unknown_gate_parameter_is_named(task):
     X, y, g = id_classes(task["train"])
     with pytest.raises(FmauditInputError, match=r"unknown parameter\(s\) \['retention'\]"):
         gate_operating_points(X, y, g, [], gate_params={"retention": 0.8}, n_splits=1, n_boot=1)
+
+
+def test_a_validation_split_of_few_groups_per_class_stays_group_disjoint():
+    """Three patients per class and five folds: StratifiedKFold refuses, the groups are dealt unstratified."""
+    from fmaudit.ood.gate import fit_validation_split
+
+    labels = np.repeat(np.arange(3), 12)
+    groups = np.repeat([f"p{i}" for i in range(9)], 4)  # each patient one class, three per class
+    fit, val = fit_validation_split(labels, groups, validation_fraction=0.2, random_state=0)
+    assert len(val) and len(fit) and not set(groups[fit]) & set(groups[val])
+    assert sorted(np.concatenate([fit, val]).tolist()) == list(range(len(labels)))

@@ -38,7 +38,9 @@ def synthetic_runs(seed: int = 0) -> pd.DataFrame:
 
 SETTINGS = {"magnifications": [20, 10], "taxonomies": {"fine": "t-fine", "coarse": "t-coarse"},
             "protocols": {"IS": {"seeds": [0, 1]}}, "readouts": ["nuc", "mean", "cls"],
-            "pretraining_wsis": {"enc-strong": 100000, "enc-mid": 1000, "enc-flat": None}}
+            "pretraining_wsis": {"enc-strong": 100000, "enc-mid": 1000, "enc-flat": None},
+            "sections": [s for v in CHAPTERS.values() for s in v],
+            "subsets": {"lists": {"S4": ["a-1", "a-2", "b-1", "b-2"], "S8": [s for v in CHAPTERS.values() for s in v]}}}
 
 
 @pytest.fixture
@@ -66,11 +68,24 @@ def test_the_cell_section_writes_every_declared_output(tmp_path, qc_png):
     fine20 = cra[(cra["taxonomy"] == "fine") & (cra["magnification"] == 20)].set_index("encoder")
     for enc, adv in ADVANTAGE.items():
         assert fine20.loc[enc, "cra_mean_pp"] == pytest.approx(100 * adv, abs=1e-6)
-        assert fine20.loc[enc, "n_sections"] == 8 and "n=8" in fine20.loc[enc, "unit"]
+        assert fine20.loc[enc, "n_sections"] == 8 and fine20.loc[enc, "n_balanced"] == 2  # organs a and b
+        assert "organs" in fine20.loc[enc, "unit"] and "(unit, seed)" in fine20.loc[enc, "unit"]
     assert fine20.loc["enc-strong", "nuc_beats_mean"] and not fine20.loc["enc-flat", "nuc_beats_mean"]
     assert list(fine20.sort_values("rank").index) == ["enc-strong", "enc-mid", "enc-flat"]
+    sections = pd.read_csv(out / "tables" / "cell_cra_sections.csv")
+    assert set(sections["balance"]) == {"section"} and (sections["n_balanced"] == 8).all()
     crt = pd.read_csv(out / "tables" / "cell_crt.csv")
-    assert crt["unit"].str.contains("n=").all() and crt["provisional"].all()
+    assert crt["unit"].str.contains("n=").all() and {"crt", "crt_relative_pp", "wins_IOCD", "wins_LOOO"} <= set(crt)
+    decode = pd.read_csv(out / "tables" / "cell_decodability.csv")
+    assert set(decode["protocol"]) == {"IS", "IOCD", "LOOO"} and set(decode["balance"]) == {"organ"}
+    assert set(decode.loc[decode["protocol"] == "IS", "readout"]) == {"nuc", "mean"}
+    assert set(pd.read_csv(out / "tables" / "cell_decodability_units.csv")["balance"]) == {
+        "section", "held-out section", "organ"}
+    rho = pd.read_csv(out / "tables" / "cell_taxonomy_consistency.csv")
+    assert set(rho["protocol"]) == {"IS", "IOCD", "LOOO"} and "spearman_rho" in rho.columns
+    subsets = pd.read_csv(out / "tables" / "cell_subsets.csv")
+    assert set(subsets["subset"]) == {"S4", "S8"} and set(subsets.loc[subsets["subset"] == "S4", "n_sections"]) == {4}
+    assert "spearman_rho_cra" in pd.read_csv(out / "tables" / "cell_subset_ranks.csv").columns
     retention = pd.read_csv(out / "tables" / "cell_magnification_retention.csv")
     strong = retention[(retention["encoder"] == "enc-strong") & (retention["taxonomy"] == "fine")].iloc[0]
     assert strong["retention_10x_over_20x_pct"] == pytest.approx(100 * 0.55 / 0.65, rel=0.02)
@@ -79,13 +94,27 @@ def test_the_cell_section_writes_every_declared_output(tmp_path, qc_png):
     status = pd.read_csv(out / "tables" / "cell_run_status.csv")
     assert status["runs"].sum() == len(synthetic_runs())
     index = (out / "index.md").read_text()
-    assert "## Cells (CellPath-Bench)" in index and "CRT (provisional" in index
+    assert "## Cells (CellPath-Bench)" in index and "### CRT" in index and "### Nested section subsets" in index
+    assert "### Fine vs coarse taxonomy" in index and "### Decodability per protocol (organ-balanced)" in index
 
 
 def test_without_a_cell_branch_every_output_says_so(tmp_path):
     write_report(tmp_path, {}, chapters=(cells_report.CHAPTER,))
     assert read_table(tmp_path / "tables" / "cell_cra.csv")["note"].tolist() == [cells_report.NOTE]
     assert (tmp_path / "figures" / "cell_qc_overlays.png").exists()
+
+
+def test_subsets_from_a_score_table_and_a_note_without_one():
+    from fmaudit.analyses.cell_summary import section_subsets
+
+    names = [s for v in CHAPTERS.values() for s in v]
+    scores = pd.DataFrame({"section": names, "score": np.linspace(1, 0, len(names))})
+    subsets, why = section_subsets({"sizes": [2, 4, 10]}, scores, names)
+    assert subsets == {"S2": names[:2], "S4": names[:4]} and why == ""  # S10 needs 10 sections: left out
+    none, why = section_subsets({"sizes": [10, 15]}, None, names)
+    assert none is None and "cells.subsets.scores" in why
+    results = summarize_cell_runs(synthetic_runs(), {**SETTINGS, "subsets": {}}, {})
+    assert "cells.subsets" in results["subsets"]["note"].iloc[0]
 
 
 def test_one_magnification_has_no_retention_and_the_main_magnification_is_20x_when_present():

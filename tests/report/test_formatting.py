@@ -31,3 +31,19 @@ def test_write_all_formats(tmp_path):
     assert "| a_b" in paths[1].read_text()
     tex = paths[2].read_text()
     assert r"a\_b" in tex and "0.812" in tex
+
+
+def test_a_single_test_patient_gives_no_interval_and_fewer_than_five_a_note():
+    from fmaudit.report.formatting import guard_intervals
+
+    board = pd.DataFrame({"macro_f1": [1.0, 0.8, 0.7, 0.5], "macro_f1_ci_lo": [1.0, 0.6, 0.6, np.nan],
+                          "macro_f1_ci_hi": [1.0, 0.9, 0.8, np.nan], "ci_unit": "patient", "ci_n_units": [1, 3, 12, 0]})
+    out, lines = guard_intervals(board)
+    assert np.isnan(out.loc[0, "macro_f1_ci_lo"]) and np.isnan(out.loc[0, "macro_f1_ci_hi"])
+    assert out.loc[0, "ci_note"] == "no interval: 1 patient (a cluster bootstrap needs at least 2)"
+    assert out.loc[1, "macro_f1_ci_lo"] == 0.6 and out.loc[1, "ci_note"].startswith("only 3 patients")
+    assert pd.isna(out.loc[2, "ci_note"]) and pd.isna(out.loc[3, "ci_note"])  # enough; none by design
+    assert lines == ["1 row(s) without an interval (a single test patient)",
+                     "1 row(s) with intervals over 3 patients only (fewer than 5)"]
+    assert guard_intervals(board.iloc[2:])[1] == [] and "ci_note" not in guard_intervals(board.iloc[2:])[0]
+    assert fmt_ci(1.0, np.nan, np.nan) == "1.000 [no interval]"

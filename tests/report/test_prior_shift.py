@@ -46,3 +46,21 @@ def test_a_config_without_prior_shift_gets_notes(tmp_path):
     note = pd.read_csv(tmp_path / "tables" / "prior_shift_summary.csv")["note"].iloc[0]
     assert note.startswith("no prior-shift runs were planned")
     assert "Class-prior shift" not in (tmp_path / "index.md").read_text()
+
+
+def test_assumed_priors_are_labelled_as_assumed_in_every_table_and_the_text(tmp_path):
+    """The hematology paper names its priors but gives no shares: a prior listed in prior_shift.assumed_priors
+    is labelled "assumed" in every table with a prior column and "(shares assumed)" where the report shows it."""
+    from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
+
+    rows = shard_rows()
+    prior = sorted(rows["prior"].astype(str).unique())[-1]
+    summary = summarize_prior_shift(rows, None, None, BOOT, {"t": RULES}, {"t": [prior]})
+    write_report(tmp_path, {"probe": None, "embeddings": None, "prior_shift": summary})
+    gains = pd.read_csv(tmp_path / "tables" / "prior_shift_gains.csv")
+    shares = gains.drop_duplicates("prior").set_index("prior")["prior_shares"].to_dict()
+    assert shares[prior] == "assumed" and set(shares.values()) == {"assumed", "as configured"}
+    for name in ("prior_shift_scenarios", "prior_shift_regret", "prior_shift_calibration", "prior_shift_recall"):
+        assert "prior_shares" in pd.read_csv(tmp_path / "tables" / f"{name}.csv").columns, name
+    index = (tmp_path / "index.md").read_text()
+    assert f"{prior} (shares assumed)" in index and f"The shares of {prior} are assumptions" in index

@@ -17,6 +17,11 @@ Methods, on a target draw (``fmaudit.adapt.methods``):
 - ``shot_im``: the probe's head tuned by SHOT's information maximisation on the source-standardised draw.
 - ``bbse``: ``none`` probabilities reweighted by the BBSE weights of the draw's ``none`` predictions.
 - ``saerens_em``: ``none`` probabilities re-estimated by EM from the source prior.
+- ``cbr_mean_only`` (ablation of CBR): CBR's class-balanced mean with the draw's global std (ddof 0), to
+  separate what the balanced mean and the pooled within-class std each contribute.
+- ``cbr_then_bbse`` (CBR followed by a label-shift correction): the CBR probabilities reweighted by the BBSE
+  weights of the CBR predictions, with the source hold-out's joint confusion of the unadapted pipeline
+  (assumption: CBR maps the target into the source-standardised space the hold-out confusion was measured in).
 
 The re-standardising methods replace the scaler in raw feature space; the engine works in the source-
 standardised space, where the same affine map is exact (a raw std s and eps become s / scale_s and
@@ -53,10 +58,13 @@ from fmaudit.probes.logistic_batch import check_features, check_labels
 log = logging.getLogger(__name__)
 
 METHODS = ("none", "global_standardization", "class_balanced_restandardization", "shot_im", "bbse",
-           "saerens_em", "oracle_restandardization")
+           "saerens_em", "oracle_restandardization", "cbr_mean_only", "cbr_then_bbse")
 #: Methods that read target labels: reported as references, never as something a user could deploy.
 NOT_DEPLOYABLE = frozenset({"oracle_restandardization"})
-STANDARDIZING_METHODS = ("global_standardization", "class_balanced_restandardization", "oracle_restandardization")
+STANDARDIZING_METHODS = ("global_standardization", "class_balanced_restandardization", "oracle_restandardization",
+                         "cbr_mean_only")
+#: Methods whose probabilities come from CBR's re-standardised features (cbr_then_bbse reweights them).
+CBR_BASED = ("cbr_then_bbse",)
 ECE_CONVENTION = "top-label, {bins} equal-width bins, (lo,hi]"
 SHOT_IM_DEFAULTS: dict[str, Any] = {"epochs": 15, "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-3,
                                     "batch_size": 64}
@@ -305,9 +313,10 @@ def _draw_statistics(G: np.ndarray, label_sets: list[np.ndarray], K: int):
         mean = (sums / safe).sum(axis=1) / present.sum(axis=1, keepdims=True)
         within = np.maximum(S2 - (sums * sums / safe).sum(axis=1), 0.0)
         dof = n - present.sum(axis=1)  # sum_k (n_k - 1) over the non-empty classes
-        collapsed = dof == 0
-        # full collapse: the source std, which is 1 in the source-standardised space
-        std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(collapsed, 1, dof)[:, None]))
+        # full collapse (every item in one pseudo-class, the seed's rule) or no class with two items: the source
+        # std, which is 1 in the source-standardised space
+        collapsed = (present.sum(axis=1) == 1) | (dof == 0)
+        std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(dof == 0, 1, dof)[:, None]))
         out.append((mean, std, collapsed, n_k))
     return g_mean, g_std, out
 
@@ -349,6 +358,9 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
     out: dict[str, MethodScores] = {"none": _method_scores(P0, P0_t, y, n_bins, bbse_estimated_accuracy=est_acc,
                                                            bbse_estimated_macro_f1=est_f1)}
     stat_methods = [x for x in methods if x in STANDARDIZING_METHODS]
+    if any(x in CBR_BASED for x in methods) and "class_balanced_restandardization" not in stat_methods:
+        stat_methods.append("class_balanced_restandardization")  # its probabilities feed cbr_then_bbse
+    cbr_probs: tuple[np.ndarray, np.ndarray] | None = None
     if stat_methods:
         G = pool.Z[index]
         label_sets = [pseudo] + ([y] if "oracle_restandardization" in stat_methods else [])
@@ -356,7 +368,8 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
         eps = m.STD_EPS / probe.scale_  # the raw-space eps in source-standardised units
         stats = {"global_standardization": (g_mean, g_std, {}),
                  "class_balanced_restandardization": (cb[0][0], cb[0][1], _cb_extra(cb[0])),
-                 "oracle_restandardization": (cb[-1][0], cb[-1][1], _cb_extra(cb[-1]))}
+                 "oracle_restandardization": (cb[-1][0], cb[-1][1], _cb_extra(cb[-1])),
+                 "cbr_mean_only": (cb[0][0], g_std, {})}
         Ws, bs = [], []
         for name in stat_methods:
             mean, std, _ = stats[name]
@@ -367,7 +380,10 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
         del G
         for j, name in enumerate(stat_methods):
             L = _mask_absent(logits[..., j * K:(j + 1) * K], probe.present_)
-            out[name] = _method_scores(_softmax(L), _softmax(L, T), y, n_bins, **stats[name][2])
+            P, P_t = _softmax(L), _softmax(L, T)
+            if name == "class_balanced_restandardization":
+                cbr_probs = (P, P_t)
+            out[name] = _method_scores(P, P_t, y, n_bins, **stats[name][2])
     for name in methods[1:]:
         if name == "shot_im":
             params = {**SHOT_IM_DEFAULTS, **dict(shot_im or {})}
@@ -381,6 +397,12 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
         elif name == "bbse":
             q = m.bbse_target_prior(w, C.sum(axis=0))
             out[name] = _method_scores(m.bbse_adjust(P0, w), m.bbse_adjust(P0_t, w), y, n_bins,
+                                       estimated_prior_l1=np.abs(q - actual_prior).sum(axis=1))
+        elif name == "cbr_then_bbse":
+            P_cbr, P_cbr_t = cbr_probs
+            w_cbr = m.bbse_weights_from_confusion(C, P_cbr.argmax(axis=-1))
+            q = m.bbse_target_prior(w_cbr, C.sum(axis=0))
+            out[name] = _method_scores(m.bbse_adjust(P_cbr, w_cbr), m.bbse_adjust(P_cbr_t, w_cbr), y, n_bins,
                                        estimated_prior_l1=np.abs(q - actual_prior).sum(axis=1))
         elif name == "saerens_em":
             q, post, n_iter, _ = m._saerens_em(P0, probe.source_prior_, m.EM_TOL, m.EM_MAX_ITER)
@@ -476,8 +498,9 @@ def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = 
         seeds = [draw_seed(random_state, "target", label, d) for d in range(int(n_draws))]
         draws = resample_target(yt, shares, int(sample_size), seeds, names, where="target")
         index = draws.index
+        replaced = ",".join(n for n, r in zip(names, draws.with_replacement) if r)
         draw_cols = {"prior": label, "draw": np.arange(draws.n_draws), "draw_seed": draws.seeds,
-                     "n_items": draws.sample_size}
+                     "n_items": draws.sample_size, "classes_with_replacement": replaced}
     scores = score_draws(pool, index, methods, n_bins, shot_im, device)
     frame = scores_frame(scores, names, n_bins, {**draw_cols, "seed": random_state,
                                                    "temperature_source": probe.temperature_,
@@ -500,8 +523,10 @@ def summarize_draws(rows: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "deployable", grouped["deployable"].first())
     out["n_draws"] = grouped.size()
     out["n_draws_negative_gain"] = grouped["gain_macro_f1"].apply(lambda g: int((g < 0).sum()))
-    for col in ("prior", "n_items", "temperature_source", "in_domain_macro_f1", "ece_convention"):
-        out[col] = grouped[col].first()
+    for col in ("prior", "n_items", "classes_with_replacement", "temperature_source", "in_domain_macro_f1",
+                "ece_convention"):
+        if col in rows.columns:
+            out[col] = grouped[col].first()
     return out.reset_index()
 
 

@@ -8,8 +8,8 @@ draw, so R draws are adapted in one call; statistics are always taken over the n
   (ddof 0) replace the source scaler, ``(z - mean_t) / (std_t + eps)`` with eps 1e-8.
 - :func:`cbr_standardize`: class-balanced re-standardisation (seed 000): the mean of the per-pseudo-class
   means over the non-empty classes and the pooled within-class std ``sqrt(sum_k sum_{i in k} (z_i - mu_k)^2 /
-  sum_k (n_k - 1))``. Empty pseudo-classes are dropped, singletons enter the mean only (n_k - 1 = 0); when no
-  class has two items the std falls back to the source std.
+  sum_k (n_k - 1))``. Empty pseudo-classes are dropped, singletons enter the mean only (n_k - 1 = 0); when every
+  item falls in one pseudo-class (full collapse) or no class has two items the std falls back to the source std.
 - :func:`oracle_standardize`: the same statistics from the *true* labels: an upper reference, not deployable.
 - :func:`bbse_weights` / :func:`bbse_adjust`: black-box shift estimation (Lipton 2018).
 - :func:`saerens_em`: the EM prior re-estimation of Saerens et al. (2002).
@@ -91,8 +91,8 @@ def global_standardize(Z: Any, eps: float | np.ndarray = STD_EPS) -> np.ndarray:
 def class_balanced_statistics(Z: Any, labels: Any, n_classes: int, fallback_std: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, std, n_per_class) of the class-balanced statistics of ``labels`` (see :func:`cbr_standardize`).
 
-    Shapes: mean and std (..., D), n_per_class (..., K). ``fallback_std`` (D,) or (..., D) is used for a batch
-    where no class holds two items.
+    Shapes: mean and std (..., D), n_per_class (..., K). ``fallback_std`` (D,) or (..., D) is the std of a batch
+    whose items all fall in one class (full collapse, the seed's rule) or where no class holds two items.
     """
     Z = _features(Z)
     n_classes = int(n_classes)
@@ -113,8 +113,10 @@ def class_balanced_statistics(Z: Any, labels: Any, n_classes: int, fallback_std:
     resid = Z - np.take_along_axis(means_k, y[..., None], axis=-2)
     within = np.einsum("...nd,...nd->...d", resid, resid)
     dof = (n_k - present).sum(axis=-1)  # sum_k (n_k - 1) over non-empty classes
-    collapsed = dof == 0
-    std = np.sqrt(within / np.where(collapsed, 1.0, dof)[..., None])
+    # the seed: "if all target cells collapse to one pseudo-class we fall back to the source standard
+    # deviation"; also when no class has two items (no within-class spread to pool)
+    collapsed = (present.sum(axis=-1) == 1) | (dof == 0)
+    std = np.sqrt(within / np.where(dof == 0, 1.0, dof)[..., None])
     if collapsed.any():
         std = np.where(collapsed[..., None], np.broadcast_to(fallback, std.shape), std)
     return mean, std, n_k.astype(np.int64)
@@ -126,8 +128,10 @@ def cbr_standardize(Z: Any, pseudo_labels: Any, source_std: Any, n_classes: int,
 
     ``mean`` is the unweighted mean of the per-pseudo-class means over non-empty classes; ``std`` the pooled
     within-class std (each class's squared deviations from its own mean over sum_k (n_k - 1)), so singletons
-    shape the mean only; with no class of two or more items ``std`` is ``source_std``. ``Z_std = (Z - mean) /
-    (std + eps)``. Pseudo-labels come from the unadapted pipeline (source scaler, source probe).
+    shape the mean only; when every item falls in one pseudo-class (full collapse: "we fall back to the source
+    standard deviation") or no class has two or more items, ``std`` is ``source_std`` (the mean is still the one
+    class's). ``Z_std = (Z - mean) / (std + eps)``. Pseudo-labels come from the unadapted pipeline (source
+    scaler, source probe).
     """
     mean, std, _ = class_balanced_statistics(Z, pseudo_labels, n_classes, source_std)
     Z_std = (np.asarray(Z, dtype=np.float64) - mean[..., None, :]) / (std[..., None, :] + eps)
@@ -302,10 +306,13 @@ class ShotIMHead:
     """SHOT-IM on frozen features: the source probe's linear head tuned on unlabelled target features by
     minimising :func:`im_loss`.
 
-    Optimiser as tim-learn/SHOT's target stage: SGD with momentum 0.9, Nesterov, weight decay 1e-3 (on the
-    weights and the bias, as SHOT's parameter groups), learning rate ``lr * (1 + 10 * step / n_steps) ** -0.75``
-    with lr 0.01, mini-batches of 64 reshuffled each epoch (the last may be smaller), 15 epochs, eps 1e-5 in
-    the logarithms, float32 as SHOT trains. The features are the source-standardised target features the
+    Optimiser and loop as tim-learn/SHOT's target stage (``object/image_target.py``): SGD with momentum 0.9,
+    Nesterov, weight decay 1e-3 (on the weights and the bias, as SHOT's parameter groups), ``n_steps = epochs x
+    ceil(n / batch_size)`` steps (SHOT's ``max_iter``) over mini-batches of 64 reshuffled each pass (the last may
+    be smaller), streamed pass after pass until ``n_steps`` steps are taken; a batch of one item is skipped
+    without counting as SHOT does; step t = 1..n_steps runs at learning rate ``lr * (1 + 10 t / n_steps) ** -0.75``
+    (SHOT increments its iteration before the schedule), lr 0.01, 15 epochs, eps 1e-5 in the logarithms,
+    float32 as SHOT trains. The features are the source-standardised target features the
     source probe reads. The gradient is the closed form of :func:`im_loss_gradient` (the same updates as
     torch.optim.SGD on autograd's gradient, without the graph).
 
@@ -317,7 +324,8 @@ class ShotIMHead:
     ``present`` (K,) bool of the classes the source probe knows (absent classes keep probability 0).
 
     Fitted: ``W_`` (R, D, K) or (D, K), ``b_`` (R, K) or (K,) as float64, ``loss_`` (epochs,) the mean IM loss
-    per epoch (averaged over the draws), ``n_steps_``.
+    of each epoch's worth of steps (averaged over the draws), ``n_steps_``, ``n_skipped_batches_`` (batches of
+    one item).
     """
 
     def __init__(self, epochs: int = 15, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 1e-3,
@@ -355,6 +363,10 @@ class ShotIMHead:
         if int(self.epochs) < 1 or int(self.batch_size) < 1 or not self.lr > 0:
             raise FmauditInputError(f"ShotIMHead: epochs, batch_size and lr must be positive "
                                     f"(got {self.epochs}, {self.batch_size}, {self.lr})")
+        if int(self.batch_size) < 2 or Zb.shape[1] < 2:
+            raise FmauditInputError(f"ShotIMHead: {Zb.shape[1]} target items in batches of {self.batch_size}: every "
+                                    "batch would hold one item, and SHOT skips a batch of one item (its loop would "
+                                    "never take a step); give at least two items and a batch size of at least two")
         device = resolve_device(self.device)
         with _cpu_threads(device, 1):
             return self._fit(Zb, W, b, device, np_dtype, single, Z.shape)
@@ -374,15 +386,21 @@ class ShotIMHead:
         momentum, decay = float(self.momentum), float(self.weight_decay)
         buf_W = buf_b = None
         batch = int(self.batch_size)
-        n_steps = int(self.epochs) * -(-n // batch)
+        per_pass = -(-n // batch)
+        n_steps = int(self.epochs) * per_pass  # SHOT: max_iter = max_epoch * len(loader), drop_last=False
         rng = np.random.default_rng(self.random_state)
-        losses = []
-        step = 0
-        for _ in range(int(self.epochs)):
+        step_losses, step_sizes = [], []
+        step = skipped = 0
+        while step < n_steps:  # batches stream pass after pass until n_steps steps are taken, as SHOT's loop
             order = rng.permutation(n)
-            epoch_loss = 0.0
             for start in range(0, n, batch):
+                if step == n_steps:
+                    break
                 rows = order[start:start + batch]
+                if rows.size == 1:  # SHOT: `if inputs_test.size(0) == 1: continue`, before counting the step
+                    skipped += 1
+                    continue
+                step += 1  # SHOT increments iter_num before its lr_scheduler call: step t runs at t / n_steps
                 x = torch.from_numpy(Zb[:, rows]) if device.type == "cpu" \
                     else feats[:, torch.as_tensor(rows, device=device)]
                 logits = _matmul(WT, x.transpose(1, 2)).transpose(1, 2) + bt[:, None, :]
@@ -401,15 +419,19 @@ class ShotIMHead:
                 lr = float(self.lr) * (1.0 + 10.0 * step / n_steps) ** -0.75
                 WT.sub_(d_W.add_(buf_W, alpha=momentum), alpha=lr)
                 bt.sub_(d_b.add_(buf_b, alpha=momentum), alpha=lr)
-                epoch_loss += float(loss.sum()) * rows.size / n
-                step += 1
-            losses.append(epoch_loss / R)
+                step_losses.append(float(loss.sum()) / R)
+                step_sizes.append(rows.size)
+        # the mean IM loss of each epoch's worth of steps (per_pass steps), weighted by batch size
+        losses = [float(np.average(step_losses[e * per_pass:(e + 1) * per_pass],
+                                   weights=step_sizes[e * per_pass:(e + 1) * per_pass]))
+                  for e in range(int(self.epochs))]
         W_out = WT.transpose(1, 2).cpu().numpy().astype(np.float64)
         b_out = bt.cpu().numpy().astype(np.float64)
         self.W_ = W_out[0] if single else W_out.reshape(*shape[:-2], D, K)
         self.b_ = b_out[0] if single else b_out.reshape(*shape[:-2], K)
         self.loss_ = np.asarray(losses)
         self.n_steps_ = n_steps
+        self.n_skipped_batches_ = skipped
         return self
 
     def decision_logits(self, Z: Any) -> np.ndarray:

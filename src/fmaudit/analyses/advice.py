@@ -428,7 +428,7 @@ def _nuc_beats_mean(f: Mapping[str, Any]) -> list[Advice]:
                     "cells.nuc_beats_mean",
                     f"Read cells at the nucleus ({r['taxonomy']} taxonomy, {r['magnification']:g}x): Nuc "
                     f"beats Mean by {r['cra_mean_pp']:+.1f} pp macro-F1 (SD {fmt(r['cra_sd_pp'], 1)}, paired "
-                    f"Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections).",
+                    f"Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} (section, seed) runs).",
                     {
                         "taxonomy": r["taxonomy"],
                         "magnification": r["magnification"],
@@ -449,7 +449,7 @@ def _mean_not_beaten(f: Mapping[str, Any]) -> list[Advice]:
                 Advice(
                     "cells.nuc_not_better",
                     f"Nuc does not beat Mean ({r['taxonomy']} taxonomy, {r['magnification']:g}x): "
-                    f"{r['cra_mean_pp']:+.1f} pp, Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} sections; "
+                    f"{r['cra_mean_pp']:+.1f} pp, Wilcoxon p = {fmt(r['p'])} over {r['n_sections']} runs; "
                     "a patch-mean readout is as good here.",
                     {"taxonomy": r["taxonomy"], "magnification": r["magnification"], "p": r["p"]},
                 )

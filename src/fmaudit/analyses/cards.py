@@ -726,8 +726,11 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
     rows, facts, limits = [], [], []
     for r in cra[cra["encoder"] == encoder].to_dict("records") if len(cra) else []:
         n = int(r.get("n_sections") or 0)
-        possible = wilcoxon_smallest_p(n) < alpha
+        # the Wilcoxon test runs over the encoder's valid (section, seed) runs where the table counts them
+        n_test = int(r["n_win_units"]) if _num(r.get("n_win_units")) is not None else n
+        possible = wilcoxon_smallest_p(n_test) < alpha
         p = _num(r.get("nuc_vs_mean_p"))
+        over = f"{int(r['n_balanced'])} {r['balance']}s" if _num(r.get("n_balanced")) is not None else f"{n} sections"
         values = {
             "cra": quantity(
                 r["cra_mean_pp"],
@@ -735,15 +738,15 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
                 unit="section",
                 n_units=n,
                 kind="signed",
-                note=f"SD {advice.fmt(_num(r.get('cra_sd_pp')), 1)} pp over {n} sections; no interval",
+                note=f"SD {advice.fmt(_num(r.get('cra_sd_pp')), 1)} pp over {over}; no interval",
             ),
             "nuc_beats_mean": quantity(
                 None if not possible else float(bool(r.get("nuc_beats_mean"))),
                 measure="Nuc beats Mean (paired Wilcoxon, p < 0.05)",
                 kind="flag",
                 note=(
-                    f"cannot be decided: with {n} sections the smallest possible "
-                    f"two-sided p is {wilcoxon_smallest_p(n):.3g}"
+                    f"cannot be decided: with {n_test} (section, seed) runs the smallest possible "
+                    f"two-sided p is {wilcoxon_smallest_p(n_test):.3g}"
                 )
                 if not possible
                 else f"p = {advice.fmt(p)}",
@@ -752,8 +755,8 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
         }
         if not possible:
             limits.append(
-                f"{n} sections: a two-sided Wilcoxon test cannot reach p < {alpha:g} (smallest possible p = "
-                f"{wilcoxon_smallest_p(n):.3g}), so whether Nuc beats Mean is undecided, not false."
+                f"{n_test} (section, seed) runs: a two-sided Wilcoxon test cannot reach p < {alpha:g} (smallest possible "
+                f"p = {wilcoxon_smallest_p(n_test):.3g}), so whether Nuc beats Mean is undecided, not false."
             )
         facts.append(
             {
@@ -761,7 +764,7 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
                 "magnification": float(r["magnification"]),
                 "cra_mean_pp": float(r["cra_mean_pp"]),
                 "cra_sd_pp": _num(r.get("cra_sd_pp")),
-                "n_sections": n,
+                "n_sections": n_test,
                 "p": p,
                 "nuc_beats_mean": bool(r.get("nuc_beats_mean")),
                 "wilcoxon_possible": possible,

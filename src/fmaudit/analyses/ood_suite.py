@@ -34,6 +34,7 @@ from fmaudit.ood.conditions import hold_out_classes
 from fmaudit.ood.gate import DEFAULT_CS, AbstentionGate, GateSet, gate_operating_points
 from fmaudit.ood.scorers import FEATURE_SCORERS, LOGIT_SCORERS, energy_score, make_feature_scorer, msp_score
 from fmaudit.ood.selective import DEFAULT_COVERAGES, blur_accuracy_curve, risk_coverage_curve, selective_summary
+from fmaudit.probes import LogisticCVProbe, LogisticProbe
 from fmaudit.stats import bootstrap_counts, percentile_interval
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,16 @@ class ProbeSettings:
     tol: float = 1e-6
     max_iter: int = 10000
 
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_classes: int, random_state: int = 0):
+        """The probe fitted on (X, y): fixed C, or C chosen by CV with folds grouped by ``groups``."""
+        if np.unique(y).size < 2:
+            raise FmauditInputError("the training split holds a single class; the probe needs at least two")
+        if self.C is not None:
+            return LogisticProbe(C=float(self.C), max_iter=self.max_iter, tol=self.tol, n_classes=n_classes).fit(X, y)
+        probe = LogisticCVProbe(Cs=np.asarray(self.Cs, dtype=float), n_folds=self.cv_folds, max_iter=self.max_iter,
+                                tol=self.tol, random_state=random_state, n_classes=n_classes)
+        return probe.fit(X, y, groups=groups)
+
     def gate_params(self) -> dict[str, Any]:
         """The same probe as :class:`fmaudit.ood.gate.AbstentionGate` parameters."""
         return {"C": self.C, "Cs": [float(c) for c in self.Cs], "cv_folds": int(self.cv_folds), "tol": float(self.tol),
@@ -192,18 +203,7 @@ class ProbeSettings:
 
 def _fit_detectors(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_classes: int, scorers: Sequence[str],
                    settings: ProbeSettings, knn_k: int, covariance: str, random_state: int) -> _Detectors:
-    from fmaudit.probes import LogisticCVProbe, LogisticProbe
-
-    if np.unique(y).size < 2:
-        raise FmauditInputError("the training split holds a single class; the probe needs at least two")
-    if settings.C is not None:
-        probe = LogisticProbe(C=float(settings.C), max_iter=settings.max_iter, tol=settings.tol,
-                              n_classes=n_classes).fit(X, y)
-    else:
-        probe = LogisticCVProbe(Cs=np.asarray(settings.Cs, dtype=float), n_folds=settings.cv_folds,
-                                max_iter=settings.max_iter, tol=settings.tol, random_state=random_state,
-                                n_classes=n_classes)
-        probe.fit(X, y, groups=groups)
+    probe = settings.fit(X, y, groups, n_classes, random_state)
     params = {"maha": {"covariance": covariance}, "relative_maha": {}, "knn": {"k": knn_k}}
     feature = {}
     for name in scorers:
@@ -237,14 +237,18 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                   n_boot: int = 300, bootstrap_seed: int = 0, alpha: float = 0.05,
                   gate_params: Mapping[str, Any] | None = None, gate_splits: int = 5, gate_near: bool = False,
                   hist_bins: int = 30, random_state: int = 0, probe: ProbeSettings | None = None,
-                  ece_bins: int = DEFAULT_N_BINS) -> OODSuiteResult:
+                  ece_bins: int = DEFAULT_N_BINS, strata: Any = None, strata_name: str = "label"
+                  ) -> OODSuiteResult:
     """Every OOD analysis of one (encoder, task); see the module doc.
 
     ``ece_bins``: equal-width bins of the selective table's top-label ECE. ``probe``: the probe of the shard and
     of the gate (:class:`ProbeSettings`; ``probe_C`` is shorthand for
     ``ProbeSettings(C=probe_C)``). ``gate_params``: keyword arguments of :class:`fmaudit.ood.gate.AbstentionGate`
     (id_reject, retain, validation_fraction, random_state = the config's ``gate.seed``, scorer,
-    scorer_params ...); None skips the gate. The gate is evaluated on the task's own split (setting
+    scorer_params ...); None skips the gate. ``strata`` (one per item of ``data``; default the labels) stratify
+    the gate's fit/validation divisions as the task's test split was (PANDA: grade x data provider,
+    :func:`fmaudit.analyses.task_data.item_strata`); ``strata_name`` describes them in the gate table's
+    ``division_strata`` column. The gate is evaluated on the task's own split (setting
     ``<task>``) with the far, blur and image-artefact sets, and, for each ``artefact`` condition (and each
     ``near`` condition with ``gate_near``), on the task without those classes (setting ``<task>:<condition>``)
     with the held-out classes' test items as the OOD set.
@@ -258,7 +262,8 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
       probe_C.
     - curves: set, k, coverage, risk, selective_accuracy, confidence_threshold (risk-coverage, 100 coverages).
     - blur: sigma (0 = unblurred), n, accuracy (+ CI), accuracy_change (+ paired CI), qwk (ordinal).
-    - gate: setting, set, tier, quantity, value, point, ci_lo, ci_hi, ... (:func:`gate_operating_points`).
+    - gate: setting, set, tier, quantity, value (division 0, the paper's), mean_over_divisions and its
+      interval, ..., division_strata (:func:`gate_operating_points`).
     - histograms: tier, condition, scorer, set (id/ood), bin, lo, hi, count, share.
     """
     scorers = _check_scorers(scorers)
@@ -282,6 +287,9 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
         c.check(test.size, X.shape[1])
     k = data.n_classes
     y, groups = np.asarray(data.labels), np.asarray(data.groups).astype(str)
+    strata = y.astype(str) if strata is None else np.asarray(strata).astype(str)
+    if strata.shape != y.shape:
+        raise FmauditInputError(f"task {task}: {strata.shape} strata for {y.size} items")
     meta = {"encoder": encoder, "task": task, "readout": readout}
     unit = data.group_unit(test)  # what the test items' groups are: patient, slide, ... or item
 
@@ -346,9 +354,10 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
 
     gate_table, gate_model = pd.DataFrame(), None
     if gate_params is not None:
-        gate_table, gate_model = _run_gates(data, X, y, groups, train, test, conditions, task, readout, encoder,
-                                            gate_params, gate_splits, n_boot, bootstrap_seed, ordinal, alpha,
-                                            probe, gate_near)
+        gate_table, gate_model = _run_gates(data, X, y, groups, strata, train, test, conditions, task, readout,
+                                            encoder, gate_params, gate_splits, n_boot, bootstrap_seed, ordinal,
+                                            alpha, probe, gate_near)
+        gate_table["division_strata"] = strata_name
         for key, value in reversed(list(meta.items())):
             gate_table.insert(0, key, value)
     return OODSuiteResult(detection=pd.DataFrame(detection), selective=selective, curves=curves, blur=blur,
@@ -356,8 +365,9 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
                           probe_C=probe_C_value)
 
 
-def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray, train: np.ndarray,
-               test: np.ndarray, conditions: Sequence[OODCondition], task: str, readout: str, encoder: str,
+def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray, strata: np.ndarray,
+               train: np.ndarray, test: np.ndarray, conditions: Sequence[OODCondition], task: str, readout: str,
+               encoder: str,
                gate_params: Mapping[str, Any], gate_splits: int, n_boot: int, bootstrap_seed: int, ordinal: bool,
                alpha: float, probe: ProbeSettings, near: bool) -> tuple[pd.DataFrame, AbstentionGate]:
     params = {**probe.gate_params(), **dict(gate_params)}
@@ -371,8 +381,8 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
             sets.append(GateSet(c.name, np.asarray(c.features, np.float64), y[test], groups[test], c.tier))
     table, gate = gate_operating_points(X[train], y[train], groups[train], sets, gate_params=params,
                                         n_splits=gate_splits, n_boot=n_boot, bootstrap_seed=bootstrap_seed,
-                                        ordinal=ordinal, alpha=alpha, unit=data.group_unit(test), encoder=encoder,
-                                        readout=readout)
+                                        ordinal=ordinal, alpha=alpha, unit=data.group_unit(test), strata=strata[train],
+                                        encoder=encoder, readout=readout)
     table.insert(0, "setting", task)
     frames = [table]
     for c in conditions:
@@ -386,7 +396,8 @@ def _run_gates(data: TaskData, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
             [GateSet("test", X[te_id], held.labels[te_id], groups[te_id], "id"),
              GateSet(c.name, X[te_ood], None, groups[te_ood], c.tier)],
             gate_params=reduced_params, n_splits=gate_splits, n_boot=n_boot, bootstrap_seed=bootstrap_seed,
-            ordinal=False, alpha=alpha, unit=data.group_unit(test), encoder=encoder, readout=readout)
+            ordinal=False, alpha=alpha, unit=data.group_unit(test), strata=strata[tr], encoder=encoder,
+            readout=readout)
         sub.insert(0, "setting", f"{task}:{c.name}")
         frames.append(sub)
     return pd.concat(frames, ignore_index=True), gate

@@ -13,12 +13,14 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from fmaudit.ood.gate import DIVISION_MEAN
+
 #: Tiers in report order.
 TIER_ORDER = ("far", "blur", "near", "artefact", "image_artefact")
 GATE_QUANTITIES = ("coverage", "reject_novel", "reject_unconfident", "reject_any", "accuracy_ungated",
                    "accuracy_accepted")
 
-__all__ = ["GATE_QUANTITIES", "TIER_ORDER", "summarize_ood", "task_kind"]
+__all__ = ["DIVISION_MEAN", "GATE_QUANTITIES", "TIER_ORDER", "summarize_ood", "task_kind"]
 
 
 def task_kind(ordinal: bool) -> str:
@@ -56,8 +58,10 @@ def detection_by_tier(detection: pd.DataFrame) -> pd.DataFrame:
 
 
 def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
-    """One row per (encoder, task, setting, set): the gate's main quantities, mean over the fit/validation
-    divisions with their pooled-bootstrap intervals, and the exported gate's own numbers (``value_*``)."""
+    """One row per (encoder, task, setting, set): each main quantity of the gate as the paper reports it (the
+    gate of one fit/validation division, division 0, which is also the exported gate: column ``<quantity>``),
+    and, as a separately named second form, its mean over the divisions with the percentile interval of the
+    bootstrap draws pooled over them (``<quantity>_mean_over_divisions``, ``..._ci_lo``, ``..._ci_hi``)."""
     if len(gate) == 0:
         return pd.DataFrame()
     keys = ["encoder", "task", "task_kind", "setting", "set", "tier"]
@@ -67,12 +71,16 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
         q = part.set_index("quantity")
         for name in GATE_QUANTITIES:
             if name in q.index:
-                row[name] = float(q.loc[name, "point"])
-                row[f"{name}_ci_lo"], row[f"{name}_ci_hi"] = float(q.loc[name, "ci_lo"]), float(q.loc[name, "ci_hi"])
-                row[f"value_{name}"] = float(q.loc[name, "value"])
+                row[name] = float(q.loc[name, "value"])
+                mean = f"{name}_{DIVISION_MEAN}"
+                row[mean] = float(q.loc[name, DIVISION_MEAN])
+                row[f"{mean}_ci_lo"] = float(q.loc[name, f"{DIVISION_MEAN}_ci_lo"])
+                row[f"{mean}_ci_hi"] = float(q.loc[name, f"{DIVISION_MEAN}_ci_hi"])
         first = part.iloc[0]
         row.update(n_items=int(first["n_items"]), n_splits=int(first["n_splits"]), n_boot=int(first["n_boot"]),
                    ci_unit=first["ci_unit"], ci_n_units=int(first["ci_n_units"]))
+        if "division_strata" in part.columns:
+            row["division_strata"] = first["division_strata"]
         rows.append(row)
     thresholds = gate[(gate["set"] == "validation") & gate["quantity"].isin(["tau_novelty", "tau_confidence", "C"])]
     out = pd.DataFrame(rows)
@@ -84,9 +92,25 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _with_splits(stored: pd.DataFrame, further: pd.DataFrame) -> pd.DataFrame:
+    """The stored split's rows (``splits`` = stored) and, after them, the further splits' pooled rows (seed 003's
+    probe metrics, slide aggregation and coarsening controls; ``splits`` = further)."""
+    parts = []
+    if len(stored):
+        parts.append(stored.assign(splits="stored") if "splits" not in stored.columns else stored)
+    if len(further):
+        parts.append(further)
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    front = [c for c in ("encoder", "task", "task_kind", "readout", "splits") if c in out.columns]
+    return out[front + [c for c in out.columns if c not in front]]
+
+
 def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Everything the OOD report chapter writes: ``tables`` are the aggregated shard tables by name
-    (:data:`fmaudit.jobs.ood.SHARD_TABLES`); ``settings`` maps each task to its reported OOD settings
+    (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps
+    each task to its reported OOD settings
     (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
     t = {name: _kinds(df, settings) for name, df in tables.items()}
     detection = t.get("detection", pd.DataFrame())
@@ -94,7 +118,7 @@ def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Map
         detection = detection.assign(_t=_tier_rank(detection["tier"])).sort_values(
             ["task_kind", "task", "_t", "condition", "scorer", "encoder"], kind="stable").drop(columns="_t")
         detection = detection.reset_index(drop=True)
-    selective = t.get("selective", pd.DataFrame())
+    selective = _with_splits(t.get("selective", pd.DataFrame()), t.get("split_selective", pd.DataFrame()))
     return {
         "detection": detection,
         "detection_by_tier": detection_by_tier(detection),
@@ -104,8 +128,8 @@ def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Map
         "curves": t.get("curves", pd.DataFrame()),
         "blur": t.get("blur", pd.DataFrame()),
         "histograms": t.get("histograms", pd.DataFrame()),
-        "slides": t.get("slides", pd.DataFrame()),
-        "coarsening": t.get("coarsening", pd.DataFrame()),
+        "slides": _with_splits(t.get("slides", pd.DataFrame()), t.get("split_slides", pd.DataFrame())),
+        "coarsening": _with_splits(t.get("coarsening", pd.DataFrame()), t.get("split_coarsening", pd.DataFrame())),
         "probe_sensitivity": t.get("probe_sensitivity", pd.DataFrame()),
         "scorer_sensitivity": t.get("scorer_sensitivity", pd.DataFrame()),
         "settings": {task: dict(s) for task, s in settings.items()},

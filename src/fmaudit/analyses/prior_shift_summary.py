@@ -28,7 +28,7 @@ TABLES = ("prior_shift_summary", "prior_shift_gains", "prior_shift_scenarios", "
 ORACLE = "oracle_restandardization"
 GROUP = ("task", "source_domain")
 
-__all__ = ["TABLES", "summarize_prior_shift", "transfer_reference"]
+__all__ = ["SHARES_ASSUMED", "SHARES_GIVEN", "TABLES", "summarize_prior_shift", "transfer_reference"]
 
 
 def _by_group(rows: pd.DataFrame, compute) -> pd.DataFrame:
@@ -112,13 +112,21 @@ def transfer_reference(pool: pd.DataFrame, scratch: pd.DataFrame | None = None) 
     return table[cols]
 
 
+#: What a prior's ``prior_shares`` column says: its shares were given by the config as numbers a paper or the user
+#: publishes, or they are an assumption (``prior_shift.assumed_priors``).
+SHARES_GIVEN, SHARES_ASSUMED = "as configured", "assumed"
+
+
 def summarize_prior_shift(rows: pd.DataFrame, pool: pd.DataFrame | None, scratch: pd.DataFrame | None,
                           bootstrap: Mapping[str, Mapping[str, Any]],
-                          selection: Mapping[str, Sequence[str]]) -> dict[str, Any] | None:
+                          selection: Mapping[str, Sequence[str]],
+                          assumed_priors: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any] | None:
     """The tables of :data:`TABLES` by name (None without prior-shift rows).
 
     ``bootstrap``: task -> its bootstrap section (``n_boot`` and ``seed`` of the hierarchical intervals);
-    ``selection``: task -> its ``prior_shift.model_selection`` rules (the first is the headline rule).
+    ``selection``: task -> its ``prior_shift.model_selection`` rules (the first is the headline rule);
+    ``assumed_priors``: task -> the priors whose shares are assumptions (``prior_shift.assumed_priors``): every
+    table with a ``prior`` column says so in ``prior_shares`` (:data:`SHARES_ASSUMED`).
     """
     if rows is None or len(rows) == 0:
         return None
@@ -146,4 +154,12 @@ def summarize_prior_shift(rows: pd.DataFrame, pool: pd.DataFrame | None, scratch
         "transfer_reference": transfer_reference(pool, scratch),
     }
     out["headline_rules"] = {task: list(selection[task])[0] for task in tasks}
+    assumed = {task: [str(p) for p in (assumed_priors or {}).get(task) or []] for task in tasks}
+    for name in TABLES:
+        table = out[name]
+        if len(table) and "prior" in table.columns and "task" in table.columns:
+            shares = [SHARES_ASSUMED if str(p) in assumed.get(str(t), []) else SHARES_GIVEN
+                      for t, p in zip(table["task"], table["prior"])]
+            table.insert(int(table.columns.get_loc("prior")) + 1, "prior_shares", shares)
+    out["assumed_priors"] = assumed
     return out

@@ -176,3 +176,46 @@ def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, te
     return TaskData(features=np.concatenate(xs), labels=y, item_ids=ids, groups=np.concatenate(groups),
                     domains=np.full(n, "all"), splits=np.array(splits), class_names=names,
                     group_units=np.concatenate(units).astype(str))
+
+
+def item_strata(data: TaskData, manifests: Sequence[pd.DataFrame],
+                strata_columns: Mapping[str, Sequence[str]] | None) -> tuple[np.ndarray, str]:
+    """(one stratum key per item of ``data``, its description): the joint value of the manifest columns each
+    data set's split was stratified by (``strata_columns``: data set -> columns, e.g. PANDA's ``label`` and
+    ``domain``, the data provider; :func:`fmaudit.datasets.preparer_split_strata`). ``label`` is the task's
+    label. A data set without an entry is stratified by label; without ``strata_columns`` every item's stratum
+    is its label. The description names the columns (``label x domain``)."""
+    labels = np.asarray(data.labels).astype(str)
+    if not strata_columns:
+        return labels, "label"
+    man = pd.concat(list(manifests), ignore_index=True) if manifests else pd.DataFrame()
+    datasets = data.datasets if data.datasets is not None else np.full(len(labels), "", dtype=object)
+    keys = np.array(labels, dtype=object)
+    described = []
+    for ds in pd.unique(np.asarray(datasets).astype(str)):
+        columns = [str(c) for c in (strata_columns.get(ds) or ("label",))]
+        described.append(" x ".join(columns))
+        extra = [c for c in columns if c != "label"]
+        if not extra:
+            continue
+        rows = man[man["dataset"].astype(str) == ds] if "dataset" in man.columns else man
+        missing = [c for c in extra if c not in rows.columns]
+        if missing:
+            raise FmauditInputError(f"data set {ds}: its split is stratified by {columns}, but its manifest has no "
+                                    f"column(s) {missing}")
+        rows = rows.drop_duplicates("item_id").set_index(rows.drop_duplicates("item_id")["item_id"].astype(str))
+        mine = np.flatnonzero(np.asarray(datasets).astype(str) == ds)
+        ids = pd.Index(data.item_ids[mine])
+        parts = []
+        for c in columns:
+            if c == "label":
+                parts.append(labels[mine])
+                continue
+            values = rows[c].reindex(ids)
+            if values.isna().any():
+                item = ids[int(np.flatnonzero(values.isna().to_numpy())[0])]
+                raise FmauditInputError(f"data set {ds}: item {item!r} has no {c!r}, a column its split is "
+                                        "stratified by")
+            parts.append(values.astype(str).to_numpy())
+        keys[mine] = ["|".join(v) for v in zip(*parts)]
+    return keys.astype(str), "; ".join(dict.fromkeys(described))

@@ -547,7 +547,7 @@ def extract_cell_features(
     :func:`extract_section_features`); built here when None.
     """
     from fmaudit.embed import resolve_device
-    from fmaudit.encoders import build_encoder, resolve_data_config
+    from fmaudit.encoders import build_encoder, check_against_hub_config, resolve_data_config
     from fmaudit.registry import encoder_config_hash, get_encoder_spec
     from fmaudit.slides import open_slide, slide_mpp
 
@@ -564,6 +564,8 @@ def extract_cell_features(
             spec = get_encoder_spec(spec)
         spec = dict(spec)
         encoder_name = spec.get("name", "?")
+        # the entry against its hub repo's cached config, before any patch is read (fmaudit.encoders.hub)
+        check_against_hub_config(spec, source=f"encoder {encoder_name!r}")
         if batch_size < 1 or chunk_size < 1:
             raise FmauditInputError(f"batch_size and chunk_size must be >= 1 (got {batch_size}, {chunk_size})")
         data_config = resolve_data_config(spec)

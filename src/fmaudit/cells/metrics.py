@@ -12,30 +12,37 @@ Per run (one probe evaluated once on its test partition):
 
 Summaries (tables as frames, scores in percent / percentage points, every mean over *units*, never pooled
 cells; a unit's value is first averaged over its valid seeds):
-- :func:`cra_table`: CRA per section = macro-F1(Nuc) - macro-F1(Mean) in percentage points under IS;
-  mean ± SD (ddof 1) over sections; ``nuc_beats_mean`` (paired Wilcoxon of Nuc vs Mean over sections);
-  ``significant_wins`` against the other encoders (paired Wilcoxon of CRA over common sections, two-sided
-  p < 0.05 and positive median difference: :func:`fmaudit.stats.wilcoxon_win`).
-- :func:`protocol_table`: macro-F1 and macro-AUROC mean ± SD over a protocol's units, with wins.
-- :func:`crt_table`: CRT, provisional (see :data:`CRT_DEFINITION`).
+
+- *Organ-balanced* (the seed's headline: "protocol summaries balance anatomical or cross-validation units
+  rather than pooling all cells"): the units of each organ are averaged first, then the mean ± SD (ddof 1) is
+  taken across organs; MOCV, whose folds mix organs, is balanced over its folds. :data:`BALANCES`.
+- *Significant wins* (:func:`run_level_wins`): a paired Wilcoxon test against every other encoder over every
+  common valid run-level unit, (unit, seed): the seed's "paired Wilcoxon signed-rank tests over common valid
+  evaluation units", whose MOCV wins (up to 27 with 5 folds x 3 seeds) need more than the 5 seed-averaged folds
+  (the smallest two-sided p of 5 pairs is 0.0625); two-sided p < 0.05 and a positive median difference
+  (:func:`fmaudit.stats.wilcoxon_win`).
+- :func:`cra_table`: CRA = macro-F1(Nuc) - macro-F1(Mean) in percentage points under IS, organ-balanced (or per
+  section, ``balance="unit"``), with ``nuc_beats_mean`` and ``significant_wins`` over (section, seed).
+- :func:`protocol_table`: macro-F1 and macro-AUROC, organ-balanced (or per unit), with wins over (unit, seed).
+- :func:`crt_table`: CRT = the mean of an encoder's significant-win counts on macro-F1 over IOCD, MOCV and LOOO
+  (:data:`CRT_DEFINITION`), with the mean relative macro-F1 (pp from the panel median) as a second column.
 - :func:`taxonomy_rank_consistency`: Spearman rho between the fine and coarse encoder rankings per protocol.
 - :func:`nested_section_subsets`, :func:`subset_table`: S10 ⊂ S15 ⊂ S20 ⊂ S25 and the CRA summary on each.
 - :func:`magnification_retention`: 20x/40x and 10x/40x.
 - :func:`win_matrix`: every ordered pair of encoders, Wilcoxon over common valid units.
 - :func:`readout_table`: the seven representation modes side by side.
-- :func:`cra_crt_landscape`: the CRA-CRT figure, point size = pretraining scale from the encoder registry.
+The CRA-CRT landscape figure is drawn by :mod:`fmaudit.report.cells` from these tables.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fmaudit.io import FmauditInputError, PathLike
+from fmaudit.io import FmauditInputError
 from fmaudit.metrics import auroc, confusion_counts
 from fmaudit.stats import rank_transfer, wilcoxon_win
 
@@ -46,16 +53,19 @@ F1_CONVENTION = ("macro-F1 over the classes present in the test labels "
 AUROC_CONVENTION = "macro one-vs-rest AUROC of softmax scores over the classes present in the test labels, ties 1/2"
 UNIT_KEYS = ["protocol", "encoder", "magnification", "taxonomy", "readout", "unit", "organ"]
 CRT_PROTOCOLS = ("IOCD", "MOCV", "LOOO")
+#: How a protocol's unit values are summarised: ``organ`` (the seed's: organs first, then across organs; MOCV
+#: across its folds) or ``unit`` (every unit alike: sections, held-out sections, folds, organs).
+BALANCES = ("organ", "unit")
+UNIT_NAMES = {"IS": "section", "IOCD": "held-out section", "MOCV": "fold", "LOOO": "organ"}
+WIN_UNITS = "(unit, seed): every common valid run"
 CRT_DEFINITION = (
-    "CRT (provisional; the seed gives no formula): for each transfer protocol P in {IOCD, MOCV, LOOO} and each "
-    "of its units u, the encoder's macro-F1 (Nuc readout, seed mean, %) minus the panel median macro-F1 at u "
-    "(median over the encoders valid at u); averaged over P's units, then over the protocols with equal weight. "
-    "In percentage points; 0 = the panel's typical encoder. Why: differences from the per-unit median remove "
-    "unit difficulty (organs and folds differ far more than encoders do), the median is robust to one failing "
-    "encoder, and equal protocol weights keep IOCD's many section units from outweighing the organ and fold "
-    "levels the seed names alongside sections (sections, datasets, organs).")
-
-
+    "CRT: the mean of the encoder's significant-win counts on Nuc macro-F1 over the transfer protocols IOCD, MOCV "
+    "and LOOO (each win a paired two-sided Wilcoxon test against one other encoder over their common valid (unit, "
+    "seed) runs, p < 0.05 and a positive median difference); the seed publishes no formula, but its top encoder's "
+    "27, 27 and 25 wins under IOCD, MOCV and LOOO and the paper's CRT agree with this mean (26.33). "
+    "crt_relative_pp is a second, magnitude-bearing view: the encoder's macro-F1 minus the panel median at each "
+    "unit (seed mean, pp), averaged over units, then over the protocols with equal weight; it separates encoders "
+    "whose win counts tie (a count saturates at n_opponents) and says by how much an encoder leads.")
 # --------------------------------------------------------------------------------------------------------
 # per run
 # --------------------------------------------------------------------------------------------------------
@@ -110,15 +120,21 @@ def _valid(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return runs.loc[ok]
 
 
+def run_values(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
+    """The valid runs (status ok, finite metric) with their unit keys, seed and ``metric``: the run-level units
+    of the significant wins."""
+    valid = _valid(runs, metric)
+    frame = valid[UNIT_KEYS + ["seed", metric]].copy()
+    for k in UNIT_KEYS:
+        frame[k] = frame[k].astype(object) if k != "magnification" else frame[k].astype(float)
+    return frame.reset_index(drop=True)
+
+
 def unit_means(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
     """Seed mean of ``metric`` per unit (protocol, encoder, magnification, taxonomy, readout, unit, organ),
     over the valid runs (status ok, finite metric); ``n_seeds`` says how many."""
-    valid = _valid(runs, metric)
-    keys = [k for k in UNIT_KEYS]
-    frame = valid[keys + [metric]].copy()
-    for k in keys:
-        frame[k] = frame[k].astype(object) if k != "magnification" else frame[k].astype(float)
-    out = frame.groupby(keys, sort=False, dropna=False)[metric].agg(["mean", "size"]).reset_index()
+    frame = run_values(runs, metric)
+    out = frame.groupby(UNIT_KEYS, sort=False, dropna=False)[metric].agg(["mean", "size"]).reset_index()
     return out.rename(columns={"mean": metric, "size": "n_seeds"})
 
 
@@ -137,6 +153,29 @@ def _select(frame: pd.DataFrame, **equal: Any) -> pd.DataFrame:
 def _pivot(values: pd.DataFrame, value: str) -> pd.DataFrame:
     """unit x encoder table of ``value`` (NaN where an encoder has no valid value at a unit)."""
     return values.pivot_table(index="unit", columns="encoder", values=value, aggfunc="mean", sort=False)
+
+
+def balanced_summary(values: pd.Series | np.ndarray, organs: Any, protocol: str,
+                     balance: str = "organ") -> tuple[float, float, int]:
+    """(mean, SD ddof 1, n) of unit values: with ``balance="organ"`` the units of each organ are averaged first
+    and the mean and SD are taken across organs (n = organs; a protocol whose units carry no organ, MOCV's
+    folds, is balanced over its units); with ``balance="unit"`` over the units (n = units)."""
+    if balance not in BALANCES:
+        raise FmauditInputError(f"balance {balance!r}: expected one of {BALANCES}")
+    v = np.asarray(values, dtype=np.float64)
+    org = np.asarray(organs).astype(str) if organs is not None else np.full(v.size, "")
+    if balance == "organ" and protocol != "MOCV" and (org != "").all():
+        v = pd.Series(v).groupby(org, sort=False).mean().to_numpy()
+    if v.size == 0:
+        return float("nan"), float("nan"), 0
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan"), int(v.size)
+
+
+def balance_unit(protocol: str, balance: str) -> str:
+    """What the mean ± SD of a protocol's summary runs over (``organ``, ``fold``, ``section`` ...)."""
+    if balance == "organ":
+        return "fold" if protocol == "MOCV" else "organ"
+    return UNIT_NAMES.get(protocol, "unit")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -162,21 +201,41 @@ def win_matrix(values: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["encoder", "opponent", "p", "median_diff", "win", "n_nonzero", "n_pairs"])
 
 
-def _wins(values: pd.DataFrame, alpha: float) -> pd.Series:
-    if values.shape[1] < 2:
-        return pd.Series(0, index=values.columns, dtype=int)
-    matrix = win_matrix(values, alpha)
-    return matrix.groupby("encoder", sort=False)["win"].sum().reindex(values.columns).astype(int)
+def run_level_table(values: pd.DataFrame, value: str) -> pd.DataFrame:
+    """(unit, seed) x encoder table of ``value``: the run-level units the wins are tested over."""
+    return values.pivot_table(index=["unit", "seed"], columns="encoder", values=value, aggfunc="mean", sort=False)
+
+
+def run_level_wins(values: pd.DataFrame, value: str, alpha: float = 0.05) -> pd.Series:
+    """Significant wins of each encoder over every other, paired over their common valid (unit, seed) runs."""
+    table = run_level_table(values, value)
+    if table.shape[1] < 2:
+        return pd.Series(0, index=table.columns, dtype=int)
+    matrix = win_matrix(table, alpha)
+    return matrix.groupby("encoder", sort=False)["win"].sum().reindex(table.columns).astype(int)
 
 
 # --------------------------------------------------------------------------------------------------------
 # CRA
 # --------------------------------------------------------------------------------------------------------
 
-def cra_per_section(runs: pd.DataFrame, magnification: float | None = None) -> pd.DataFrame:
-    """CRA of every (encoder, taxonomy, magnification, section) under IS: macro-F1(Nuc) - macro-F1(Mean), pp.
+def cra_per_run(runs: pd.DataFrame, magnification: float | None = None) -> pd.DataFrame:
+    """CRA of every (encoder, taxonomy, magnification, section, seed) under IS where both readouts ran."""
+    values = _select(run_values(runs), protocol="IS", magnification=magnification)
+    keys = ["encoder", "magnification", "taxonomy", "unit", "organ", "seed"]
+    nuc = _select(values, readout="nuc")[keys + ["macro_f1"]].rename(columns={"macro_f1": "f1_nuc"})
+    mean = _select(values, readout="mean")[keys + ["macro_f1"]].rename(columns={"macro_f1": "f1_mean"})
+    both = nuc.merge(mean, on=keys, how="inner")
+    both["f1_nuc_pct"] = 100.0 * both.pop("f1_nuc")
+    both["f1_mean_pct"] = 100.0 * both.pop("f1_mean")
+    both["cra_pp"] = both["f1_nuc_pct"] - both["f1_mean_pct"]
+    return both.reset_index(drop=True)
 
-    Sections where either readout has no valid run are left out."""
+
+def cra_per_section(runs: pd.DataFrame, magnification: float | None = None) -> pd.DataFrame:
+    """CRA of every (encoder, taxonomy, magnification, section) under IS: macro-F1(Nuc) - macro-F1(Mean), pp,
+    each readout first averaged over its valid seeds. Sections where either readout has no valid run are left
+    out."""
     means = _select(unit_means(runs), protocol="IS", magnification=magnification)
     keys = ["encoder", "magnification", "taxonomy", "unit", "organ"]
     nuc = _select(means, readout="nuc")[keys + ["macro_f1"]].rename(columns={"macro_f1": "f1_nuc"})
@@ -188,27 +247,38 @@ def cra_per_section(runs: pd.DataFrame, magnification: float | None = None) -> p
     return both.rename(columns={"unit": "section"}).reset_index(drop=True)
 
 
-def cra_table(runs: pd.DataFrame, magnification: float | None = 20, alpha: float = 0.05) -> pd.DataFrame:
-    """CRA summary per (encoder, taxonomy, magnification): mean ± SD over sections, Nuc-vs-Mean test, wins."""
+def cra_table(runs: pd.DataFrame, magnification: float | None = 20, alpha: float = 0.05,
+              balance: str = "organ") -> pd.DataFrame:
+    """CRA summary per (encoder, taxonomy, magnification): mean ± SD (ddof 1) across organs of the organs'
+    mean section CRA (``balance="organ"``, the seed's organ-balanced form) or across sections (``"unit"``),
+    each section first averaged over its seeds; Nuc against Mean (``nuc_vs_mean_p``, ``nuc_beats_mean``) and
+    ``significant_wins`` of CRA against every other encoder, each a paired Wilcoxon test over the common valid
+    (section, seed) runs (``n_win_units``)."""
     per = cra_per_section(runs, magnification)
+    per_run = cra_per_run(runs, magnification)
     rows = []
     for (mag, tax), group in per.groupby(["magnification", "taxonomy"], sort=False):
-        table = _pivot(group.rename(columns={"section": "unit"}), "cra_pp")
-        wins = _wins(table, alpha)
+        runs_here = _select(per_run, magnification=mag, taxonomy=tax)
+        wins = run_level_wins(runs_here, "cra_pp", alpha)
         for enc, sub in group.groupby("encoder", sort=False):
-            nuc_vs_mean = wilcoxon_win(sub["f1_nuc_pct"].to_numpy(), sub["f1_mean_pct"].to_numpy(), alpha=alpha)
-            cra = sub["cra_pp"].to_numpy(dtype=float)
+            mine = _select(runs_here, encoder=enc)
+            nuc_vs_mean = wilcoxon_win(mine["f1_nuc_pct"].to_numpy(), mine["f1_mean_pct"].to_numpy(), alpha=alpha)
+            cra, sd, n = balanced_summary(sub["cra_pp"], sub["organ"], "IS", balance)
+            f1_nuc, _, _ = balanced_summary(sub["f1_nuc_pct"], sub["organ"], "IS", balance)
+            f1_mean, _, _ = balanced_summary(sub["f1_mean_pct"], sub["organ"], "IS", balance)
             rows.append({
-                "encoder": enc, "taxonomy": tax, "magnification": mag,
-                "cra_mean_pp": float(cra.mean()), "cra_sd_pp": float(cra.std(ddof=1)) if cra.size > 1 else np.nan,
-                "f1_nuc_mean_pct": float(sub["f1_nuc_pct"].mean()), "f1_mean_mean_pct": float(sub["f1_mean_pct"].mean()),
-                "n_sections": int(cra.size), "nuc_vs_mean_p": nuc_vs_mean["p"], "nuc_beats_mean": nuc_vs_mean["win"],
-                "significant_wins": int(wins.get(enc, 0)), "n_opponents": int(table.shape[1] - 1),
+                "encoder": enc, "taxonomy": tax, "magnification": mag, "balance": balance_unit("IS", balance),
+                "cra_mean_pp": cra, "cra_sd_pp": sd, "f1_nuc_mean_pct": f1_nuc, "f1_mean_mean_pct": f1_mean,
+                "n_balanced": n, "n_sections": int(len(sub)), "nuc_vs_mean_p": nuc_vs_mean["p"],
+                "nuc_beats_mean": nuc_vs_mean["win"], "significant_wins": int(wins.get(enc, 0)),
+                "n_opponents": int(group["encoder"].nunique() - 1), "n_win_units": int(len(mine)),
             })
     out = pd.DataFrame(rows)
     if len(out):
-        out["rank"] = out.groupby(["magnification", "taxonomy"])["cra_mean_pp"].rank(ascending=False, method="min").astype(int)
-        out["unit"] = "section (IS), mean over seeds first; SD ddof=1"
+        out["rank"] = out.groupby(["magnification", "taxonomy"])["cra_mean_pp"].rank(
+            ascending=False, method="min").astype(int)
+        out["unit"] = [f"mean ± SD over {b}s (n_balanced), sections first averaged over seeds; wins over {WIN_UNITS}"
+                       for b in out["balance"]]
         out = out.sort_values(["magnification", "taxonomy", "rank"], kind="stable").reset_index(drop=True)
     return out
 
@@ -218,57 +288,71 @@ def cra_table(runs: pd.DataFrame, magnification: float | None = 20, alpha: float
 # --------------------------------------------------------------------------------------------------------
 
 def protocol_table(runs: pd.DataFrame, protocol: str, magnification: float | None = 20, readout: str = "nuc",
-                   alpha: float = 0.05) -> pd.DataFrame:
-    """Per (encoder, taxonomy): macro-F1 and macro-AUROC mean ± SD (%) over the protocol's units, and the
-    significant wins on macro-F1 over common units."""
+                   alpha: float = 0.05, balance: str = "organ") -> pd.DataFrame:
+    """Per (encoder, taxonomy): macro-F1 and macro-AUROC mean ± SD (%) of the protocol's unit values
+    (organ-balanced by default, :func:`balanced_summary`), and the significant wins on macro-F1 against every
+    other encoder over their common valid (unit, seed) runs."""
     f1 = _select(unit_means(runs, "macro_f1"), protocol=protocol, magnification=magnification, readout=readout)
     au = _select(unit_means(runs, "macro_auroc"), protocol=protocol, magnification=magnification, readout=readout)
+    f1_runs = _select(run_values(runs, "macro_f1"), protocol=protocol, magnification=magnification, readout=readout)
     rows = []
     for tax, group in f1.groupby("taxonomy", sort=False):
-        table = _pivot(group, "macro_f1")
-        wins = _wins(table, alpha)
+        runs_here = _select(f1_runs, taxonomy=tax)
+        wins = run_level_wins(runs_here, "macro_f1", alpha)
         au_tax = au[au["taxonomy"].astype(str) == str(tax)]
         for enc, sub in group.groupby("encoder", sort=False):
-            a = au_tax.loc[au_tax["encoder"].astype(str) == str(enc), "macro_auroc"].to_numpy(dtype=float)
-            v = sub["macro_f1"].to_numpy(dtype=float)
+            a = au_tax.loc[au_tax["encoder"].astype(str) == str(enc)]
+            f1_mean, f1_sd, n = balanced_summary(100 * sub["macro_f1"], sub["organ"], protocol, balance)
+            au_mean, au_sd, _ = balanced_summary(100 * a["macro_auroc"], a["organ"], protocol, balance)
             rows.append({
-                "protocol": protocol, "encoder": enc, "taxonomy": tax, "magnification": magnification, "readout": readout,
-                "macro_f1_mean_pct": 100 * v.mean(), "macro_f1_sd_pct": 100 * v.std(ddof=1) if v.size > 1 else np.nan,
-                "macro_auroc_mean_pct": 100 * a.mean() if a.size else np.nan,
-                "macro_auroc_sd_pct": 100 * a.std(ddof=1) if a.size > 1 else np.nan,
-                "n_units": int(v.size), "significant_wins": int(wins.get(enc, 0)), "n_opponents": int(table.shape[1] - 1),
+                "protocol": protocol, "encoder": enc, "taxonomy": tax, "magnification": magnification,
+                "readout": readout,
+                "balance": balance_unit(protocol, balance), "macro_f1_mean_pct": f1_mean, "macro_f1_sd_pct": f1_sd,
+                "macro_auroc_mean_pct": au_mean, "macro_auroc_sd_pct": au_sd, "n_balanced": n,
+                "n_units": int(len(sub)), "significant_wins": int(wins.get(enc, 0)),
+                "n_opponents": int(group["encoder"].nunique() - 1),
+                "n_win_units": int(len(_select(runs_here, encoder=enc))),
             })
     out = pd.DataFrame(rows)
     if len(out):
-        out["unit"] = {"IS": "section", "IOCD": "held-out section", "MOCV": "fold", "LOOO": "organ"}.get(protocol, "unit")
+        out["unit"] = UNIT_NAMES.get(protocol, "unit")
     return out
 
 
 def crt_table(runs: pd.DataFrame, magnification: float | None = 20, readout: str = "nuc",
-              protocols: Sequence[str] = CRT_PROTOCOLS) -> pd.DataFrame:
-    """CRT per (encoder, taxonomy) as :data:`CRT_DEFINITION` states (provisional), with its parts."""
+              protocols: Sequence[str] = CRT_PROTOCOLS, alpha: float = 0.05) -> pd.DataFrame:
+    """CRT per (encoder, taxonomy) as :data:`CRT_DEFINITION` states: ``wins_<P>`` of each transfer protocol,
+    ``crt`` their mean over the protocols the config runs, and the secondary ``crt_relative_pp`` with its parts
+    ``relative_<P>_pp``."""
     means = _select(unit_means(runs, "macro_f1"), magnification=magnification, readout=readout)
+    values = _select(run_values(runs, "macro_f1"), magnification=magnification, readout=readout)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
+    ran: list[str] = []
     for (tax, protocol), group in means.groupby(["taxonomy", "protocol"], sort=False):
         if str(protocol) not in protocols:
             continue
+        ran.append(str(protocol))
         table = 100.0 * _pivot(group, "macro_f1")
         relative = table.sub(table.median(axis=1, skipna=True), axis=0)
+        wins = run_level_wins(_select(values, taxonomy=tax, protocol=protocol), "macro_f1", alpha)
         for enc in table.columns:
-            row = rows.setdefault((str(enc), str(tax)), {"encoder": enc, "taxonomy": tax, "magnification": magnification,
-                                                         "readout": readout, "n_units": 0})
+            row = rows.setdefault((str(enc), str(tax)), {"encoder": enc, "taxonomy": tax,
+                                                         "magnification": magnification, "readout": readout,
+                                                         "n_units": 0})
             col = relative[enc].dropna()
-            row[f"crt_{protocol}_pp"] = float(col.mean()) if col.size else np.nan
+            row[f"wins_{protocol}"] = int(wins.get(enc, 0))
+            row[f"relative_{protocol}_pp"] = float(col.mean()) if col.size else np.nan
             row["n_units"] += int(col.size)
+            row["n_opponents"] = int(table.shape[1] - 1)
     out = pd.DataFrame(list(rows.values()))
     if not len(out):
         return out
-    parts = [f"crt_{p}_pp" for p in protocols if f"crt_{p}_pp" in out.columns]
-    out["crt_pp"] = out[parts].mean(axis=1, skipna=True)
-    out["protocols"] = ",".join(p for p in protocols if f"crt_{p}_pp" in out.columns)
-    out["provisional"] = True
+    present = [p for p in protocols if p in ran]
+    out["crt"] = out[[f"wins_{p}" for p in present]].mean(axis=1, skipna=True)
+    out["crt_relative_pp"] = out[[f"relative_{p}_pp" for p in present]].mean(axis=1, skipna=True)
+    out["protocols"] = ",".join(present)
     out["definition"] = CRT_DEFINITION
-    out["rank"] = out.groupby("taxonomy")["crt_pp"].rank(ascending=False, method="min")
+    out["rank"] = out.groupby("taxonomy")["crt"].rank(ascending=False, method="min")
     return out.sort_values(["taxonomy", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -401,7 +485,7 @@ def readout_table(runs: pd.DataFrame, protocol: str = "IS", magnification: float
 
 
 # --------------------------------------------------------------------------------------------------------
-# the CRA-CRT landscape
+# pretraining scale (the landscape figure's point size)
 # --------------------------------------------------------------------------------------------------------
 
 def pretraining_scale(registry: Mapping[str, Mapping[str, Any]], encoders: Sequence[str]) -> pd.Series:
@@ -413,59 +497,3 @@ def pretraining_scale(registry: Mapping[str, Mapping[str, Any]], encoders: Seque
         v = entry.get("pretraining_wsis")
         values[enc] = float(v) if v is not None else np.nan
     return pd.Series(values, dtype=float, name="pretraining_wsis")
-
-
-def cra_crt_landscape(cra: pd.DataFrame, crt: pd.DataFrame, scale: Mapping[str, float] | pd.Series,
-                      path: PathLike, taxonomy: str = "fine", magnification: float | None = 20,
-                      draw_unscaled: bool = False) -> dict[str, Any]:
-    """Scatter of encoders: x = mean CRA (pp, IS), y = CRT (pp, provisional), point area growing with
-    log10 of the WSI-equivalent pretraining count. Encoders without a pretraining scale are omitted and listed
-    under the plot, or, with ``draw_unscaled``, drawn as hollow points of the smallest size (and listed as
-    such); returns ``{"plotted": [...], "omitted_no_scale": [...], "omitted_no_value": [...],
-    "unscaled_hollow": [...]}``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fmaudit.io import atomic_path
-
-    scale = pd.Series(scale, dtype=float)
-    a = _select(cra, taxonomy=taxonomy, magnification=magnification).set_index("encoder")["cra_mean_pp"]
-    b = crt[crt["taxonomy"].astype(str) == taxonomy].set_index("encoder")["crt_pp"]
-    encoders = list(dict.fromkeys(list(a.index) + list(b.index)))
-    no_value = [e for e in encoders if not (e in a.index and e in b.index and np.isfinite(a[e]) and np.isfinite(b[e]))]
-    no_scale = [e for e in encoders if e not in no_value and not (e in scale.index and np.isfinite(scale[e]) and scale[e] > 0)]
-    plotted = [e for e in encoders if e not in no_value and e not in no_scale]
-    fig, ax = plt.subplots(figsize=(6.4, 5.0))
-    if plotted:
-        logs = np.log10(scale[plotted].to_numpy(dtype=float))
-        sizes = 30 + 220 * (logs - logs.min()) / (np.ptp(logs) or 1.0)
-        ax.scatter(a[plotted], b[plotted], s=sizes, alpha=0.6, edgecolor="black", linewidth=0.5)
-        for e in plotted:
-            ax.annotate(e, (a[e], b[e]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    hollow = no_scale if draw_unscaled else []
-    if hollow:
-        ax.scatter(a[hollow], b[hollow], s=30, facecolors="none", edgecolor="black", linewidth=0.8)
-        for e in hollow:
-            ax.annotate(e, (a[e], b[e]), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.set_xlabel(f"CRA (pp, IS, {magnification:g}x, mean over sections)" if magnification else "CRA (pp, IS)")
-    ax.set_ylabel("CRT (pp vs panel median, provisional)")
-    ax.set_title(f"CRA-CRT landscape ({taxonomy} taxonomy); area ~ log10 WSI-equivalent pretraining",
-                 fontsize=9)
-    notes = []
-    if no_scale:
-        notes.append(("hollow" if draw_unscaled else "omitted") + ", no pretraining scale in the registry: "
-                     + ", ".join(no_scale))
-    if no_value:
-        notes.append("omitted, no CRA or CRT: " + ", ".join(no_value))
-    if notes:
-        fig.text(0.01, 0.01, "\n".join(notes), fontsize=6, va="bottom", wrap=True)
-        fig.subplots_adjust(bottom=0.12 + 0.03 * len(notes))
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=150)
-    plt.close(fig)
-    return {"plotted": plotted, "omitted_no_scale": [] if draw_unscaled else no_scale, "omitted_no_value": no_value,
-            "unscaled_hollow": hollow}

@@ -13,6 +13,7 @@ prior-shift shards (``fmaudit.adapt.evaluate``).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,5 +119,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         write_table(args.draws_out, rows)
     if note:
         print(f"prior {prior_name!r}: {note}")
+    replaced = str(rows["classes_with_replacement"].iloc[0]) if "classes_with_replacement" in rows.columns else ""
+    if replaced:
+        counts = np.bincount(np.asarray(yt, dtype=np.int64), minlength=len(names))
+        print(f"note: --sample-size {args.sample_size} asks for more items of class(es) {replaced} than the "
+              f"target's {len(yt)} items hold ({', '.join(f'{n}: {c}' for n, c in zip(names, counts))}), so those "
+              "classes are drawn WITH replacement: a draw repeats items, and its spread across draws understates "
+              "the sampling variance of a real target of that size; a smaller --sample-size avoids it "
+              "(column classes_with_replacement)", file=sys.stderr)
     print(f"wrote {len(summary)} methods to {args.out}")
     return 0

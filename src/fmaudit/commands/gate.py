@@ -6,9 +6,12 @@
 Features: .npy, .npz (``--features-key``, else ``feat__<readout>`` of an fmaudit embeddings file when
 ``--readout`` is given, else ``features`` or the single array), or .h5 (dataset ``features``). Labels:
 integer class indices 0..K-1, or class names (text), in a .npy/.npz/.h5 or a one-column .csv/.txt (one per
-line); groups (patients / slides) likewise. ``apply`` writes one row per input row, in input order: decision
-(accept / reject_novel / reject_unconfident), novelty, confidence, prediction (class index) and
-prediction_name when the gate knows the class names.
+line); groups (patients / slides) likewise. ``apply`` writes one row per input row, in input order: the item's
+id (``item_id``: the file's ids where it has them, an fmaudit embeddings file or an HDF5/npz with an id array,
+else ``row``, the 0-based input row), decision (accept / reject_novel / reject_unconfident), novelty,
+confidence, prediction (class index) and prediction_name when the gate knows the class names. A file with
+several readouts (``feat__cls``, ``feat__mean`` ...) needs ``--readout`` (or ``--features-key``): the gate never
+picks one silently.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from fmaudit.datasets.own import FEATURE_ID_KEYS
 from fmaudit.io import FmauditInputError, load_feature_array, write_table
+
+READOUT_PREFIX = "feat__"  # an fmaudit embeddings file's readout arrays (fmaudit.embed.FEATURE_PREFIX)
 
 
 def _read_vector(path: str, what: str, n: int | None = None) -> np.ndarray:
@@ -42,16 +48,48 @@ def _read_vector(path: str, what: str, n: int | None = None) -> np.ndarray:
     return arr
 
 
+def _array_names(path: Path) -> list[str]:
+    """The arrays an .npz or HDF5 file holds (nothing for other files)."""
+    import h5py
+
+    if path.suffix.lower() == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return [k for k in z.files if k != "provenance"]
+    if path.suffix.lower() in (".h5", ".hdf5"):
+        with h5py.File(path, "r") as f:
+            return list(f.keys())
+    return []
+
+
 def _read_features(path: str, key: str | None, readout: str | None) -> np.ndarray:
     p = Path(path)
-    if key is None and readout is not None and p.suffix.lower() == ".npz" and p.exists():
-        with np.load(p, allow_pickle=False) as z:
-            if f"feat__{readout}" in z.files:
-                key = f"feat__{readout}"
+    names = _array_names(p) if p.exists() else []
+    readouts = [n[len(READOUT_PREFIX):] for n in names if n.startswith(READOUT_PREFIX)]
+    if key is None and readouts:
+        if readout is None and len(readouts) > 1:
+            raise FmauditInputError(f"{path}: holds several readouts ({', '.join(readouts)}); say which these gate "
+                                    "decisions are for with --readout (or --features-key)")
+        chosen = readout or readouts[0]
+        if chosen not in readouts:
+            raise FmauditInputError(f"{path}: no readout {chosen!r} (it holds {', '.join(readouts)})")
+        key = READOUT_PREFIX + chosen
     arr = np.asarray(load_feature_array(path, key=key))
     if arr.ndim != 2:
         raise FmauditInputError(f"{path}: expected a 2-D feature array (items, features), got shape {arr.shape}")
     return arr
+
+
+def _read_item_ids(path: str, n: int) -> np.ndarray | None:
+    """The item ids a feature file holds (``item_id``, ``ids``, ``filenames`` ...), one per feature row, or None."""
+    p = Path(path)
+    names = _array_names(p)
+    key = next((k for k in FEATURE_ID_KEYS if k in names), None)
+    if key is None:
+        return None
+    ids = np.asarray(load_feature_array(path, key=key)).reshape(-1)
+    if len(ids) != n:
+        raise FmauditInputError(f"{path}: {len(ids)} ids in {key!r} but {n} feature rows")
+    return np.asarray([v.decode() if isinstance(v, bytes) else str(v) for v in ids], dtype=object)
 
 
 def _encode_labels(labels: np.ndarray, path: str) -> tuple[np.ndarray, list[str] | None]:
@@ -96,14 +134,20 @@ def cmd_gate_apply(args: argparse.Namespace) -> int:
     from fmaudit.ood.gate import load_gate
 
     gate = load_gate(args.gate)
-    X = _read_features(args.features, args.features_key, args.readout or gate.readout_)
-    table = gate.decide(X, readout=args.readout)
+    X = _read_features(args.features, args.features_key, args.readout)
+    table = gate.decide(X, readout=args.readout or gate.readout_)
+    ids = _read_item_ids(args.features, len(X))
+    if ids is not None:
+        table.insert(0, "item_id", ids)
+    else:
+        table.insert(0, "row", np.arange(len(X)))
     names = (getattr(gate, "card_", {}) or {}).get("class_names")
     if names and not all(n == f"class_{i}" for i, n in enumerate(names)):
         table["prediction_name"] = np.asarray(names, dtype=object)[table["prediction"].to_numpy()]
     write_table(args.out, table)
     counts = table["decision"].value_counts()
-    print(f"wrote {len(table)} decisions to {args.out}: " + ", ".join(f"{k} {int(v)}" for k, v in counts.items()))
+    print(f"wrote {len(table)} decisions to {args.out} (one per row, by {'item_id' if ids is not None else 'row'}): "
+          + ", ".join(f"{k} {int(v)}" for k, v in counts.items()))
     return 0
 
 
@@ -136,6 +180,7 @@ def register(subparsers: Any) -> None:
     ap.add_argument("--gate", required=True, help="folder written by 'fmaudit gate export'")
     ap.add_argument("--features", required=True, help=".npy, .npz or .h5")
     ap.add_argument("--features-key", help="array name inside .npz/.h5 files")
-    ap.add_argument("--readout", help="readout of these features; a gate fitted on another readout refuses")
+    ap.add_argument("--readout", help="readout of these features (required where the file holds several); a gate "
+                    "fitted on another readout refuses")
     ap.add_argument("--out", required=True, help="decisions table (.csv, .tsv, .parquet)")
     ap.set_defaults(func=cmd_gate_apply)

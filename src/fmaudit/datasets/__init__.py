@@ -1,7 +1,10 @@
 """Data sets: manifests (the one table downstream rules read), the demo generator, slide tiling, preparers.
 
 A *preparer* turns a data set as it lies under ``data_root`` (its real layout) into a manifest. Preparers
-register themselves by name; ``resources/datasets.yaml`` names the preparer of every known data set.
+register themselves by name; ``resources/datasets.yaml`` names the preparer of every known data set. A user's
+own data need no preparer of their own: the kinds ``image_table``, ``slide_table``, ``features``
+(:mod:`fmaudit.datasets.own`) and ``cell_table`` (:mod:`fmaudit.cells.table`) are preparers named after their
+kind, declared in YAML (``docs/own-data.md``).
 """
 
 from __future__ import annotations
@@ -21,22 +24,39 @@ _GROUP_BY_UNITS = {"patient": "patient", "slide": "slide", "biopsy": "biopsy", "
 
 Preparer = Callable[[str, Path, dict[str, Any]], pd.DataFrame]
 PREPARERS: dict[str, Preparer] = {}
+#: The manifest columns a preparer's train/val/test split is stratified by, jointly (``label`` unless it says
+#: otherwise: PANDA's split is stratified by grade and data provider, ``("label", "domain")``). Analyses that
+#: divide or redraw a split "in the same way" read them (:func:`preparer_split_strata`).
+DEFAULT_SPLIT_STRATA = ("label",)
+PREPARER_SPLIT_STRATA: dict[str, tuple[str, ...]] = {}
 
 # modules whose import registers preparers
 _PREPARER_MODULES = ("fmaudit.datasets.demo", "fmaudit.datasets.slide_tiles", "fmaudit.datasets.public",
-                     "fmaudit.cells.prepare")
+                     "fmaudit.datasets.own", "fmaudit.cells.prepare", "fmaudit.cells.table")
 
 
-def register_preparer(name: str) -> Callable[[Preparer], Preparer]:
-    """Decorator: ``@register_preparer("nct_crc_he_100k")`` on ``fn(dataset, data_root, params) -> manifest``."""
+def register_preparer(name: str, split_strata: tuple[str, ...] = DEFAULT_SPLIT_STRATA
+                      ) -> Callable[[Preparer], Preparer]:
+    """Decorator: ``@register_preparer("nct_crc_he_100k")`` on ``fn(dataset, data_root, params) -> manifest``.
+
+    ``split_strata``: the manifest columns the preparer stratifies its split by (see
+    :data:`PREPARER_SPLIT_STRATA`)."""
 
     def deco(fn: Preparer) -> Preparer:
         if name in PREPARERS and PREPARERS[name] is not fn:
             raise ValueError(f"preparer {name!r} registered twice")
         PREPARERS[name] = fn
+        PREPARER_SPLIT_STRATA[name] = tuple(split_strata)
         return fn
 
     return deco
+
+
+def preparer_split_strata(name: str) -> tuple[str, ...]:
+    """The manifest columns the split of preparer ``name`` is stratified by, jointly (``("label",)`` unless the
+    preparer registered others; an unknown preparer raises like :func:`get_preparer`)."""
+    get_preparer(name)
+    return PREPARER_SPLIT_STRATA.get(name, DEFAULT_SPLIT_STRATA)
 
 
 def _load_preparers() -> None:
@@ -46,6 +66,12 @@ def _load_preparers() -> None:
         except ModuleNotFoundError as e:
             if e.name != mod:  # a real missing dependency inside the module
                 raise
+
+
+def preparer_names() -> list[str]:
+    """Every registered preparer's name."""
+    _load_preparers()
+    return sorted(PREPARERS)
 
 
 def get_preparer(name: str) -> Preparer:

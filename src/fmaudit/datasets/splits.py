@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from sklearn.model_selection import train_test_split
 
 from fmaudit.datasets.manifest import check_group_disjoint
 from fmaudit.io import FmauditInputError, sha256_file
@@ -28,6 +29,9 @@ from fmaudit.io import FmauditInputError, sha256_file
 log = logging.getLogger(__name__)
 
 SPLIT_NAMES = ("train", "val", "test")
+#: Seed 003's class-stratified sample of NCT-CRC-HE-100K and PatchCamelyon: 9,000 patches, seed 42.
+PAPER_SAMPLE_SIZE = 9000
+PAPER_SAMPLE_SEED = 42
 
 
 def _check_fractions(fractions: Sequence[float], split_names: Sequence[str]) -> np.ndarray:
@@ -312,3 +316,27 @@ def remove_exact_duplicates(
     dup = out[digest_col].duplicated(keep="first")
     n_removed = int(dup.sum())
     return out[~dup.to_numpy()].reset_index(drop=True), n_removed
+
+
+def paper_stratified_sample(manifest: pd.DataFrame, n: int = PAPER_SAMPLE_SIZE, seed: int = PAPER_SAMPLE_SEED
+                            ) -> pd.DataFrame:
+    """Seed 003's class-stratified sample of ``n`` items (NCT-CRC-HE-100K and PatchCamelyon: 9,000, seed 42).
+
+    Reproduces ``train_test_split(paths, labels, train_size=n, random_state=seed, stratify=labels)`` on the
+    items in seed 003's listing order (class by class in label order, paths sorted within a class), after
+    duplicate removal; the kept rows are returned in the manifest's own order. A manifest of at most ``n``
+    labelled items is returned unchanged.
+    """
+    if "label" not in manifest.columns or "source" not in manifest.columns:
+        raise FmauditInputError("paper_stratified_sample: the manifest needs 'label' and 'source' columns")
+    if manifest["label"].isna().any():
+        raise FmauditInputError("paper_stratified_sample: unlabelled rows; a class-stratified sample needs labels")
+    n = int(n)
+    if n <= 0:
+        raise FmauditInputError(f"paper_stratified_sample: n must be positive, got {n}")
+    if len(manifest) <= n:
+        return manifest.copy()
+    labels_all = manifest["label"].astype(int).to_numpy()
+    order = np.lexsort((manifest["source"].astype(str).to_numpy(), labels_all))  # by label, then path
+    kept, _ = train_test_split(order, train_size=n, random_state=seed, stratify=labels_all[order])
+    return manifest.iloc[np.sort(kept)].copy()

@@ -18,18 +18,21 @@ from torch import nn
 from fmaudit.encoders.readouts import TOKEN_READOUTS, check_readouts, compute_readouts
 from fmaudit.encoders.transforms import NormalizeUint8, create_pixel_transform, create_transform, resolve_data_config
 from fmaudit.encoders.weights import (
+    cached_hub_file,
     checkpoint_format,
     extract_state_dict,
     hub_snapshot,
     load_state_dict_strict,
     read_checkpoint,
+    read_checkpoint_meta,
     ResolvedWeights,
     resolve_weights,
 )
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import check_encoder_usable, get_encoder_spec, readout_dims
 
-__all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "check_network", "save_weights"]
+__all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "check_network", "describe_network",
+           "network_state", "save_weights"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -190,6 +193,10 @@ def _transformers_config(spec: Mapping[str, Any]):
             f"inline (architecture.config)")
     if trust:  # remote code runs only from a pinned commit, whoever calls the builder
         check_encoder_usable(name, spec)
+    else:  # a cached config.json is read where it lies: no request to the hub, online or not
+        cached = cached_hub_file(weights["hf_hub_id"], "config.json", weights.get("revision"))
+        if cached is not None:
+            return transformers.AutoConfig.from_pretrained(str(cached.parent))
     patterns = ["*.json", "*.py"] if trust else ["config.json"]
     folder = hub_snapshot(weights["hf_hub_id"], weights.get("revision"), patterns, name)
     return transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=trust)
@@ -294,6 +301,30 @@ def check_network(spec: Mapping[str, Any], model: nn.Module) -> nn.Module:
     return backbone
 
 
+def describe_network(spec: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
+    """What a built network (on the meta device is enough) says of itself, in the entry's terms: ``embed_dim``
+    (token or feature-map width), ``pooled_dim``, ``num_prefix_tokens``, ``patch_size`` (None without patches),
+    ``tokens`` (patch tokens rather than a feature map), ``class_token``, ``global_pool`` (timm's, or None) and
+    ``params_m``. Encoders named by their hub repo take their sizes from here."""
+    backbone = _BACKBONES[spec["loader"]](model)
+    facts: dict[str, Any] = {"embed_dim": backbone.width, "pooled_dim": backbone.pooled_width,
+                             "num_prefix_tokens": backbone.num_prefix_tokens, "global_pool": None,
+                             "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1)}
+    if spec["loader"] == "timm":
+        tokens = hasattr(model, "num_prefix_tokens")
+        patch = getattr(getattr(model, "patch_embed", None), "patch_size", None) if tokens else None
+        facts.update(tokens=tokens, class_token=getattr(model, "cls_token", None) is not None,
+                     patch_size=int(patch[0]) if patch else None, global_pool=getattr(model, "global_pool", None))
+    elif spec["loader"] == "transformers":
+        vision = getattr(model.config, "vision_config", model.config) if backbone.is_clip else model.config
+        facts.update(tokens=True, class_token=True, patch_size=int(vision.patch_size))
+    else:
+        patch = getattr(backbone.visual, "patch_size", None) if backbone.is_vit else None
+        facts.update(tokens=backbone.is_vit, class_token=backbone.is_vit,
+                     patch_size=int(patch[0] if isinstance(patch, (tuple, list)) else patch) if patch else None)
+    return facts
+
+
 def _check_widths(spec: Mapping[str, Any], backbone: nn.Module) -> None:
     """The entry's declared sizes must match the built network (catches registry typos before embedding)."""
     name = spec.get("name", "?")
@@ -329,24 +360,66 @@ def build_encoder(spec: Mapping[str, Any] | str, weights_path: str | os.PathLike
         spec = get_encoder_spec(spec)
     spec = dict(spec)
     name = spec.get("name", "?")
-    weights = spec["weights"]
     if spec.get("trust_remote_code"):  # before anything is fetched: remote code runs from a pinned commit only
         check_encoder_usable(name, spec)
     files = (resolved if resolved is not None else resolve_weights(spec, weights_path)).paths
     model = build_network(spec)
     if files:
-        state: dict[str, torch.Tensor] = {}
-        for path in files:
-            fmt = checkpoint_format(path) if weights_path else weights["format"]
-            raw = read_checkpoint(path, fmt, allow_pickle=bool(weights.get("allow_pickle", False)), encoder=name)
-            state.update(extract_state_dict(raw, weights, str(path), encoder=name))
-        if weights.get("timm_checkpoint_filter"):
-            state = _timm_filter(model, state)
+        state = network_state(spec, model, files, overridden=weights_path is not None)
         load_state_dict_strict(model, state, ", ".join(map(str, files)), encoder=name)
     backbone = check_network(spec, model)
     encoder = Encoder(spec, backbone)
     encoder.eval().requires_grad_(False)
     return encoder.to(device)
+
+
+def network_state(spec: Mapping[str, Any], model: nn.Module, files: Sequence[Path], overridden: bool = False,
+                  meta: bool = False) -> dict[str, torch.Tensor]:
+    """The state dict the entry's weight ``files`` give ``model``, as its strict load sees it: each file read
+    (``meta``: keys, shapes and dtypes only, :func:`~fmaudit.encoders.weights.read_checkpoint_meta`), then the
+    entry's state_dict_key, strip_prefix and drop_keys_with_prefix, timm's checkpoint filter where the entry asks
+    for it, and for transformers models transformers' own renaming of checkpoint keys (checkpoints saved by other
+    releases, or under the base model's prefix, as ``from_pretrained`` renames them). ``overridden``: the files
+    are a weights_path override, whose format comes from its suffix."""
+    name = spec.get("name", "?")
+    weights = spec["weights"]
+    allow_pickle = bool(weights.get("allow_pickle", False))
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        fmt = checkpoint_format(Path(path)) if overridden else weights["format"]
+        raw = (read_checkpoint_meta(Path(path), fmt, allow_pickle=allow_pickle, encoder=name) if meta
+               else read_checkpoint(Path(path), fmt, allow_pickle=allow_pickle, encoder=name))
+        state.update(extract_state_dict(raw, weights, str(path), encoder=name))
+    if weights.get("timm_checkpoint_filter"):
+        state = _timm_filter(model, state)
+    if spec["loader"] == "transformers":
+        state = _transformers_renamed(model, state, name, ", ".join(map(str, files)))
+    return state
+
+
+def _transformers_renamed(model: nn.Module, state: dict[str, torch.Tensor], encoder: str,
+                          source: str) -> dict[str, torch.Tensor]:
+    """Checkpoint keys renamed as transformers' ``from_pretrained`` renames them for ``model`` (its conversion
+    mapping's renamings, and the base model's prefix added or removed); a key that would need one of its
+    converting operations (tensors merged or split) is an error naming it."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    own = model.state_dict()
+    prefix = getattr(model, "base_model_prefix", None) or None
+    out = {}
+    for key, tensor in state.items():
+        renamed, converted = rename_source_key(key, renamings, converters, prefix, own)
+        if converted is not None:
+            raise FmauditInputError(
+                f"encoder {encoder!r}: checkpoint key {key} of {source} needs transformers' tensor conversion "
+                f"{converted!r}, which fmaudit's strict loader does not apply; convert the checkpoint with "
+                f"transformers (from_pretrained, then save_pretrained) first")
+        out[renamed] = tensor
+    return out
 
 
 def _timm_filter(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -20,6 +20,11 @@ hub weights, the snapshot commit the requested revision resolved to, for each em
 Formats: safetensors, or torch checkpoints read with ``torch.load(weights_only=True)``; full unpickling only
 where the entry says ``allow_pickle: true``. Loading is strict: missing, unexpected or mis-shaped keys raise
 :class:`~fmaudit.io.FmauditInputError` naming them.
+
+Pre-flight (before any embedding job): :func:`read_checkpoint_meta` reads a checkpoint's keys and shapes only
+(the safetensors header; a torch file mapped to the meta device), :func:`state_dict_mismatch` says how a state
+dict does not fit a network, and :func:`cached_weight_files` finds an entry's hub files in the local cache
+without downloading anything.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
+from huggingface_hub import try_to_load_from_cache
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from fmaudit.io import FmauditInputError, sha256_file
@@ -40,8 +47,10 @@ from fmaudit.io import FmauditInputError, sha256_file
 _DEFAULT_FILENAMES = {"safetensors": "model.safetensors", "torch": "pytorch_model.bin"}
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
-__all__ = ["ResolvedWeights", "checkpoint_format", "extract_state_dict", "hub_commit_of", "hub_download",
-           "hub_snapshot", "load_state_dict_strict", "read_checkpoint", "resolve_weight_files", "resolve_weights"]
+__all__ = ["ResolvedWeights", "cached_hub_file", "cached_weight_files", "checkpoint_format", "extract_state_dict",
+           "hub_commit_of", "hub_download", "hub_snapshot", "load_state_dict_strict", "read_checkpoint",
+           "read_checkpoint_meta", "resolve_weight_files", "resolve_weights", "state_dict_mismatch",
+           "weight_filename"]
 
 
 def _hub_offline() -> bool:
@@ -97,6 +106,13 @@ def hub_download(repo_id: str, filename: str, revision: str | None, encoder: str
         raise FmauditInputError(
             f"encoder {encoder!r}: {filename} not found in Hugging Face repo {repo_id}{rev} "
             f"({type(e).__name__}); check weights.hf_hub_id / revision / filename in the registry") from e
+
+
+def cached_hub_file(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
+    """A file of a hub repo at ``revision`` (default: the cache's ``main``) if the local cache holds it, else None;
+    never touches the network (huggingface_hub's ``try_to_load_from_cache``)."""
+    hit = try_to_load_from_cache(repo_id, filename, cache_dir=_hub_cache_dir(), revision=revision)
+    return Path(hit) if isinstance(hit, str) else None
 
 
 def hub_snapshot(repo_id: str, revision: str | None, patterns: list[str], encoder: str) -> Path:
@@ -183,7 +199,7 @@ def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | N
     if source != "hf_hub":  # the schema stops other values; keep the error explicit anyway
         raise FmauditInputError(f"encoder {name!r}: unknown weights.source {source!r}")
     repo, revision = weights["hf_hub_id"], weights.get("revision")
-    filename = weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
+    filename = weight_filename(weights)
     first = hub_download(repo, filename, revision, name)
     if filename.endswith(".index.json"):
         shard_names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
@@ -195,6 +211,26 @@ def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | N
                 "resolved_commit": hub_commit_of(paths[0]), "sha256": shas}
     files = [{"path": str(p), "sha256": sha} for p, sha in zip(paths, shas)]
     return ResolvedWeights(paths, identity, files, sha256_checked=bool(expected) and len(paths) == 1)
+
+
+def weight_filename(weights: Mapping[str, Any]) -> str:
+    """The weight file of a hub entry: ``weights.filename``, else the format's default name."""
+    return weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
+
+
+def cached_weight_files(spec: Mapping[str, Any]) -> list[Path] | None:
+    """The hub weight file(s) of an entry as the local cache holds them (every shard of an ``*.index.json``),
+    or None when any is not cached; nothing is downloaded. Pre-flight checks read these."""
+    weights = spec["weights"]
+    repo, revision = weights["hf_hub_id"], weights.get("revision")
+    first = cached_hub_file(repo, weight_filename(weights), revision)
+    if first is None:
+        return None
+    if not first.name.endswith(".index.json"):
+        return [first]
+    names = sorted(set(json.loads(first.read_text())["weight_map"].values()))
+    shards = [cached_hub_file(repo, s, revision) for s in names]
+    return None if any(p is None for p in shards) else shards
 
 
 def resolve_weight_files(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> list[Path]:
@@ -229,6 +265,38 @@ def read_checkpoint(path: Path, fmt: str, allow_pickle: bool = False, encoder: s
         raise FmauditInputError(f"encoder {encoder!r}: cannot read torch checkpoint {path} ({e})") from e
 
 
+def read_checkpoint_meta(path: Path, fmt: str, allow_pickle: bool = False, encoder: str = "?") -> dict[str, Any]:
+    """A checkpoint's tensors as meta tensors (keys, shapes and dtypes; no weights in memory): the safetensors
+    header, or a torch file loaded onto the meta device (``weights_only`` unless ``allow_pickle``). Nested
+    containers are kept as they are, so :func:`extract_state_dict` applies to the result as to a real load."""
+    if fmt == "safetensors":
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                tensors = {}
+                for key in f.keys():
+                    view = f.get_slice(key)
+                    dtype = _SAFETENSORS_DTYPES.get(view.get_dtype(), torch.float32)
+                    tensors[key] = torch.empty(view.get_shape(), dtype=dtype, device="meta")
+                return tensors
+        except (SafetensorError, OSError) as e:
+            raise FmauditInputError(f"encoder {encoder!r}: {path} is not a readable safetensors file ({e})") from e
+    try:
+        return torch.load(path, map_location="meta", weights_only=not allow_pickle)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FmauditInputError(
+            f"encoder {encoder!r}: refused to unpickle {path}: it holds objects other than tensors and plain "
+            f"containers ({first}). Convert it to safetensors, or, only if you trust the file, set "
+            f"weights.allow_pickle: true in the registry entry") from e
+    except (RuntimeError, OSError, EOFError) as e:
+        raise FmauditInputError(f"encoder {encoder!r}: cannot read torch checkpoint {path} ({e})") from e
+
+
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+                       "BOOL": torch.bool}
+
+
 def extract_state_dict(obj: Any, weights: Mapping[str, Any], source: str,
                        encoder: str = "?") -> dict[str, torch.Tensor]:
     """The tensor dict inside a checkpoint: ``state_dict_key``, then ``strip_prefix``, ``drop_keys_with_prefix``."""
@@ -261,28 +329,38 @@ def _sample(keys: Sequence[str], n: int = 6) -> str:
     return shown + (f", ... ({len(keys)} in all)" if len(keys) > n else "")
 
 
-def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str,
-                           encoder: str = "?") -> None:
-    """Strict load; missing, unexpected and mis-shaped keys are reported together in one clear error.
-
-    Checkpoint entries for the module's non-persistent buffers (e.g. ``position_ids`` saved by older
-    transformers releases) are ignored: they are recomputed, not learnt.
-    """
+def _without_non_persistent(module: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # checkpoint entries for non-persistent buffers (e.g. ``position_ids`` saved by older transformers releases)
+    # are recomputed, not learnt
     own = module.state_dict()
     non_persistent = {n for n, _ in module.named_buffers()} - set(own)
-    sd = {k: v for k, v in state_dict.items() if k not in non_persistent}
+    return {k: v for k, v in state_dict.items() if k not in non_persistent}
+
+
+def state_dict_mismatch(module: nn.Module, state_dict: Mapping[str, Any]) -> str | None:
+    """How ``state_dict`` (real or meta tensors) does not fit ``module``'s keys and shapes: missing, unexpected and
+    mis-shaped keys in one line, or None when it fits. ``module`` may live on the meta device."""
+    own = module.state_dict()
+    sd = _without_non_persistent(module, state_dict)
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
     mis_shaped = [f"{k} (checkpoint {tuple(sd[k].shape)}, model {tuple(own[k].shape)})"
                   for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or mis_shaped:
-        parts = []
-        if missing:
-            parts.append(f"missing keys: {_sample(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys: {_sample(unexpected)}")
-        if mis_shaped:
-            parts.append(f"shape mismatches: {_sample(mis_shaped, 3)}")
-        raise FmauditInputError(
-            f"encoder {encoder!r}: the weights in {source} do not fit the architecture; " + "; ".join(parts))
-    module.load_state_dict(sd, strict=True)
+    parts = []
+    if missing:
+        parts.append(f"missing keys: {_sample(missing)}")
+    if unexpected:
+        parts.append(f"unexpected keys: {_sample(unexpected)}")
+    if mis_shaped:
+        parts.append(f"shape mismatches: {_sample(mis_shaped, 3)}")
+    return "; ".join(parts) or None
+
+
+def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str,
+                           encoder: str = "?") -> None:
+    """Strict load; missing, unexpected and mis-shaped keys are reported together in one clear error
+    (:func:`state_dict_mismatch`). Entries of the module's non-persistent buffers are ignored."""
+    problem = state_dict_mismatch(module, state_dict)
+    if problem:
+        raise FmauditInputError(f"encoder {encoder!r}: the weights in {source} do not fit the architecture; {problem}")
+    module.load_state_dict(_without_non_persistent(module, state_dict), strict=True)

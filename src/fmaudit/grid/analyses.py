@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from fmaudit.grid.cells import cell_feature_runs, cell_runs, check_cell_protocols
-from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs
+from fmaudit.grid.ood import ood_blur_runs, ood_gate_runs, ood_image_artefact_runs, ood_runs, ood_split_runs
 from fmaudit.grid.prior_shift import prior_shift_runs, scratch_reference_runs
 from fmaudit.grid.probe import cross_dataset_runs, embed_runs, head_sweep_runs, probe_runs
 from fmaudit.grid.studies import check_studies
@@ -68,6 +68,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), ruled=True),  # in the task's OOD shard
     Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), ruled=True),  # embed jobs of copies
     Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), ruled=True),
+    Analysis("ood_splits", ood_split_runs, ("encoder", "task"), ruled=True),  # seed 003's further splits
     Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"), ruled=True),
     Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"), ruled=True,
              checked=False),  # checked with prior_shift

@@ -43,6 +43,11 @@ __all__ = [
     "ood_runs",
     "ood_shard_plan",
     "ood_shards",
+    "ood_split_plan",
+    "ood_split_runs",
+    "ood_split_shards",
+    "SPLIT_KEYS",
+    "SPLIT_PARTS",
 ]
 
 
@@ -218,6 +223,69 @@ def derived_datasets(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 TIER_KEYS = ("far", "blur", "near", "artefact", "image_artefact", "gate")
 #: Keys whose section applies to the tasks it lists (``tasks``; sensitivity: every task when omitted).
 EXTRA_KEYS = ("sensitivity", "slides", "coarsening")
+#: Keys of the further train/test splits (their own shard job; the stored split's shard does not read them).
+SPLIT_KEYS = ("extra_splits",)
+#: What the further splits evaluate, in order: the probe metrics of every task, and, where the ``ood`` section
+#: declares them for the task, slide aggregation, label coarsening and the task without some classes.
+SPLIT_PARTS = ("probe_metrics", "slide_aggregation", "label_coarsening", "without_classes")
+
+
+def _split_parts(ood: Mapping[str, Any], task: str) -> list[str]:
+    parts = ["probe_metrics"]
+    if task in ((ood.get("slides") or {}).get("tasks") or []):
+        parts.append("slide_aggregation")
+    coarse = ood.get("coarsening") or {}
+    if task in (coarse.get("tasks") or []):
+        parts.append("label_coarsening")
+        if coarse.get("without"):
+            parts.append("without_classes")
+    return parts
+
+
+def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(encoder, task) of every further-splits job: each OOD shard's task when ``ood.extra_splits.seeds`` is not
+    empty (seed 003's five further splits, seeds 0-4)."""
+    out: list[tuple[str, str]] = []
+    for where, part, ood in parts_with(config, "ood"):
+        if not (ood.get("extra_splits") or {}).get("seeds"):
+            continue
+        shard_tasks = {t for _, t in ood_shards({**part, "studies": {}})}
+        out += [(enc, task) for task in part["tasks"] if task in shard_tasks for enc in part["encoders"]]
+    return out
+
+
+def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The further train/test splits of seed 003 (``ood.extra_splits``): encoder x task x part x split seed,
+    where the parts are the probe metrics of every OOD task and, where declared for the task, slide aggregation,
+    label coarsening and the task without some classes (:data:`SPLIT_PARTS`). The stored split stays the one of
+    detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it."""
+    rows = []
+    for where, part, ood in parts_with(config, "ood"):
+        seeds = list((ood.get("extra_splits") or {}).get("seeds") or [])
+        if not seeds:
+            continue
+        shard_tasks = {t for _, t in ood_shards({**part, "studies": {}})}
+        for task in part["tasks"]:
+            if task not in shard_tasks:
+                continue
+            for enc, name, seed in itertools.product(part["encoders"], _split_parts(ood, task), seeds):
+                rows.append({"analysis": "ood_splits", "encoder": enc, "task": task, "part": name,
+                             "split_seed": int(seed)})
+    return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "part", "split_seed"])
+
+
+def ood_split_plan(config: Mapping[str, Any], task: str) -> dict[str, Any] | None:
+    """What the further-splits job of ``task`` needs beyond the task's OOD settings: ``seeds``,
+    ``test_fraction`` and the ``parts`` it evaluates; None when the task has no further splits."""
+    for where, part, ood in parts_with(config, "ood"):
+        if task not in part["tasks"]:
+            continue
+        splits = ood.get("extra_splits") or {}
+        if not splits.get("seeds"):
+            return None
+        return {"seeds": [int(s) for s in splits["seeds"]], "test_fraction": float(splits["test_fraction"]),
+                "parts": _split_parts(ood, task)}
+    return None
 
 
 def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
@@ -241,7 +309,7 @@ def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
         if gate_settings:
             gate = {k: v for k, v in ood["gate"].items() if k != "tasks"}
             gate["settings"] = gate_settings
-        settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS}
+        settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS + SPLIT_KEYS}
         for key in EXTRA_KEYS:
             extra = ood.get(key)
             applies = extra is not None and task in (extra.get("tasks") or (tile_tasks(part) if key == "sensitivity" else []))

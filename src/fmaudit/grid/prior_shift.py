@@ -42,6 +42,10 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
         task = ps["task"]
         require_tasks(part, [task], f"{where}.task")
         check_priors(ps["priors"], f"{where}.priors")
+        unknown = [name for name in ps.get("assumed_priors") or [] if name not in ps["priors"]]
+        if unknown:
+            raise FmauditInputError(f"config '{where}.assumed_priors': {unknown} are not priors of "
+                                    f"'{where}.priors' ({', '.join(ps['priors'])})")
         domains = require_domains(part, task, ps.get("source_domains") or [], dataset_registry,
                                    f"{where}.source_domains")
         require_domains(part, task, ps.get("target_domains") or [], dataset_registry, f"{where}.target_domains")

@@ -8,6 +8,7 @@ import pandas as pd
 
 from fmaudit.grid.analyses import ANALYSES, enumerate_runs, jobs
 from fmaudit.grid.cells import CELL_PROTOCOLS
+from fmaudit.grid.ood import SPLIT_PARTS
 from fmaudit.grid.probe import shards
 
 __all__ = ["summarize"]
@@ -65,6 +66,13 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
             add("ood", "abstention gate (task setting)", len(gate), 0)
     add_table("ood", "blurred test embeddings (task x sigma)", "ood_blur")
     add_table("ood", "artefact test embeddings (task x artefact)", "ood_image_artefact")
+    splits = tables["ood_splits"]
+    parts = [p for p in SPLIT_PARTS if len(splits) and p in set(splits["part"])]
+    for part in parts:
+        sub = splits[splits["part"] == part]
+        first = part == parts[0]  # the jobs are counted once, on the first part's row
+        add("ood", f"further splits: {part.replace('_', ' ')} (task x split seed)", len(sub),
+            len(jobs(splits, "ood_splits")) if first else 0)
     add_table("prior_shift", "source seed x target x prior x draw", "prior_shift")
     add_table("scratch_reference", "ResNet-18 from scratch (source x seed)", "scratch_reference")
     add_table("cells", "features (section x magnification)", "cell_features", in_total=False)

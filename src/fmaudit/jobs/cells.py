@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from fmaudit.cells.table import prepare_table_section
 from fmaudit.io import FmauditInputError, provenance, read_provenance, read_table, write_table
 from fmaudit.logs import setup_logging
 
@@ -59,20 +60,24 @@ def section_source_spec(section: str, organ: str, dataset: str, params: Mapping[
 
 
 def prepare_section_job(section: str, organ: str, dataset: str, params: Mapping[str, Any], data_root: str,
-                        out: str, qc_png: str, log: str | None = None) -> None:
-    """Register and label one section (:func:`fmaudit.cells.prepare.prepare_section`) into its cell manifest
-    ``out`` (parquet with provenance: counts, alignment, eligibility) and its QC overlay ``qc_png``. A section
-    with fewer than two valid classes is written, marked ineligible, and the reason is logged (WARNING)."""
+                        out: str, qc_png: str, log: str | None = None, kind: str = "xenium_cells") -> None:
+    """Register and label one section (:func:`fmaudit.cells.prepare.prepare_section`; a slide of a ``cell_table``
+    data set: :func:`fmaudit.cells.table.prepare_table_section`) into its cell manifest ``out`` (parquet with
+    provenance: counts, alignment, eligibility) and its QC overlay ``qc_png``. A section with fewer than two
+    valid classes is written, marked ineligible, and the reason is logged (WARNING)."""
     from fmaudit.cells.prepare import XENIUM_CELLS_DEFAULTS, prepare_section, resolve_section, write_cell_manifest
     from fmaudit.cells.taxonomy import load_taxonomy
 
     logger = setup_logging(log)
-    p = {**XENIUM_CELLS_DEFAULTS, **dict(params)}
-    spec = section_source_spec(section, organ, dataset, p, data_root)
-    source = resolve_section(section, spec, data_root)
-    taxonomy = load_taxonomy(p["taxonomy_fine"], p["taxonomy_coarse"])
-    result = prepare_section(source, taxonomy, int(p["min_cells_per_class"]), qc_png=qc_png)
-    write_cell_manifest(out, result)
+    if kind == "cell_table":
+        result = prepare_table_section(section, organ, dataset, params, out, qc_png)
+    else:
+        p = {**XENIUM_CELLS_DEFAULTS, **dict(params)}
+        spec = section_source_spec(section, organ, dataset, p, data_root)
+        source = resolve_section(section, spec, data_root)
+        taxonomy = load_taxonomy(p["taxonomy_fine"], p["taxonomy_coarse"])
+        result = prepare_section(source, taxonomy, int(p["min_cells_per_class"]), qc_png=qc_png)
+        write_cell_manifest(out, result)
     if result.eligible:
         logger.info("section %s (%s): %d cells registered, eligible; wrote %s", section, organ, len(result.manifest), out)
     else:

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from fmaudit.datasets import dataset_group_unit, prepare_dataset
 from fmaudit.io import dataframe_hash, provenance, write_json, write_table
 from fmaudit.logs import setup_logging
-from fmaudit.preflight import DataChecks, check_data
+from fmaudit.preflight import FILE_CHECKS, DataChecks, check_data
 from fmaudit.split_checks import SplitValidationError
 
 __all__ = ["download_job", "prepare_manifest_job", "validate_job"]
@@ -36,7 +36,8 @@ def validate_job(checks: Mapping[str, Any], out: str, log: str | None = None) ->
     embedding. ``checks``: :meth:`fmaudit.preflight.DataChecks.as_params`. Writes the report (one row per check
     and scope: task, check, scope, status, detail) to ``out`` when every check passes; otherwise logs every
     check and raises the error that lists each problem (the group and both splits of a leak, the class missing
-    from training, the config key naming an unknown class ...)."""
+    from training, the config key naming an unknown class, an unreadable file ...). Warnings (test splits with
+    fewer than 5 groups) are logged as such and kept in the report."""
     logger = setup_logging(log)
     spec = DataChecks.from_params(checks)
     logger.info("checking %d task(s) over %d manifest(s)", len(spec.tasks), len(spec.manifests))
@@ -45,6 +46,11 @@ def validate_job(checks: Mapping[str, Any], out: str, log: str | None = None) ->
     except SplitValidationError as e:
         logger.info("every check:\n%s", e.report.to_frame().to_string(index=False))
         raise
+    for check in report.checks:  # what was read of the files: every header, a decoded sample, every slide
+        if check.check in FILE_CHECKS and check.status == "ok":
+            logger.info("%s: %s", check.scope, check.detail)
+    for warning in report.warnings:
+        logger.warning("%s", warning)
     table = report.to_frame()
     write_table(out, table)
     counts = table["status"].value_counts().to_dict() if len(table) else {}

@@ -24,17 +24,25 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fmaudit.analyses.ood_splits import SPLIT_TABLES, run_extra_splits
+from fmaudit.analyses.ood_suite import ProbeSettings
+from fmaudit.analyses.task_data import item_strata
 from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
+from fmaudit.jobs.probe import load_task_data
 from fmaudit.logs import setup_logging
+from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes
 
 #: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each).
 SHARD_TABLES = ("detection", "selective", "curves", "blur", "gate", "histograms", "probe_sensitivity",
                 "scorer_sensitivity", "slides", "coarsening")
+#: Every aggregated OOD table: the stored split's shard tables, then the further splits' (fmaudit.analyses.ood_splits).
+AGGREGATE_TABLES = SHARD_TABLES + SPLIT_TABLES
 NO_GATE_CARD = "no_gate.json"
 PROTOCOL_NAMES = {"grouped_log_loss": ("grouped", "log_loss"), "grouped_accuracy": ("grouped", "accuracy"),
                   "ungrouped_log_loss": ("ungrouped", "log_loss"), "ungrouped_accuracy": ("ungrouped", "accuracy")}
 
-__all__ = ["NO_GATE_CARD", "SHARD_TABLES", "aggregate_ood_job", "derive_manifest_job", "ood_shard_job"]
+__all__ = ["AGGREGATE_TABLES", "NO_GATE_CARD", "SHARD_TABLES", "SPLIT_TABLES", "aggregate_ood_job",
+           "derive_manifest_job", "ood_shard_job", "ood_split_shard_job"]
 
 
 def derive_manifest_job(dataset: str, tag: str, spec: str, manifest: str, out: str, log: str | None = None) -> None:
@@ -128,11 +136,15 @@ def _meta(df: pd.DataFrame, encoder: str, task: str, readout: str) -> pd.DataFra
     return df
 
 
+def _neural_params(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The neural aggregators' settings of a ``slides`` or ``coarsening`` section, by their config key."""
+    return {key: dict(section[key]) for key in ("mil", "transformer") if key in section}
+
+
 def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: bool, manifests: Sequence[pd.DataFrame],
             n_boot: int, seed: int, ece_bins: int, logger) -> dict[str, pd.DataFrame]:
     """The sensitivity tables, slide aggregation and the coarsening controls the section declares for the task."""
     from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
-    from fmaudit.ood.slides import label_coarsening, slide_aggregation, without_classes
 
     out = {name: pd.DataFrame() for name in ("probe_sensitivity", "scorer_sensitivity", "slides", "coarsening")}
     X, y, groups = data.features, data.labels, data.groups
@@ -159,8 +171,9 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         slide = _column_of(manifests, data.item_ids, slides["slide_column"], "slides")
         out["slides"] = slide_aggregation(
             X[train], y[train], slide[train], X[test], y[test], slide[test], n_classes=data.n_classes,
-            ordinal=ordinal, groups_train=groups[train], slide_groups_test=groups[test] if slides["slide_column"] != "group" else None,
-            probe_C=probe_C, aggregators=slides["aggregators"], mil_params=slides["mil"], coverages=coverages,
+            ordinal=ordinal, groups_train=groups[train],
+            slide_groups_test=groups[test] if slides["slide_column"] != "group" else None, probe_C=probe_C,
+            aggregators=slides["aggregators"], neural_params=_neural_params(slides), coverages=coverages,
             n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
     coarse = settings.get("coarsening")
     if coarse:
@@ -168,7 +181,8 @@ def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: b
         slide = _column_of(manifests, data.item_ids, coarse["slide_column"], "coarsening")
         keep = train | test
         table = label_coarsening(X[keep], y[keep], slide[keep], groups[keep], test[keep], n_classes=data.n_classes,
-                                 ordinal=ordinal, probe_C=probe_C, mil_params=coarse["mil"], coverages=coverages,
+                                 ordinal=ordinal, probe_C=probe_C, neural_params=_neural_params(coarse),
+                                 coverages=coverages,
                                  n_boot=n_boot, bootstrap_seed=seed, random_state=seed, n_bins=ece_bins)
         table.insert(0, "control", "label_coarsening")
         parts = [table]
@@ -200,7 +214,9 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     """Every OOD analysis of one (encoder, task) (:func:`fmaudit.analyses.ood_suite.run_ood_suite` and the
     extras), written as the tables of :data:`SHARD_TABLES` (``out[name]``) and the exported gate (``gate_dir``).
 
-    ``task_spec``: the task's config entry with its resolved domains; ``plan``: :func:`fmaudit.grid.ood_shard_plan`
+    ``task_spec``: the task's config entry with its resolved domains and ``split_strata`` (data set -> the
+    manifest columns its split is stratified by; the gate's divisions are stratified the same way); ``plan``:
+    :func:`fmaudit.grid.ood_shard_plan`
     of the task; ``settings``: the task's filled ``ood`` section, ``readout`` resolved for the encoder;
     ``bootstrap``: ``n_boot`` and ``seed``; ``ece_bins``: the task's ``calibration.ece_bins`` (the top-label ECE
     of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.
@@ -214,6 +230,7 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)
+    strata, strata_name = item_strata(data, mans, task_spec.get("split_strata"))
     test_ids = data.item_ids[data.splits == "test"]
     conditions = []
     for cond in plan["conditions"]:
@@ -235,16 +252,16 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
                           cv_folds=settings["probe"]["cv_folds"], tol=settings["probe"]["tol"],
                           max_iter=settings["probe"]["max_iter"])
     ordinal = bool(task_spec.get("ordinal", False))
-    logger.info("%s x %s: %d items (%d test), %d features, %d classes; %d conditions %s; gate %s", encoder, task,
-                len(data.labels), len(test_ids), data.features.shape[1], data.n_classes, len(conditions),
-                [c.name for c in conditions], "on" if gate else "off")
+    logger.info("%s x %s: %d items (%d test), %d features, %d classes; %d conditions %s; gate %s (divisions "
+                "stratified by %s)", encoder, task, len(data.labels), len(test_ids), data.features.shape[1],
+                data.n_classes, len(conditions), [c.name for c in conditions], "on" if gate else "off", strata_name)
     res = run_ood_suite(data, conditions, encoder=encoder, task=task, readout=readout, scorers=settings["scorers"],
                         ordinal=ordinal, knn_k=settings["knn_k"], covariance=settings["covariance"],
                         coverages=settings["coverages"], n_boot=int(bootstrap["n_boot"]),
                         bootstrap_seed=int(bootstrap["seed"]), gate_params=gate_params,
                         gate_splits=int(gate["n_splits"]) if gate else 1, gate_near=bool(gate and gate["near"]),
                         hist_bins=settings["hist_bins"], random_state=int(bootstrap["seed"]), probe=probe,
-                        ece_bins=int(ece_bins))
+                        ece_bins=int(ece_bins), strata=strata, strata_name=strata_name)
     tables = {"detection": res.detection, "selective": res.selective, "curves": res.curves, "blur": res.blur,
               "gate": res.gate, "histograms": res.histograms}
     tables.update(_extras(data, conditions, settings, task, ordinal, mans, int(bootstrap["n_boot"]),
@@ -271,10 +288,54 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     logger.info("wrote %d detection rows, %d gate rows; probe C %s", len(res.detection), len(res.gate), res.probe_C)
 
 
-def aggregate_ood_job(shards: Mapping[str, Sequence[str]], out: Mapping[str, str], log: str | None = None) -> None:
-    """Concatenate each table of every OOD shard (``shards[name]``: the shards' files) into ``out[name]``."""
+def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: Mapping[str, Any],
+                        settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int,
+                        manifests: Sequence[str], embeddings: Sequence[str], out: Mapping[str, str],
+                        log: str | None = None) -> None:
+    """Seed 003's further train/test splits of one (encoder, task)
+    (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
+    :data:`~fmaudit.analyses.ood_splits.SPLIT_TABLES` (``out[name]``).
+
+    ``plan``: :func:`fmaudit.grid.ood_split_plan` of the task (``seeds``, ``test_fraction``, ``parts``);
+    ``task_spec``, ``settings``, ``bootstrap``, ``ece_bins``: as :func:`ood_shard_job`'s (the splits are
+    stratified by the task's ``split_strata``, the probe is the shard's, slides and coarsening read their
+    sections of ``settings``)."""
     logger = setup_logging(log)
-    for name in SHARD_TABLES:
+    readout = settings["readout"]
+    mans = [read_table(p) for p in manifests]
+    data = load_task_data(task, task_spec, mans, embeddings, readout)
+    strata, strata_name = item_strata(data, mans, task_spec.get("split_strata"))
+    parts = list(plan["parts"])
+    slides, coarse = settings.get("slides"), settings.get("coarsening")
+    slide_ids = _column_of(mans, data.item_ids, slides["slide_column"], "slides") if slides else None
+    coarse_ids = _column_of(mans, data.item_ids, coarse["slide_column"], "coarsening") if coarse else None
+    probe = ProbeSettings(C=settings["probe"]["C"], Cs=tuple(settings["probe"]["Cs"]),
+                          cv_folds=settings["probe"]["cv_folds"], tol=settings["probe"]["tol"],
+                          max_iter=settings["probe"]["max_iter"])
+    logger.info("%s x %s: %d items, further splits %s (test fraction %g, stratified by %s): %s", encoder, task,
+                len(data.labels), plan["seeds"], plan["test_fraction"], strata_name, parts)
+    tables = run_extra_splits(data, seeds=plan["seeds"], test_fraction=plan["test_fraction"], parts=parts,
+                              strata=strata, probe=probe, ordinal=bool(task_spec.get("ordinal", False)),
+                              coverages=settings["coverages"], n_boot=int(bootstrap["n_boot"]),
+                              bootstrap_seed=int(bootstrap["seed"]), n_bins=int(ece_bins), slides=slides,
+                              slide_ids=slide_ids, coarsening=coarse, coarse_slide_ids=coarse_ids)
+    prov = provenance(encoder=encoder, task=task, readout=readout, split_seeds=list(plan["seeds"]),
+                      test_fraction=plan["test_fraction"], split_strata=strata_name,
+                      embeddings={p: read_npz_provenance(p).get("encoder_config_hash") for p in embeddings},
+                      manifests={p: dataframe_hash(m) for p, m in zip(manifests, mans)})
+    for name in SPLIT_TABLES:
+        df = tables[name]
+        if len(df.columns):
+            df["split_strata"] = strata_name
+        write_table(out[name], _meta(df, encoder, task, readout) if len(df.columns) else df, provenance=prov)
+    logger.info("wrote %s", {name: len(tables[name]) for name in SPLIT_TABLES})
+
+
+def aggregate_ood_job(shards: Mapping[str, Sequence[str]], out: Mapping[str, str], log: str | None = None) -> None:
+    """Concatenate each table of every OOD shard and further-splits job (``shards[name]``: the jobs' files of
+    table ``name``, of :data:`AGGREGATE_TABLES`) into ``out[name]``."""
+    logger = setup_logging(log)
+    for name in AGGREGATE_TABLES:
         paths = list(shards.get(name) or [])
         frames = [df for df in (read_table(p) for p in paths) if len(df.columns)]
         df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -21,6 +21,7 @@ from fmaudit.analyses.ood_summary import summarize_ood
 from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
 from fmaudit.analyses.probe_summary import summarize_probe_suite
 from fmaudit.analyses.variants import split_variant_runs, variant_pairs
+from fmaudit.claims import load_claims
 from fmaudit.costs import cost_by, embedding_devices, job_costs
 from fmaudit.embed import embedding_inventory
 from fmaudit.exposure import EXPOSURE_COLUMNS, exposure_audit
@@ -125,8 +126,10 @@ def _prior_shift(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Map
         return None
     bootstrap = settings["bootstrap"]
     selection = {task: list(part["model_selection"]) for task, part in (settings.get("prior_shift") or {}).items()}
+    assumed = {task: list(part.get("assumed_priors") or [])
+               for task, part in (settings.get("prior_shift") or {}).items()}
     summary = summarize_prior_shift(rows, inputs.table("prior_shift_pool"), inputs.table("scratch_reference"),
-                                    bootstrap, selection)
+                                    bootstrap, selection, assumed)
     if summary is not None:
         summary["exposure"] = earlier.get("exposure")
         summary["bootstrap"] = {task: dict(bootstrap[task]) for task in selection if task in bootstrap}
@@ -138,7 +141,7 @@ def _cells(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[s
     if runs is None:
         return None
     qc = {Path(p).stem: p for p in inputs.files("cell_qc")}
-    return summarize_cell_runs(runs, settings.get("cells") or {}, qc)
+    return summarize_cell_runs(runs, settings.get("cells") or {}, qc, subset_scores=inputs.table("cell_subset_scores"))
 
 
 def _embeddings(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
@@ -195,6 +198,11 @@ def _cards(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[s
                         "gate_summary": ood.get("gate_summary")}}
 
 
+def _paper_check(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    """The config's claims files; the chapter checks them against the tables the other chapters wrote."""
+    return [load_claims(p) for p in inputs.files("claims")] or None
+
+
 #: Chapter name -> the function that turns the chapter's declared inputs and settings into what it formats
 #: (``summary(inputs, settings, earlier results by chapter name)``), in the order they are computed.
 SUMMARIES: dict[str, Summary] = {
@@ -207,6 +215,7 @@ SUMMARIES: dict[str, Summary] = {
     "embeddings": _embeddings,
     "cost": _cost,
     "cards": _cards,
+    "paper_check": _paper_check,
 }
 
 

@@ -5,8 +5,9 @@
 - ``gate``: the two-threshold abstention gate, its evaluation with cluster-bootstrap intervals, export/load.
 - ``perturb``: image-space perturbations (blur, artefacts) and derived manifests, embedded as real inputs.
 - ``conditions``: near (held-out classes), far (another data set) and perturbed OOD sets of a task.
-- ``slides``: slide-level aggregation (mean probability, majority vote, attention MIL), label coarsening.
 - ``sensitivity``: probe regularisation / selection and scorer-setting sensitivity tables.
+
+Slide-level aggregation, which is not OOD, is :mod:`fmaudit.slide_aggregation`.
 
 Names are imported lazily, so that the embedding workers (which only need ``perturb``: numpy and PIL) do not
 import scikit-learn or the probe engine.
@@ -24,8 +25,6 @@ _EXPORTS = {
     "gate": ("AbstentionGate", "evaluate_gate", "gate_operating_points", "save_gate", "load_gate", "GateSet"),
     "perturb": ("apply_perturbation", "parse_perturbation", "perturbation_tag", "derive_manifest"),
     "conditions": ("hold_out_classes", "far_ood_items", "align_perturbed"),
-    "slides": ("make_bags", "majority_vote", "mean_probability", "AttentionMILClassifier", "coarsen_to_slide",
-               "paper_stratified_sample"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

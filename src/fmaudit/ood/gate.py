@@ -5,7 +5,8 @@ Fitting (:class:`AbstentionGate`):
 1. The training split is divided into a fit part and a validation part (:func:`fit_validation_split`): with
    ``validation_fraction = 1/k`` for an integer k (0.2 -> 5) the validation part is the first fold of
    ``StratifiedKFold(k, shuffle=True, random_state)`` over the items, or over the groups (patients / slides,
-   each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``. Other
+   each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``; where every
+   class's items sit in fewer groups than folds (small data) the groups are dealt by ``KFold`` instead. Other
    fractions use :func:`fmaudit.probes.split_train_val` (group-disjoint when groups are given).
 2. The probe (standardised features, multinomial logistic; C chosen by grouped 3-fold CV on log-loss over
    ``logspace(-6, 0, 7)`` as seed 003, METHODS 9, or a given C) and the novelty scorer (Mahalanobis with a
@@ -19,13 +20,14 @@ Fitting (:class:`AbstentionGate`):
    ``prediction`` (class index).
 
 Evaluation (:func:`gate_operating_points`): the gate is fitted on ``n_splits`` fit/validation divisions
-(seeds ``random_state + i``) and applied to the test split and every OOD set. Per set: coverage, rejection
-rates and, where labels exist, the accuracy (and QWK for ordinal tasks) of all / novelty-passing / accepted
-items. Intervals follow seed 003's protocol: per division ``n_boot`` cluster-bootstrap resamples of the
-evaluated set (groups = patients or slides, else items; ``fmaudit.stats.bootstrap_counts`` with seed
-``bootstrap_seed + i``), draws pooled over the divisions, percentile interval; the point estimate is the mean
-over the divisions; ``value`` is the exported gate's own number (division 0), which applying the exported
-gate reproduces exactly.
+(seeds ``random_state + i``), each stratified like the test split (``strata``: PANDA's grade and data provider
+jointly), and applied to the test split and every OOD set. Per set: coverage, rejection rates and, where labels
+exist, the accuracy (and QWK for ordinal tasks) of all / novelty-passing / accepted items. ``value`` is the
+paper's number: the gate of division 0 (seed 003 evaluates one division, seed 0), the exported gate, which
+applying it reproduces exactly. Beside it, ``mean_over_divisions`` with the percentile interval of the
+bootstrap draws pooled over the divisions (per division ``n_boot`` cluster-bootstrap resamples of the
+evaluated set: groups = patients or slides, else items; ``fmaudit.stats.bootstrap_counts`` with seed
+``bootstrap_seed + i``) says how much the operating point moves with the division.
 
 Export (:func:`save_gate` / :func:`load_gate`): ``gate.safetensors`` holds the scaler, probe and scorer
 arrays; ``gate.json`` (the card) holds the encoder, readout, training-data hash, feature dimension, classes,
@@ -57,9 +59,13 @@ GATE_FORMAT_VERSION = 1
 ARRAYS_FILE = "gate.safetensors"
 CARD_FILE = "gate.json"
 DEFAULT_CS = tuple(float(c) for c in np.logspace(-6, 0, 7))
+#: Column of the operating-point table holding each quantity's mean over the fit/validation divisions (the
+#: paper's number is ``value``, the gate of division 0).
+DIVISION_MEAN = "mean_over_divisions"
 
 __all__ = [
     "DECISIONS",
+    "DIVISION_MEAN",
     "AbstentionGate",
     "GateSet",
     "evaluate_gate",
@@ -79,7 +85,7 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
 
     ``strata`` (default: the labels) stratifies the division, e.g. class and data provider jointly.
     """
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import KFold, StratifiedKFold
 
     y = np.asarray(labels)
     if y.ndim != 1 or y.size == 0:
@@ -116,7 +122,12 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
         values, strata_idx = np.unique(strata, return_inverse=True)
         counts = np.zeros((ids.size, values.size), dtype=int)
         np.add.at(counts, (group_idx.reshape(-1), strata_idx.reshape(-1)), 1)
-        _, val_groups = next(folds.split(np.zeros(ids.size), counts.argmax(axis=1)))
+        group_strata = counts.argmax(axis=1)
+        if np.unique(group_strata, return_counts=True)[1].max() < k:
+            # every class's items sit in fewer groups than folds (small data: three patients per class), where
+            # StratifiedKFold refuses to split: the groups are dealt to folds unstratified, still group-disjoint
+            folds = KFold(k, shuffle=True, random_state=random_state)
+        _, val_groups = next(folds.split(np.zeros(ids.size), group_strata))
     in_val = np.isin(group_idx.reshape(-1), val_groups)
     return np.flatnonzero(~in_val), np.flatnonzero(in_val)
 
@@ -404,11 +415,13 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     """Fit the gate on ``n_splits`` fit/validation divisions of the training split and evaluate every set.
 
     Returns (table, gate of division 0 = the one to export). Table columns: set, tier, quantity, value (the
-    exported gate), point (mean over divisions), ci_lo, ci_hi (percentile interval of the bootstrap draws
-    pooled over divisions; NaN for the validation rows), n_valid, n_splits, n_boot (per division), ci_unit,
-    ci_n_units, n_items (a set whose items come from a single group is resampled by item, ``ci_unit`` item).
-    Set ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the
-    selected C and the validation operating point.
+    gate of division 0: the paper's single division and the exported gate), mean_over_divisions,
+    mean_over_divisions_ci_lo, mean_over_divisions_ci_hi (percentile interval of the bootstrap draws pooled over
+    the divisions; NaN for the validation rows), n_valid, n_splits, n_boot (per division), ci_unit, ci_n_units,
+    n_items (a set whose items come from a single group is resampled by item, ``ci_unit`` item). Set
+    ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the selected C and the validation
+    operating point. ``strata`` (one per training item; default the labels) stratifies every division, as the
+    test split was (seed 003: "stratified in the same way as the test split").
     """
     params = dict(gate_params or {})
     base_seed = int(params.pop("random_state", 0))
@@ -449,19 +462,20 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     rows = []
     for (name, q), vals in values.items():
         row = {"set": name, "quantity": q, "value": vals[0],
-               "point": float(np.nanmean(vals)) if np.isfinite(vals).any() else float("nan"),
+               "mean_over_divisions": float(np.nanmean(vals)) if np.isfinite(vals).any() else float("nan"),
                "n_splits": int(n_splits)}
         if name == "validation":
-            row.update(tier="validation", ci_lo=np.nan, ci_hi=np.nan, n_valid=0, n_boot=0, ci_unit="",
-                       ci_n_units=0, n_items=gates[0].validation_point_["n_validation"])
+            row.update(tier="validation", mean_over_divisions_ci_lo=np.nan, mean_over_divisions_ci_hi=np.nan,
+                       n_valid=0, n_boot=0, ci_unit="", ci_n_units=0,
+                       n_items=gates[0].validation_point_["n_validation"])
         else:
             tier, n_items, n_units, ci_unit = meta[name]
             lo, hi, n_valid = percentile_interval(np.concatenate(draws[(name, q)]), alpha)
-            row.update(tier=tier, ci_lo=lo, ci_hi=hi, n_valid=n_valid, n_boot=int(n_boot), ci_unit=ci_unit,
-                       ci_n_units=n_units, n_items=n_items)
+            row.update(tier=tier, mean_over_divisions_ci_lo=lo, mean_over_divisions_ci_hi=hi, n_valid=n_valid,
+                       n_boot=int(n_boot), ci_unit=ci_unit, ci_n_units=n_units, n_items=n_items)
         rows.append(row)
-    cols = ["set", "tier", "quantity", "value", "point", "ci_lo", "ci_hi", "n_valid", "n_splits", "n_boot",
-            "ci_unit", "ci_n_units", "n_items"]
+    cols = ["set", "tier", "quantity", "value", "mean_over_divisions", "mean_over_divisions_ci_lo",
+            "mean_over_divisions_ci_hi", "n_valid", "n_splits", "n_boot", "ci_unit", "ci_n_units", "n_items"]
     return pd.DataFrame(rows)[cols], gates[0]
 
 

@@ -16,6 +16,7 @@ how many units there were.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,7 +30,10 @@ DEFAULT_COVERAGES = (0.5, 0.8, 0.9, 0.95)
 
 __all__ = [
     "DEFAULT_COVERAGES",
+    "PredictionDraws",
     "blur_accuracy_curve",
+    "pooled_summary",
+    "prediction_draws",
     "prediction_summary",
     "risk_coverage_curve",
     "selective_summary",
@@ -122,6 +126,44 @@ def _summary_values(y: np.ndarray, pred: np.ndarray, conf: np.ndarray, k: int, o
     return out
 
 
+@dataclass
+class PredictionDraws:
+    """The selective-prediction metrics of one set of predictions and their bootstrap draws (one split).
+
+    ``point``: metric -> value; ``draws``: metric -> (B,) values over the resamples (empty without a
+    bootstrap); ``n``: items; ``unit`` / ``n_units``: what was resampled and how many there were."""
+
+    point: dict[str, float]
+    draws: dict[str, np.ndarray]
+    n: int
+    unit: str
+    n_units: int
+    n_boot: int
+
+
+def prediction_draws(labels: Any, predictions: Any, confidence: Any, n_classes: int | None = None, *,
+                     ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
+                     n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int = 0,
+                     random_state: int = 0, unit: str = "group") -> PredictionDraws:
+    """The metrics of :func:`prediction_summary` and, with ``n_boot > 0``, their draws over ``n_boot``
+    (cluster, when ``groups`` are given) bootstrap resamples seeded by ``random_state``."""
+    y, pred, conf, k = _check_predictions(labels, predictions, confidence, n_classes)
+    coverages = _check_coverages(coverages)
+    point = _summary_values(y, pred, conf, k, ordinal, coverages, int(n_bins))
+    draws: dict[str, np.ndarray] = {}
+    if n_boot and int(n_boot) > 0:
+        counts = bootstrap_counts(y.size, groups, int(n_boot), random_state)
+        draws = {key: np.empty(counts.shape[0]) for key in point}
+        for b, row in enumerate(counts):
+            idx = np.repeat(np.arange(y.size), row)
+            values = _summary_values(y[idx], pred[idx], conf[idx], k, ordinal, coverages, int(n_bins))
+            for key, v in values.items():
+                draws[key][b] = v
+    n_units = int(np.unique(np.asarray(groups)).size) if groups is not None else int(y.size)
+    return PredictionDraws(point, draws, int(y.size), unit if groups is not None else "item", n_units,
+                           int(n_boot) if n_boot else 0)
+
+
 def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes: int | None = None, *,
                        ordinal: bool = False, coverages: Sequence[float] = DEFAULT_COVERAGES,
                        n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int = 0,
@@ -133,24 +175,39 @@ def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes
     ``<metric>_ci_lo`` / ``_ci_hi`` from a (cluster, when ``groups`` are given) bootstrap, and ``ci_unit``,
     ``ci_n_units``, ``n_boot`` say how it was drawn.
     """
-    y, pred, conf, k = _check_predictions(labels, predictions, confidence, n_classes)
-    coverages = _check_coverages(coverages)
-    point = _summary_values(y, pred, conf, k, ordinal, coverages, int(n_bins))
-    out: dict[str, Any] = {"n": int(y.size), **point}
-    if n_boot and int(n_boot) > 0:
-        counts = bootstrap_counts(y.size, groups, int(n_boot), random_state)
-        draws = {key: np.empty(counts.shape[0]) for key in point}
-        for b, row in enumerate(counts):
-            idx = np.repeat(np.arange(y.size), row)
-            values = _summary_values(y[idx], pred[idx], conf[idx], k, ordinal, coverages, int(n_bins))
-            for key, v in values.items():
-                draws[key][b] = v
-        for key in point:
-            lo, hi, _ = percentile_interval(draws[key], alpha)
+    res = prediction_draws(labels, predictions, confidence, n_classes, ordinal=ordinal, coverages=coverages,
+                           n_bins=n_bins, groups=groups, n_boot=n_boot, random_state=random_state, unit=unit)
+    out: dict[str, Any] = {"n": res.n, **res.point}
+    if res.n_boot > 0:
+        for key in res.point:
+            lo, hi, _ = percentile_interval(res.draws[key], alpha)
             out[f"{key}_ci_lo"], out[f"{key}_ci_hi"] = lo, hi
-        out["ci_unit"] = unit if groups is not None else "item"
-        out["ci_n_units"] = int(np.unique(np.asarray(groups)).size) if groups is not None else int(y.size)
-        out["n_boot"] = int(n_boot)
+        out["ci_unit"], out["ci_n_units"], out["n_boot"] = res.unit, res.n_units, res.n_boot
+    return out
+
+
+def pooled_summary(parts: Sequence[PredictionDraws], alpha: float = 0.05) -> dict[str, Any]:
+    """Seed 003's summary over several train/test splits: each metric's mean over the splits (``n`` the mean
+    number of test items), and, where the splits were resampled, the percentile interval of the bootstrap draws
+    pooled over them (``n_boot`` per split, ``n_boot_pooled`` in all; ``ci_n_units`` the mean number of
+    resampled units per split); ``<metric>_sd_over_splits`` (ddof 1) is the spread of the split means."""
+    if not parts:
+        raise FmauditInputError("pooled_summary: no splits")
+    keys = list(parts[0].point)
+    out: dict[str, Any] = {"n": float(np.mean([p.n for p in parts])), "n_splits": len(parts)}
+    for key in keys:
+        values = np.array([p.point.get(key, np.nan) for p in parts], dtype=np.float64)
+        out[key] = float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+        finite = values[np.isfinite(values)]
+        out[f"{key}_sd_over_splits"] = float(finite.std(ddof=1)) if finite.size > 1 else float("nan")
+    if all(p.n_boot > 0 for p in parts):
+        for key in keys:
+            lo, hi, _ = percentile_interval(np.concatenate([p.draws[key] for p in parts]), alpha)
+            out[f"{key}_ci_lo"], out[f"{key}_ci_hi"] = lo, hi
+        out["ci_unit"] = "+".join(dict.fromkeys(p.unit for p in parts))
+        out["ci_n_units"] = float(np.mean([p.n_units for p in parts]))
+        out["n_boot"] = int(parts[0].n_boot)
+        out["n_boot_pooled"] = int(sum(p.n_boot for p in parts))
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from fmaudit.io import write_text
-from fmaudit.report import cards, cells, cost, embeddings, exposure, ood, prior_shift, probe, variants
+from fmaudit.report import cards, cells, cost, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
 from fmaudit.report.chapter import ReportWriter, Chapter
 from fmaudit.report.formatting import TABLE_FORMATS
 from fmaudit.report.html import markdown_to_html, page
@@ -37,6 +37,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     cells.CHAPTER,
     embeddings.CHAPTER,
     cost.CHAPTER,
+    paper_check.CHAPTER,  # last: it checks the claims against the tables the chapters above wrote
 )
 
 #: Every input a chapter may read: name -> what the workflow gives under it (a list of files, empty when the
@@ -52,6 +53,8 @@ REPORT_INPUTS: dict[str, str] = {
     "cell_runs": "the aggregated cell runs (aggregate/cell_runs.parquet)",
     "cell_qc": "each cell section's QC overlay (PNG)",
     "cell_manifests": "each cell section's manifest",
+    "cell_subset_scores": "the table ranking the cell sections for the nested subsets (cells.subsets.scores)",
+    "claims": "the claims files of the Paper check (config claims)",
     "benchmarks": "the Snakemake benchmark file of every planned job that writes one (benchmarks/<rule>/...tsv)",
 }
 #: Every setting a chapter may state: name -> what it holds (the report rule's params; captions read them).
@@ -142,6 +145,11 @@ def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequ
     if writer.written != declared:  # a chapter wrote something it does not declare, or skipped an output
         raise RuntimeError(f"report chapters wrote {sorted(writer.written ^ declared)} against their declaration")
     head = ["# fmaudit report", ""]
+    if writer.warnings:  # small test sets: said once at the top, and in each row's ci_note
+        head += ["## Warning: small test sets", "",
+                 "Some intervals rest on fewer than 5 test patients (or slides); with a single one there is no "
+                 "interval at all. Each such row says so in its `ci_note` column:", ""]
+        head += [f"- `{name}`: {'; '.join(flagged)}" for name, flagged in sorted(writer.warnings.items())] + [""]
     if len(findings):
         head += [f"**Report lint: {len(findings)} finding{'s' if len(findings) != 1 else ''}** (listed at the end of "
                  "this page and in `tables/report_lint.csv`): read them before the numbers they point at.", ""]

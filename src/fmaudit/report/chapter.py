@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from fmaudit.report.formatting import TABLE_FORMATS, write_all_formats
+from fmaudit.report.formatting import TABLE_FORMATS, guard_intervals, write_all_formats
 
 __all__ = ["ReportWriter", "Chapter"]
 
@@ -55,13 +55,19 @@ class Chapter:
 
 
 class ReportWriter:
-    """Writes tables and figures under one report folder, atomically, and remembers what it wrote."""
+    """Writes tables and figures under one report folder, atomically, and remembers what it wrote. Every table
+    goes through :func:`~fmaudit.report.formatting.guard_intervals` (no interval over a single test patient, a
+    note where there are fewer than 5); ``warnings`` collects what it flagged, for the index."""
 
     def __init__(self, out_dir: Path):
         self.out_dir = Path(out_dir)
         self.written: set[str] = set()
+        self.warnings: dict[str, list[str]] = {}
 
     def table(self, name: str, df: pd.DataFrame) -> None:
+        df, flagged = guard_intervals(df)
+        if flagged:
+            self.warnings[name] = flagged
         for path in write_all_formats(df, self.out_dir / "tables" / name):
             self.written.add(str(path.relative_to(self.out_dir)))
 

@@ -15,19 +15,72 @@ from fmaudit.io import dataframe_to_markdown, write_table, write_text
 #: Formats every report table is written in, the first one carrying the caption in Snakemake's report.
 TABLE_FORMATS = (".csv", ".md", ".tex")
 _ECE_COLUMN = re.compile(r"^ece_top_(\d+)_lohi$")
+#: Resampling units (test patients, slides ...) below which a row's intervals are flagged: the same threshold as
+#: the validation log's warning (:data:`fmaudit.preflight.MIN_TEST_GROUPS`). Below 2 a row has no interval.
+FEW_UNITS = 5
+#: The column that says why a row's interval is missing or weak.
+CI_NOTE = "ci_note"
 
-#: Intervals from fewer resampling units than this get a warning beside them (and a report-lint finding).
-MIN_UNITS = 5
+#: Intervals from fewer resampling units than this carry a warning (the report lint flags them too).
+MIN_UNITS = FEW_UNITS
 
-__all__ = ["MIN_UNITS", "TABLE_FORMATS", "ece_columns", "few_units_warning", "fill_missing", "fmt_ci",
-           "integer_columns", "settings_text", "table_or_note", "write_all_formats"]
+__all__ = ["CI_NOTE", "FEW_UNITS", "MIN_UNITS", "TABLE_FORMATS", "ece_columns", "fill_missing", "fmt_ci",
+           "guard_intervals", "guarded", "integer_columns", "settings_text", "table_or_note", "write_all_formats"]
+
+
+def _interval_columns(columns: Iterable[str]) -> list[str]:
+    cols = list(columns)
+    return [c for c in cols if (c.endswith("ci_lo") and c[:-2] + "hi" in cols) or
+            (c.endswith("ci_hi") and c[:-2] + "lo" in cols)]
+
+
+def guard_intervals(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """A report table with no interval where its resampling unit has a single cluster, and a :data:`CI_NOTE` saying
+    why, or saying that an interval over fewer than :data:`FEW_UNITS` clusters is weak; returns it with one line per
+    flagged kind of row for the report's index. Tables whose rows name their clusters (``ci_n_units``, with
+    ``ci_unit``) are guarded; rows with 0 clusters have no interval by design (e.g. a gate's thresholds) and are
+    left as they are. A cluster bootstrap over one patient resamples that patient only: its "interval" is the
+    point itself, which reads as certainty."""
+    if "ci_n_units" not in df.columns or not len(df):
+        return df, []
+    n = pd.to_numeric(df["ci_n_units"], errors="coerce")
+    unit = df["ci_unit"].astype(str) if "ci_unit" in df.columns else pd.Series("group", index=df.index)
+    single = (n == 1).to_numpy()
+    few = ((n >= 2) & (n < FEW_UNITS)).to_numpy()
+    if not single.any() and not few.any():
+        return df, []
+    out = df.copy()
+    note = pd.Series(pd.NA, index=out.index, dtype="string")
+    note[single] = [f"no interval: 1 {u} (a cluster bootstrap needs at least 2)" for u in unit[single]]
+    note[few] = [f"only {int(k)} {u}s: the interval is wide and its width uncertain (fewer than {FEW_UNITS})"
+                 for k, u in zip(n[few], unit[few])]
+    for col in _interval_columns(out.columns):
+        out[col] = out[col].astype("float64")
+        out.loc[single, col] = np.nan
+    out[CI_NOTE] = out[CI_NOTE].fillna(note) if CI_NOTE in out.columns else note
+    lines = []
+    if single.any():
+        lines.append(f"{int(single.sum())} row(s) without an interval (a single test {unit[single].iloc[0]})")
+    if few.any():
+        lows = sorted({int(k) for k in n[few]})
+        lines.append(f"{int(few.sum())} row(s) with intervals over {', '.join(map(str, lows))} "
+                     f"{unit[few].iloc[0]}s only (fewer than {FEW_UNITS})")
+    return out, lines
 
 
 def fmt_ci(point: float, lo: float, hi: float) -> str:
-    """``0.812 [0.790, 0.833]``; ``n/a`` for an undefined point."""
+    """``0.812 [0.790, 0.833]``; ``n/a`` for an undefined point; ``1.000 [no interval]`` for a point without one."""
     if not np.isfinite(point):
         return "n/a"
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{point:.3f} [no interval]"
     return f"{point:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def guarded(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Every table of a section's results through :func:`guard_intervals`, so that its index lines and its table
+    files agree (no interval over a single test patient)."""
+    return {k: guard_intervals(v)[0] if isinstance(v, pd.DataFrame) else v for k, v in results.items()}
 
 
 def write_all_formats(df: pd.DataFrame, stem: Path) -> list[Path]:
@@ -63,10 +116,11 @@ def fill_missing(df: pd.DataFrame, reasons: Mapping[str, str] | None = None, def
     """A copy of ``df`` for printing in which every missing cell says why: ``reasons[column]`` where given, else
     ``default`` (the Markdown writer would leave it blank)."""
     out = df.astype(object).copy()
+    reasons = {CI_NOTE: "none", **(reasons or {})}  # a row without a note on its interval
     for col in out.columns:
         missing = df[col].isna()
         if missing.any():
-            out.loc[missing, col] = (reasons or {}).get(str(col), default)
+            out.loc[missing, col] = reasons.get(str(col), default)
     return out
 
 
@@ -85,13 +139,3 @@ def table_or_note(df: pd.DataFrame | None, why: str) -> str:
     if df is None or len(df) == 0 or len(df.columns) == 0:
         return why[0].upper() + why[1:] + ("" if why.endswith(".") else ".")
     return dataframe_to_markdown(df)
-
-
-def few_units_warning(n_units: Iterable[Any], unit: str = "unit") -> str:
-    """A warning sentence when some interval rests on fewer than :data:`MIN_UNITS` resampling units, else ``""``."""
-    small = sorted({int(n) for n in n_units if pd.notna(n) and int(n) < MIN_UNITS})
-    if not small:
-        return ""
-    return (f" **Warning: some intervals rest on {', '.join(map(str, small))} {unit}(s), fewer than {MIN_UNITS}: "
-            "such an interval says almost nothing (with one unit, every resample is the same and the interval "
-            "collapses onto the point).**")

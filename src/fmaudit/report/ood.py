@@ -13,9 +13,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from fmaudit.ood.gate import DIVISION_MEAN
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.figures import note_figure, pyplot, save_figure
-from fmaudit.report.formatting import fmt_ci
+from fmaudit.report.formatting import fmt_ci, guarded
 from fmaudit.report.chapter import ReportWriter, Chapter
 
 DETECTION, GATE, SELECTIVE, SLIDES, SENSITIVITY = ("OOD detection", "Abstention gate", "Selective prediction",
@@ -95,34 +96,85 @@ def below_chance_remark(by_tier: pd.DataFrame) -> str:
             "(invert it only with a reason, and never on the test set). The reliability cards name each case.\n")
 
 
+def _value(row: Mapping[str, Any], name: str) -> str:
+    value = float(row.get(name, np.nan))
+    return f"{value:.3f}" if np.isfinite(value) else "n/a"
+
+
 def gate_markdown(summary: pd.DataFrame) -> str:
-    """One table per (task setting): per encoder and set, coverage, rejection and accuracy of accepted items."""
+    """One table per (task setting): per encoder and set, coverage, rejection and accuracy of accepted items of
+    the gate of one fit/validation division (the paper's; the exported gate), then each as the mean over the
+    divisions with its pooled-bootstrap interval."""
     parts = []
     for setting, part in summary.groupby("setting", sort=False):
         rows = []
         for r in part.to_dict("records"):
             labelled = np.isfinite(float(r.get("accuracy_accepted", np.nan)))
-            rows.append({"encoder": r["encoder"], "set": r["set"], "tier": r["tier"], "coverage": _ci(r, "coverage"),
-                         "reject_any": _ci(r, "reject_any"),
-                         "accuracy_accepted": _ci(r, "accuracy_accepted") if labelled else "n/a (no labels)",
-                         "tau_novelty": r.get("tau_novelty", np.nan), "tau_confidence": r.get("tau_confidence", np.nan)})
-        parts.append(f"### Setting {setting}\n\nMean over {int(part['n_splits'].iloc[0])} fit/validation divisions "
-                     f"[95% interval of the pooled bootstrap draws; {_units(part)}]; thresholds of the exported gate "
-                     f"(division 0).\n\n{dataframe_to_markdown(pd.DataFrame(rows))}\n")
+            row = {"encoder": r["encoder"], "set": r["set"], "tier": r["tier"], "coverage": _value(r, "coverage"),
+                   "reject_any": _value(r, "reject_any"),
+                   "accuracy_accepted": _value(r, "accuracy_accepted") if labelled else "n/a (no labels)"}
+            for name in ("coverage", "reject_any", "accuracy_accepted"):
+                mean = f"{name}_{DIVISION_MEAN}"
+                row[f"{name} (mean over divisions)"] = _ci(r, mean) if name != "accuracy_accepted" or labelled \
+                    else "n/a (no labels)"
+            row.update(tau_novelty=r.get("tau_novelty", np.nan), tau_confidence=r.get("tau_confidence", np.nan))
+            rows.append(row)
+        strata = part["division_strata"].iloc[0] if "division_strata" in part.columns else "label"
+        n_splits = int(part["n_splits"].iloc[0])
+        parts.append(f"### Setting {setting}\n\nThe gate of one fit/validation division (division 0, stratified by "
+                     f"{strata}, as the test split; the paper's single division and the exported gate), and each "
+                     f"quantity's mean over {n_splits} divisions [95% interval of the bootstrap draws pooled over "
+                     f"them; {_units(part)}]; thresholds of division 0.\n\n"
+                     f"{dataframe_to_markdown(pd.DataFrame(rows))}\n")
     return "\n".join(parts)
 
 
+def _splits(r: Mapping[str, Any]) -> str:
+    """``stored`` or ``further (5: 0,1,2,3,4)``: which train/test split(s) a row summarises."""
+    if str(r.get("splits", "stored")) != "further":
+        return "stored"
+    return f"further ({int(r['n_splits'])}: {r.get('split_seeds', '')})"
+
+
 def selective_markdown(selective: pd.DataFrame) -> str:
-    cov = [c for c in selective.columns if c.startswith("selective_accuracy_c") and not c.endswith(("_lo", "_hi"))]
+    cov = [c for c in selective.columns if c.startswith("selective_accuracy_c")
+           and not c.endswith(("_lo", "_hi", "_sd_over_splits"))]
     rows = []
     for r in selective.to_dict("records"):
-        row = {"task": r["task"], "encoder": r["encoder"], "n": int(r["n"]), "accuracy": _ci(r, "accuracy"),
-               "AURC": _ci(r, "aurc"), "E-AURC": _ci(r, "eaurc")}
+        row = {"task": r["task"], "encoder": r["encoder"], "splits": _splits(r), "n": f"{float(r['n']):.0f}",
+               "accuracy": _ci(r, "accuracy"), "AURC": _ci(r, "aurc"), "E-AURC": _ci(r, "eaurc")}
         for c in cov:
             row[c.replace("selective_accuracy_c", "sel. acc. @")] = _ci(r, c)
         if np.isfinite(float(r.get("qwk", np.nan))):
             row["QWK"] = _ci(r, "qwk")
         rows.append(row)
+    return dataframe_to_markdown(pd.DataFrame(rows))
+
+
+def slides_markdown(slides: pd.DataFrame) -> str:
+    """Per task, encoder and split form: QWK (ordinal grades) or accuracy of each aggregator, with its interval."""
+    metric = "qwk" if "qwk" in slides.columns and np.isfinite(slides["qwk"].astype(float)).any() else "accuracy"
+    rows = []
+    keys = [c for c in ("task", "encoder", "splits") if c in slides.columns]
+    for key, part in slides.groupby(keys, sort=False):
+        r0 = part.iloc[0].to_dict()
+        row = {"task": r0["task"], "encoder": r0["encoder"], "splits": _splits(r0)}
+        for r in part.to_dict("records"):
+            row[str(r["aggregator"])] = _ci(r, metric)
+        rows.append(row)
+    return f"{'QWK' if metric == 'qwk' else 'Accuracy'} of each aggregator (tile_level: the tile probe on the " \
+           f"test tiles, unit tile).\n\n{dataframe_to_markdown(pd.DataFrame(rows))}"
+
+
+def coarsening_markdown(coarsening: pd.DataFrame) -> str:
+    """Per task, encoder, split form and arm: QWK (ordinal grades) or accuracy, and AURC, with intervals."""
+    ordinal = "qwk" in coarsening.columns and np.isfinite(coarsening["qwk"].astype(float)).any()
+    metric = "qwk" if ordinal else "accuracy"
+    rows = []
+    for r in coarsening.to_dict("records"):
+        rows.append({"task": r["task"], "encoder": r["encoder"], "splits": _splits(r), "arm": r["arm"],
+                     "evaluation": r["evaluation"], "level": r.get("level", ""),
+                     "QWK" if ordinal else "accuracy": _ci(r, metric), "AURC": _ci(r, "aurc")})
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
@@ -224,7 +276,7 @@ def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -
         for name in FIGURES:
             writer.figure(name, lambda path: note_figure("no OOD shard was planned", path))
         return ["## OOD detection and abstention", "", "No OOD shard was planned by this config.", ""]
-    r = results
+    r = guarded(results)  # no interval over a single test patient, in the tables and the lines below alike
     _table(writer, "ood_detection", r["detection"], "no OOD conditions")
     _table(writer, "ood_detection_by_tier", r["detection_by_tier"], "no OOD conditions")
     _table(writer, "ood_gate", r["gate"], "no task is gated (config ood.gate)")
@@ -258,14 +310,22 @@ def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -
                   "`ood/gates/<task>/<encoder>/` (`fmaudit gate apply`).", "", gate_markdown(r["gate_summary"]), ""]
     if len(r["selective"]):
         lines += ["### Selective prediction on the test split", "",
-                  f"Intervals: {_units(r['selective'])}.", "", selective_markdown(r["selective"]), ""]
+                  f"Intervals: {_units(r['selective'])}; rows `stored` are the stored split (that of detection, blur "
+                  "and the gate), rows `further (n: seeds)` seed 003's probe metrics: the mean over the further "
+                  "train/test splits with the percentile interval of the bootstrap draws pooled over them.", "",
+                  selective_markdown(r["selective"]), ""]
     if len(blur):
         lines += ["### Accuracy against blur", "",
                   f"Paired intervals (one resample shared by every sigma; {_units(blur)}).", "",
                   blur_markdown(blur), ""]
-    for name, title in (("slides", "Slide aggregation"), ("coarsening", "Label coarsening and removed classes")):
-        if len(r[name]):
-            lines += [f"### {title}", "", f"Intervals: {_units(r[name])}; full table in `tables/ood_{name}.csv`.", ""]
+    further = "; rows `further (n: seeds)` are seed 003's: the mean over the further train/test splits, the " \
+              "interval the percentiles of the bootstrap draws pooled over them"
+    if len(r["slides"]):
+        lines += ["### Slide aggregation", "", f"Intervals: {_units(r['slides'])}{further}; every metric in "
+                  "`tables/ood_slides.csv`.", "", slides_markdown(r["slides"]), ""]
+    if len(r["coarsening"]):
+        lines += ["### Label coarsening and removed classes", "", f"Intervals: {_units(r['coarsening'])}{further}; "
+                  "every metric in `tables/ood_coarsening.csv`.", "", coarsening_markdown(r["coarsening"]), ""]
     if len(r["probe_sensitivity"]) or len(r["scorer_sensitivity"]):
         lines += ["### Sensitivity", "", "Probe regularisation and selection protocol: `tables/ood_probe_sensitivity.csv`; "
                   "scorer settings (normalisation, k, covariance estimator): `tables/ood_scorer_sensitivity.csv` "

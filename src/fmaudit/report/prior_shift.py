@@ -181,6 +181,17 @@ def _reference_markdown(ref: pd.DataFrame) -> str:
             f"\n\n{dataframe_to_markdown(shown)}\n")
 
 
+def _label_assumed_priors(df: pd.DataFrame, assumed: Mapping[str, Any]) -> pd.DataFrame:
+    """``df`` with each assumed prior shown as ``<prior> (shares assumed)`` (a copy; the CSVs keep the names and
+    say it in ``prior_shares``)."""
+    if not len(df) or "prior" not in df.columns or "task" not in df.columns or not assumed:
+        return df
+    out = df.copy()
+    out["prior"] = [f"{p} (shares assumed)" if str(p) in (assumed.get(str(t)) or []) else p
+                    for t, p in zip(out["task"], out["prior"])]
+    return out
+
+
 def _write_empty(writer: ReportWriter) -> list[str]:
     for name in TABLES:
         writer.table(name, pd.DataFrame({"note": [NOTE]}))
@@ -205,13 +216,20 @@ def write_prior_shift_chapter(results: Mapping[str, Any] | None, writer: ReportW
     tables["prior_shift_negative_cells"] = with_exposure(tables["prior_shift_negative_cells"], audit)
     for name, df in tables.items():
         writer.table(name, df)
+    # priors whose shares are assumptions are named so wherever a prior is shown
+    assumed = results.get("assumed_priors") or {}
+    tables = {name: _label_assumed_priors(df, assumed) for name, df in tables.items()}
     writer.figure("prior_shift_gains", lambda path: gains_figure(tables["prior_shift_gains"],
                                                                  tables["prior_shift_scenarios"], path))
+    named = sorted({p for ps in assumed.values() for p in ps})
     return [
         "## Class-prior shift and label-free adaptation", "",
         "Each target resampled to each class prior (fixed size, largest-remainder counts, seeded draws); every "
         "label-free method adapts the source probe on each draw, scored against no adaptation on the same draw. "
-        "`oracle_restandardization` reads the target labels and is a reference, not a method.", "",
+        "`oracle_restandardization` reads the target labels and is a reference, not a method; `cbr_mean_only` and "
+        "`cbr_then_bbse` are ablations of CBR (its class-balanced mean with the global std; its probabilities "
+        "reweighted by BBSE)." + (f" The shares of {', '.join(named)} are assumptions (config "
+                                  "`prior_shift.assumed_priors`), marked `(shares assumed)`." if named else ""), "",
         "### Mean gain by method", "", _summary_markdown(tables["prior_shift_summary"]),
         "### Gain per prior", "", _gains_markdown(tables["prior_shift_gains"]),
         "![gain per prior](figures/prior_shift_gains.png)", "",

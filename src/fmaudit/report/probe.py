@@ -10,7 +10,7 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.exposure import with_exposure
-from fmaudit.report.formatting import (MIN_UNITS, ece_columns, few_units_warning, fill_missing, fmt_ci, integer_columns,
+from fmaudit.report.formatting import (MIN_UNITS, ece_columns, fill_missing, fmt_ci, guarded, integer_columns,
                                        settings_text, table_or_note)
 from fmaudit.report.chapter import ReportWriter, Chapter
 
@@ -75,10 +75,9 @@ def leaderboard_markdown(board: pd.DataFrame) -> str:
             wide.append(row)
         table = pd.DataFrame(wide).sort_values("_sort", ascending=False).drop(columns="_sort")
         mode = (f" Calibration: {cell['calibration_mode'].iloc[0]}." if "calibration_mode" in cell.columns else "")
-        warn = few_units_warning(cell["ci_n_units"], str(cell["ci_unit"].iloc[0])) if "ci_n_units" in cell else ""
         parts.append(f"### {task}: source {source}, {head} probe, label fraction {frac:g}\n\n"
                      "Macro-F1, mean over seeds [95% CI; cluster bootstrap of the unit in the column header]."
-                     f"{mode}{_split_flag(cell)}{warn}\n\n{dataframe_to_markdown(table)}\n")
+                     f"{mode}{_split_flag(cell)}\n\n{dataframe_to_markdown(table)}\n")
     return "\n".join(parts)
 
 
@@ -267,6 +266,7 @@ def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     if results is None:
         return _write_empty(writer)
     results = {**results, **{name: with_exposure(results[name], results.get("exposure")) for name in RANKING}}
+    results = guarded(results)  # no interval over a single test patient, in the tables and the lines below alike
     for name in TABLES:
         writer.table(name, results[name])
     groups = results["settings"]

@@ -23,7 +23,13 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.datasets.manifest import check_group_disjoint
-from fmaudit.datasets.splits import carve_validation, grouped_split, remove_exact_duplicates, stratified_row_sample
+from fmaudit.datasets.splits import (
+    carve_validation,
+    grouped_split,
+    paper_stratified_sample,
+    remove_exact_duplicates,
+    stratified_row_sample,
+)
 from fmaudit.io import FmauditInputError
 
 log = logging.getLogger("fmaudit.datasets.public")
@@ -197,8 +203,6 @@ def finish(
         held = (df["split"] == "test").to_numpy() if official_split and "split" in df.columns else np.zeros(len(df), bool)
         method = params.get("subsample_method", "stratified")
         if method == "seed003":
-            from fmaudit.ood.slides import paper_stratified_sample
-
             sampled = paper_stratified_sample(df[~held], int(n_sub), int(params.get("seed", 0)))
         elif method == "stratified":
             sampled = stratified_row_sample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)

@@ -418,7 +418,11 @@ def select_panda_slides(table: pd.DataFrame, n_per_cell: int = 60, seed: int = 4
     return pd.concat(chosen).sort_values(["data_provider", "isup_grade", "image_id"], kind="stable").reset_index(drop=True)
 
 
-@register_preparer("panda")
+#: PANDA's split is stratified by grade and data provider jointly (seed 003); the provider is the manifest's domain.
+PANDA_SPLIT_STRATA = ("label", "domain")
+
+
+@register_preparer("panda", split_strata=PANDA_SPLIT_STRATA)
 def prepare_panda(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """PANDA ``panda/train.csv`` + ``panda/train_images/<image_id>.tiff``: :func:`select_panda_slides` (seed 42,
     ``n_per_cell`` per provider x ISUP grade), then tissue tiles per slide with
@@ -470,7 +474,7 @@ def prepare_panda(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
                          "gleason_score": str(getattr(slide, "gleason_score", ""))})
     df = _frame(rows, dataset)
     run = dict(p, dedup="none", subsample=None)  # tiles of slides: no files to deduplicate
-    return finish(df, dataset, run, official_split=False, stratify_by=("label", "domain"),
+    return finish(df, dataset, run, official_split=False, stratify_by=PANDA_SPLIT_STRATA,
                   extra_provenance={"slides_selected": len(selected), "slides_tiled": int(df["group"].nunique()),
                                     "slides_without_tissue": no_tissue})
 

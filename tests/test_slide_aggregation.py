@@ -1,4 +1,5 @@
-"""Slide-level aggregation, attention MIL, label coarsening and the paper's stratified samples."""
+"""Slide-level aggregation (the six aggregators, the two neural ones seeded on the CPU), label coarsening, the task
+without some classes, and seed 003's pooling of several splits."""
 
 from __future__ import annotations
 
@@ -7,22 +8,27 @@ import pandas as pd
 import pytest
 import torch
 from sklearn.metrics import cohen_kappa_score
-from sklearn.model_selection import train_test_split
 
 from fmaudit.io import FmauditInputError
-from fmaudit.ood.slides import (
+from fmaudit.slide_aggregation import (
     AttentionMILClassifier,
+    TransformerMILClassifier,
     coarsen_to_slide,
     label_coarsening,
+    label_coarsening_predictions,
     majority_vote,
     make_bags,
     mean_probability,
-    paper_stratified_sample,
     slide_aggregation,
+    slide_aggregation_predictions,
+    summarize_splits,
     without_classes,
 )
 
 SMALL_MIL = {"embed_dim": 16, "attention_dim": 8, "epochs": 12, "lr": 1e-2, "weight_decay": 0.0, "device": "cpu"}
+SMALL_TRANSFORMER = {"embed_dim": 16, "n_heads": 2, "feedforward_dim": 32, "epochs": 20, "lr": 1e-3,
+                     "weight_decay": 0.0}
+SMALL = {"mil": SMALL_MIL, "transformer": SMALL_TRANSFORMER}
 
 
 def graded_slides(n_slides=60, tiles=8, d=6, seed=0):
@@ -76,9 +82,11 @@ def test_slide_aggregation_table():
     X, y, slides = graded_slides(n_slides=72)
     test = np.isin(slides, [f"s{s:03d}" for s in range(54, 72)])
     table = slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
-                              ordinal=True, mil_params=SMALL_MIL, n_boot=50)
+                              ordinal=True, neural_params=SMALL, n_boot=50)
     assert table["aggregator"].tolist() == ["tile_level", "majority_vote", "mean_probability", "mean_embedding",
-                                            "attention_mil"]
+                                            "max_embedding", "attention_mil", "transformer_mil"]
+    assert table["paper_name"].tolist() == ["patch-level probe", "patch_vote", "", "mean_pool", "max_pool", "abmil",
+                                            "transformer"]
     tile = table.iloc[0]
     assert tile["n"] == test.sum() and tile["ci_unit"] == "slide" and tile["ci_n_units"] == 18
     slide_rows = table.iloc[1:]
@@ -90,7 +98,7 @@ def test_slide_aggregation_table():
         slide_aggregation(X, y, slides, X[test], y[test], slides[test], n_classes=3, aggregators=["majority_vote"])
     with pytest.raises(FmauditInputError, match="unknown aggregator"):
         slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
-                          aggregators=["transformer"])
+                          aggregators=["transformer"])  # seed 003's name; fmaudit's is transformer_mil
 
 
 def test_majority_vote_row_matches_a_direct_computation():
@@ -116,7 +124,7 @@ def test_label_coarsening_and_without_benign():
         np.r_[[np.flatnonzero(slides == s)[0] for s in np.unique(slides)]]]  # one tile carries the slide grade
     patients = np.char.add("p", (np.char.lstrip(slides, "s").astype(int) // 2).astype(str))
     is_test = np.char.lstrip(slides, "s").astype(int) >= 36
-    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, mil_params=SMALL_MIL, probe_C=1.0)
+    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, neural_params=SMALL, probe_C=1.0)
     assert list(zip(table["arm"], table["evaluation"])) == [("patch", "patch_labels"), ("slide", "slide_labels"),
                                                             ("slide", "patch_labels"), ("slide_mil", "slide_labels")]
     assert table["relabelled_share"].iloc[0] == pytest.approx((coarsen_to_slide(region, slides) != region).mean())
@@ -130,23 +138,67 @@ def test_label_coarsening_and_without_benign():
         without_classes(X, region, patients, X, region, patients, class_names=names, removed=("benign",))
 
 
-def test_paper_stratified_sample_reproduces_seed_003():
-    rng = np.random.default_rng(0)
-    classes = ["ADI", "BACK", "TUM"]
-    rows = []
-    for label, name in enumerate(classes):
-        for i in range(rng.integers(300, 500)):
-            rows.append({"item_id": f"{name}_{i}", "source": f"/data/nct/{name}/{name}-{i:05d}.tif", "label": label})
-    manifest = pd.DataFrame(rows).sample(frac=1.0, random_state=1).reset_index(drop=True)  # any manifest order
-    sample = paper_stratified_sample(manifest, n=900, seed=42)
-    # seed 003: files listed class by class, sorted within a class, then train_test_split(train_size=n, stratify)
-    listing = sorted(manifest["source"], key=lambda p: (classes.index(p.split("/")[3]), p))
-    labels = [classes.index(p.split("/")[3]) for p in listing]
-    kept, _ = train_test_split(np.array(listing), np.array(labels), train_size=900, random_state=42, stratify=labels)[::2]
-    assert set(sample["source"]) == set(kept) and len(sample) == 900
-    assert sample.index.is_monotonic_increasing  # manifest order kept
-    shares = sample["label"].value_counts(normalize=True).sort_index()
-    np.testing.assert_allclose(shares, manifest["label"].value_counts(normalize=True).sort_index(), atol=0.01)
-    assert len(paper_stratified_sample(manifest.head(10), n=900)) == 10
-    with pytest.raises(FmauditInputError, match="unlabelled"):
-        paper_stratified_sample(manifest.assign(label=np.nan))
+def test_transformer_mil_learns_seeded_on_cpu_and_leaves_the_torch_rng_alone():
+    X, y, slides = graded_slides(n_slides=90)
+    _, index, labels = make_bags(slides, y)
+    train, test = np.arange(0, 60), np.arange(60, 90)
+    torch_state = torch.get_rng_state()
+    model = TransformerMILClassifier(random_state=5, **SMALL_TRANSFORMER).fit(X, [index[i] for i in train],
+                                                                              labels[train], 3)
+    assert model.device_ == "cpu"  # seed 003 trains its neural aggregators on the CPU by default
+    assert torch.equal(torch.get_rng_state(), torch_state)  # dropout drew from a forked RNG
+    probs = model.predict_proba(X, [index[i] for i in test])
+    assert probs.shape == (30, 3) and np.allclose(probs.sum(1), 1)
+    assert (probs.argmax(1) == labels[test]).mean() >= 0.6  # chance is 1/3
+    assert model.losses_[-1] < model.losses_[0]
+    again = TransformerMILClassifier(random_state=5, **SMALL_TRANSFORMER).fit(X, [index[i] for i in train],
+                                                                              labels[train], 3)
+    np.testing.assert_array_equal(again.predict_proba(X, [index[i] for i in test]), probs)
+    other = TransformerMILClassifier(random_state=6, **SMALL_TRANSFORMER).fit(X, [index[i] for i in train],
+                                                                              labels[train], 3)
+    assert not np.array_equal(other.predict_proba(X, [index[i] for i in test]), probs)
+    with pytest.raises(FmauditInputError, match="multiple of n_heads"):
+        TransformerMILClassifier(embed_dim=10, n_heads=4).fit(X, [index[i] for i in train], labels[train], 3)
+
+
+def test_max_embedding_is_the_probe_on_per_slide_maxima():
+    from fmaudit.probes import LogisticProbe
+
+    X, y, slides = graded_slides(n_slides=48, seed=4)
+    test = np.isin(slides, [f"s{s:03d}" for s in range(36, 48)])
+    table = slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
+                              aggregators=["max_embedding"], probe_C=1.0).set_index("aggregator")
+    _, idx_tr, lab_tr = make_bags(slides[~test], y[~test])
+    _, idx_te, lab_te = make_bags(slides[test], y[test])
+    Xtr, Xte = X[~test], X[test]
+    probe = LogisticProbe(C=1.0, max_iter=10000, tol=1e-6, n_classes=3).fit(
+        np.stack([Xtr[i].max(0) for i in idx_tr]), lab_tr)
+    pred = probe.predict(np.stack([Xte[i].max(0) for i in idx_te]))
+    assert table.loc["max_embedding", "accuracy"] == pytest.approx((pred == lab_te).mean())
+    assert table.loc["max_embedding", "slide_probe_C"] == 1.0
+
+
+def test_splits_pool_their_bootstrap_draws_and_average_their_points():
+    """Seed 003: the point is the mean over the splits, the interval the percentiles of the draws of every split
+    pooled; each split's resamples are seeded by the bootstrap seed plus the split seed."""
+    from fmaudit.ood.selective import prediction_draws
+
+    X, y, slides = graded_slides(n_slides=48, seed=2)
+    region = y.copy()
+    patients = np.char.add("p", (np.char.lstrip(slides, "s").astype(int) // 2).astype(str))
+    number = np.char.lstrip(slides, "s").astype(int)
+    splits = {seed: label_coarsening_predictions(X, region, slides, patients, (number + seed) % 4 == 0, n_classes=3,
+                                                 probe_C=1.0, neural_params=SMALL)
+              for seed in (0, 1)}
+    table = summarize_splits(splits, n_boot=40, bootstrap_seed=7)
+    row = table.iloc[0]
+    assert (row["arm"], row["evaluation"]) == ("patch", "patch_labels")
+    per = [prediction_draws(a.labels, a.predictions, a.confidence, 3, ordinal=True, groups=a.groups, n_boot=40,
+                            random_state=7 + seed, unit=a.unit) for seed, a in ((s, splits[s][0]) for s in (0, 1))]
+    assert row["accuracy"] == pytest.approx(np.mean([p.point["accuracy"] for p in per]))
+    pooled = np.concatenate([p.draws["accuracy"] for p in per])
+    assert row["accuracy_ci_lo"] == pytest.approx(np.percentile(pooled, 2.5))
+    assert row["accuracy_ci_hi"] == pytest.approx(np.percentile(pooled, 97.5))
+    assert row["n_splits"] == 2 and row["n_boot"] == 40 and row["n_boot_pooled"] == 80 and row["split_seeds"] == "0,1"
+    assert row["accuracy_sd_over_splits"] == pytest.approx(np.std([p.point["accuracy"] for p in per], ddof=1))
+    assert len(table) == 4 and row["ci_unit"] == "patient"
