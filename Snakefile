@@ -15,6 +15,10 @@ include: "rules/cells.smk"
 include: "rules/report.smk"
 
 
+# The first screen of `snakemake --report`: links to the front page and the reliability cards.
+report: "resources/report/pages/workflow.rst"
+
+
 # Jobs that run where Snakemake runs (the login node on a cluster): the cheap ones, and the downloads, since
 # compute nodes usually have no internet.
 localrules:

@@ -12,6 +12,7 @@ from snakemake.utils import min_version
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the workflow's own library, also without pip install
 
 from fmaudit.cluster import FIXED_REQUESTS, RequestPlanner, parse_gpu_classes
+from fmaudit.costs import job_gpus
 from fmaudit.config import (
     embedded_encoders,
     fill_config,
@@ -244,7 +245,9 @@ def on_gpu(wildcards):
 
 
 def embed_gpus(wildcards):
-    return 1 if on_gpu(wildcards) else 0
+    """The GPUs of an embedding or cell-feature job (fmaudit.costs.gpu_plan: what the cost report charges; GPU_PLAN
+    is built in rules/report_helpers.smk, after every branch, and read when the job is planned)."""
+    return job_gpus(GPU_PLAN, "embed", wildcards)
 
 
 def embed_threads(wildcards):

@@ -64,7 +64,7 @@ def scratch_settings(wildcards):
 
 
 def scratch_gpus(wildcards):
-    return 1 if PRIOR_SHIFT[wildcards.task]["scratch_reference"]["gpu"] else 0
+    return job_gpus(GPU_PLAN, "scratch_reference", wildcards)
 
 
 def scratch_mem_mb(wildcards, attempt):
@@ -80,8 +80,9 @@ if PRIOR_SHIFT_SHARDS:
                          prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
                          scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
 # {task: what the report reads of its prior_shift block} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
-                                                                     "draws", "sample_size", "seeds")}
+REPORT_SETTINGS["prior_shift"] = canonical({task: {**{k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
+                                                                        "draws", "sample_size", "seeds")},
+                                                   "scratch_reference": bool(ps["scratch_reference"]["enabled"])}
                                             for task, ps in PRIOR_SHIFT.items()})
 
 

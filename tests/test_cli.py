@@ -12,7 +12,7 @@ def test_every_command_module_is_registered(capsys):
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(sub.choices) == {"init", "list", "probe", "grid", "download", "check-config", "check-claims", "embed",
-                                "profile", "cells", "gate", "adapt", "docs"}
+                                "profile", "cells", "gate", "adapt", "docs", "cost"}
     for name in cli.COMMANDS:  # every module registers a parser whose handler lives in that module
         command = cli.command_module(name)
         handlers = {p.get_default("func") for p in sub.choices.values()}

@@ -14,7 +14,7 @@ LAYERS = [  # top to bottom; a module may import its own layer and those below
     ("analyses", {"analyses"}),
     ("domain", {"config", "datasets", "slides", "embed", "encoders", "grid", "calibration", "stats", "report",
                 "cells", "ood", "adapt", "split_checks", "preflight", "profiles", "exposure", "slide_aggregation",
-                "claims", "cluster", "settings_reference"}),
+                "claims", "cluster", "settings_reference", "costs"}),
     ("foundations", {"io", "schema", "metrics", "probes", "registry", "devices", "logs"}),
 ]
 LEVEL = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}

@@ -27,7 +27,8 @@ def test_the_snakefile_holds_includes_rule_all_and_localrules_only():
     for line in (REPO / "Snakefile").read_text().splitlines():
         if line and not line.startswith((" ", "#")):
             statements.append(line.split()[0])
-    assert set(statements) <= {"include:", "localrules:", "rule"}, statements
+    # (report: the first screen of Snakemake's HTML report, linking the front page and the cards)
+    assert set(statements) <= {"include:", "localrules:", "report:", "rule"}, statements
     assert RULE.findall((REPO / "Snakefile").read_text()) == ["all"]
     includes = re.findall(r'^include: "rules/(\w+)\.smk"', (REPO / "Snakefile").read_text(), re.MULTILINE)
     assert includes[0] == "common" and includes[-1] == "report"  # the report reads what every branch registered

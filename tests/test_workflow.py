@@ -5,11 +5,15 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
@@ -72,6 +76,8 @@ def test_demo_report_is_graded_not_saturated(demo_run):
             # a reference against itself (blur sigma 0, adaptation method none) is 0 by definition: no interval
             ref = ((table["sigma"] == 0) if "sigma" in table else (table["method"] == "none") if "method" in table
                    else (table["set"] == "validation") if "set" in table  # the gate's thresholds, no interval
+                   # the front page: an axis whose result table has no interval (the calibration ladder)
+                   else table["interval"].astype(str).str.startswith("none") if "interval" in table
                    else pd.Series(False, index=table.index))
             defined = table[[lo, hi]].notna().all(axis=1)
             name = lo[: -len("_ci_lo")] if lo != "ci_lo" else next((c for c in ("point", "mean") if c in table), None)
@@ -346,12 +352,124 @@ def test_bad_slide_sheet_stops_before_any_job(demo_run):
 
 
 def test_report_declares_exactly_what_it_writes(demo_run):
-    from fmaudit.report import CHAPTERS
+    from fmaudit.report import report_files
 
     work, _ = demo_run
     report = work / DEMO / "report"
     written = {str(p.relative_to(report)) for p in report.rglob("*") if p.is_file() and p.name != "report.html"}
-    assert written == {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
+    assert written == report_files(yaml.safe_load((work / "config.yaml").read_text())["encoders"])
+
+
+# ------------------------------------------------------- issue 19: from tables to a decision (cards, cost)
+CARD_SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "resources" / "schemas" / "card.schema.json")
+                         .read_text())
+
+
+def test_demo_writes_a_valid_card_per_encoder_and_opens_with_the_front_page(demo_run):
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    encoders = yaml.safe_load((work / "config.yaml").read_text())["encoders"]
+    for enc in encoders:
+        card = json.loads((report / "cards" / f"{enc}.json").read_text())
+        jsonschema.validate(card, CARD_SCHEMA)
+        assert card["encoder"] == enc and card["study"] == "demo"
+        # the demo has every analysis: every section has numbers, each with its rows
+        for name, section in card["sections"].items():
+            assert section["available"] and section["rows"], (enc, name, section.get("reason"))
+        accuracy = card["sections"]["accuracy"]["rows"]
+        assert all(r["values"]["target"]["resampling_unit"] == "patient" and r["values"]["target"]["n_units"] >= 5
+                   for r in accuracy)
+        assert all(r["values"]["rank_target"]["kind"] == "integer" for r in accuracy)
+        # 4 encoders: the study's rank transfer is marked as saying nothing
+        assert any("only 4 encoders" in x for x in card["sections"]["accuracy"]["limits"])
+        assert card["sections"]["calibration"]["recommended_fix"]["name"]
+        cells = card["sections"]["cells"]
+        assert any("undecided, not false" in x for x in cells["limits"])  # 4 sections: no Wilcoxon decision
+        md = (report / "cards" / f"{enc}.md").read_text()
+        assert md.startswith(f"# Reliability card: {enc}") and "## Cost" in md and "images/s" in md
+    index = (report / "index.md").read_text()
+    head = index.split("## In-domain vs off-domain")[0]
+    assert "## At a glance" in head and all(f"[card](cards/{enc}.md)" in head for enc in encoders)
+    assert index.index("## At a glance") < index.index("## Leaderboards")
+    front = pd.read_csv(report / "tables" / "front_page.csv")
+    assert set(front["encoder"]) == set(encoders) and set(front["axis"]) >= {"in_domain", "gate_coverage", "cost"}
+    advice = pd.read_csv(report / "tables" / "card_advice.csv")
+    assert {"accuracy.off_domain_drop", "calibration.temperature_does_not_transfer",
+            "abstention.scorer_below_chance"} <= set(advice["rule"])
+
+
+def test_the_report_lint_reports_the_demo_and_fixes_hold(demo_run):
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    lint = pd.read_csv(report / "tables" / "report_lint.csv")
+    # the demo's real findings: energy/MSP far AUROCs below 0.5, prior-shift intervals over 4 encoders
+    assert "detection AUROC below 0.5" in set(lint["check"])
+    # what issue 19 fixed stays fixed: no blank cell, no empty table, no caption naming a missing row
+    assert not {"blank cell", "empty table", "caption names what the table lacks"} & set(lint["check"]), lint
+    index = (report / "index.md").read_text()
+    assert "**Report lint:" in index.split("## At a glance")[0] and "## Report lint" in index
+    assert "|  |" not in index and "Below chance (AUROC < 0.5)" in index
+    assert "1.000 |" not in index.split("## Cross-domain leaderboard")[1].split("## CRI")[0]  # ranks are integers
+    assert "uninformative: 4 encoders" in index and "n/a (4 sections: p >= 0.125)" in index
+    assert "ResNet-18" not in index.split("### Transfer with the non-frozen reference")[1].split("##")[0]
+    assert "report lint:" in (work / DEMO / "logs" / "report.log").read_text()
+
+
+def test_the_cost_chapter_reads_every_benchmark_file_the_demo_wrote(demo_run):
+    work, _ = demo_run
+    written = {str(p.relative_to(work / DEMO / "benchmarks")) for p in (work / DEMO / "benchmarks").rglob("*.tsv")}
+    jobs = pd.read_csv(work / DEMO / "report" / "tables" / "cost_jobs.csv")
+    assert {f"{r}/{j}.tsv" for r, j in zip(jobs["rule"], jobs["job"])} == written  # planned_benchmarks() is exact
+    assert (jobs["gpus"] == 0).all()  # the demo's encoders are CPU entries
+    by_rule = pd.read_csv(work / DEMO / "report" / "tables" / "cost_by_rule.csv").set_index("rule")
+    assert by_rule.loc["total", "jobs"] == len(written)
+
+
+def test_fmaudit_cost_prints_per_rule_cpu_hours_that_sum_to_the_benchmark_files(demo_run):
+    work, _ = demo_run
+    proc = subprocess.run([sys.executable, "-m", "fmaudit.cli", "cost", "--results", str(DEMO)], cwd=work,
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(work / "src")})
+    out = proc.stdout
+    assert "GPU-hours: wall time x GPUs requested per job" in out  # config.yaml there is the demo's
+    rows = [line.split() for line in out.split("Per rule:")[1].split("Per encoder:")[0].strip().splitlines()[1:]]
+    printed = {r[0]: float(r[2]) for r in rows}
+    files = sorted((work / DEMO / "benchmarks").rglob("*.tsv"))
+    total = sum(pd.read_csv(f, sep="\t")["cpu_time"].sum() for f in files) / 3600
+    assert printed["total"] == pytest.approx(total, abs=5e-7)
+    assert sum(v for k, v in printed.items() if k != "total") == pytest.approx(total, abs=5e-7 * len(printed))
+    assert {"embed", "probe_shard", "ood_shard", "prior_shift_shard", "cell_features", "cell_shard"} <= set(printed)
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _dump_dom(browser: str, page: Path, profile: Path) -> str:
+    proc = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync", "--no-first-run",
+                           f"--user-data-dir={profile}", "--dump-dom", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_card_and_the_home_page_render_in_headless_chromium(demo_run, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium here (apt-get install -y chromium)")
+    work, _ = demo_run
+    report = work / DEMO / "report"
+    encoders = yaml.safe_load((work / "config.yaml").read_text())["encoders"]
+    home = _dump_dom(browser, report / "index.html", tmp_path / "profile-home")
+    card = _dump_dom(browser, report / "cards" / f"{encoders[0]}.html", tmp_path / "profile-card")
+    for dom in (home, card):
+        assert "<table>" in dom and not re.search(r"\{\{|\}\}|\{%|%\}|\bundefined\b|\bNone\b|\bnan\b", dom)
+    assert all(f'href="cards/{enc}.html"' in home for enc in encoders)
+    assert "At a glance" in home and all(enc in home for enc in encoders)
+    assert f"Reliability card: {encoders[0]}" in card and "Advice" in card and "rule <code>" in card
 
 
 def test_the_paired_count_reruns_only_the_report(demo_run):

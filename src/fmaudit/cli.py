@@ -9,6 +9,7 @@
     fmaudit download SLUG --data-root DIR
     fmaudit embed --encoder SLUG|timm:<org>/<repo>|hf:<org>/<repo>|FILE --images SHEET.csv|FOLDER --out OUT.h5
     fmaudit docs settings                      # docs/settings.md from the config schema
+    fmaudit cost --results results/demo
 
 Each subcommand lives in :mod:`fmaudit.commands` (``commands/<name>.py`` with ``register(subparsers)``); this
 module only dispatches. A new command is a module there and one entry in :data:`COMMANDS`.
@@ -47,6 +48,7 @@ COMMANDS: dict[str, tuple[Any, str]] = {
     "gate": ("fmaudit.commands.gate", "fit/export the two-threshold abstention gate, or apply an exported one"),
     "adapt": ("fmaudit.commands.adapt", "label-free adaptation (CBR, global standardisation, SHOT-IM, BBSE, EM) "
               "of a source probe on your arrays"),
+    "cost": ("fmaudit.commands.cost", "CPU-hours, GPU-hours and memory of a study's jobs (Snakemake benchmarks)"),
     "docs": ("fmaudit.commands.docs", "write the pages of docs/ generated from the repository (settings)"),
 }
 

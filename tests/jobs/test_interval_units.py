@@ -102,7 +102,7 @@ def test_the_index_names_the_unit_and_count(nct_report):
 
 def render(caption: Path, units: dict, calibration: dict, bootstrap: dict) -> str:
     params = types.SimpleNamespace(units=units, calibration=calibration, bootstrap=bootstrap, ood={}, prior_shift={},
-                                   variants={}, exposure={},
+                                   variants={}, exposure={}, cost={"gpu_plan": {}}, cards={},
                                    cells={"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [],
                                           "pretraining_wsis": {}})
     return jinja2.Template(caption.read_text()).render(snakemake=types.SimpleNamespace(params=params, config={}))

@@ -18,19 +18,21 @@ def _files(root: Path) -> set[str]:
 
 def test_outputs_are_the_sections_declarations():
     outputs = report_outputs()
-    assert list(outputs["tables"]) == [t for s in CHAPTERS for t in s.tables]
+    assert list(outputs["tables"]) == ["report_lint"] + [t for s in CHAPTERS for t in s.tables]
     assert outputs["tables"]["leaderboard"] == "Accuracy under shift"
     assert outputs["tables"]["embeddings"] == "Provenance"
     assert set(outputs["figures"]) == {"reliability", "rank_transfer", "ece_vs_fraction", "ood_risk_coverage",
                                        "ood_score_histograms", "ood_blur_accuracy", "prior_shift_gains",
-                                       "cell_cra_crt_landscape", "cell_qc_overlays"}
+                                       "cell_cra_crt_landscape", "cell_qc_overlays", "card_rank_bump", "card_ece_vs_k",
+                                       "card_risk_coverage"}
     assert outputs["tables"]["ood_gate"] == "Abstention gate"
 
 
 def test_a_config_without_probe_runs_still_writes_every_declared_output(tmp_path):
     inventory = pd.DataFrame({"encoder": ["e"], "dataset": ["d"], "n_items": [3]})
     write_report(tmp_path, {"probe": None, "embeddings": inventory})
-    declared = {p for s in CHAPTERS for p in s.outputs()} | {"index.md"}
+    declared = ({p for s in CHAPTERS for p in s.outputs()} | {"index.md", "index.html"}
+                | {f"tables/report_lint{ext}" for ext in (".csv", ".md", ".tex")})
     assert _files(tmp_path) == declared
     assert pd.read_csv(tmp_path / "tables" / "leaderboard.csv")["note"].iloc[0].startswith("no probe runs")
     assert pd.read_csv(tmp_path / "tables" / "embeddings.csv")["encoder"].tolist() == ["e"]
@@ -77,4 +79,6 @@ def test_every_declared_output_has_its_caption():
         for name in outputs[kind]:
             assert (captions / kind / f"{name}.rst").stat().st_size > 0, f"{kind}/{name}.rst"
     declared = {f"{kind}/{name}.rst" for kind in ("tables", "figures") for name in outputs[kind]}
+    # the HTML pages of the report (cards, front page) and the first screen of Snakemake's report
+    declared |= {"pages/card.rst", "pages/front_page.rst", "pages/workflow.rst"}
     assert {str(p.relative_to(captions)) for p in captions.rglob("*.rst")} == declared

@@ -81,3 +81,11 @@ def test_spearman_rows_rejects_bad_shapes():
         spearman_rows(np.zeros((3, 1)), np.zeros((3, 1)))
     with pytest.raises(FmauditInputError, match="finite"):
         spearman_rows(np.array([[1.0, np.nan]]), np.array([[1.0, 2.0]]))
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 8])
+def test_wilcoxon_smallest_p_is_what_the_exact_test_gives_when_every_difference_agrees(n):
+    a = np.arange(1.0, n + 1) * 2.0
+    b = a - np.arange(1.0, n + 1) * 0.1  # every difference positive, distinct: the most extreme signed ranks
+    assert stats.wilcoxon_win(a, b)["p"] == pytest.approx(stats.wilcoxon_smallest_p(n))
+    assert stats.wilcoxon_win(a, b)["win"] == (stats.wilcoxon_smallest_p(n) < 0.05) == (n >= 6)

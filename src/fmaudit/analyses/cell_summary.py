@@ -34,6 +34,7 @@ from fmaudit.cells.metrics import (
     win_matrix,
 )
 from fmaudit.io import FmauditInputError
+from fmaudit.stats import wilcoxon_smallest_p
 
 __all__ = ["main_magnification", "section_subsets", "summarize_cell_runs"]
 
@@ -104,6 +105,12 @@ def summarize_cell_runs(runs: pd.DataFrame, settings: Mapping[str, Any], qc: Map
     cra_sections = cra_table(runs, magnification=None, alpha=alpha, balance="unit") if len(ok) else empty
     crt = pd.concat([crt_table(runs, magnification=m, alpha=alpha) for m in mags], ignore_index=True) \
         if len(ok) else empty
+    for table in (cra, cra_sections):
+        if len(table):
+            # the smallest p the two-sided Wilcoxon test can reach over this many (section, seed) runs: at or above
+            # alpha, a significant win is impossible and nuc_beats_mean / significant_wins say nothing
+            counts = table["n_win_units"] if "n_win_units" in table.columns else table["n_sections"]
+            table["wilcoxon_smallest_p"] = [wilcoxon_smallest_p(int(n)) for n in counts]
     if len(crt):
         crt["unit"] = [f"wins over {WIN_UNITS}; relative macro-F1 over protocol units (IOCD held-out section, MOCV "
                        f"fold, LOOO organ), n={n}" for n in crt["n_units"]]

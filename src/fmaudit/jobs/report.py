@@ -13,20 +13,25 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from fmaudit.adapt.summary import BOOTSTRAP_LEVELS, gain_intervals
+from fmaudit.analyses.cards import build_cards, card_encoders, front_page
+from fmaudit.analyses.advice import ECE_MARGIN
 from fmaudit.analyses.cell_summary import summarize_cell_runs
 from fmaudit.analyses.ood_summary import summarize_ood
 from fmaudit.analyses.prior_shift_summary import summarize_prior_shift
 from fmaudit.analyses.probe_summary import summarize_probe_suite
 from fmaudit.analyses.variants import split_variant_runs, variant_pairs
 from fmaudit.claims import load_claims
+from fmaudit.costs import cost_by, embedding_devices, job_costs
 from fmaudit.embed import embedding_inventory
 from fmaudit.exposure import EXPOSURE_COLUMNS, exposure_audit
 from fmaudit.io import read_table
 from fmaudit.logs import setup_logging
 from fmaudit.report import CHAPTERS, write_report
 from fmaudit.report.chapter import Chapter
+from fmaudit.report.lint import lint_report
 
-__all__ = ["ReportInputs", "SUMMARIES", "exposure_table", "load_ood_tables", "report_job"]
+__all__ = ["ReportInputs", "SUMMARIES", "encoder_gains", "exposure_table", "load_ood_tables", "report_job"]
 
 
 class ReportInputs:
@@ -143,6 +148,56 @@ def _embeddings(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapp
     return embedding_inventory(inputs.files("embeddings"))
 
 
+def _cost(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    files = inputs.files("benchmarks")
+    if not files:
+        return None
+    inventory = earlier.get("embeddings")
+    if inventory is None and inputs.files("embeddings"):
+        inventory = embedding_inventory(inputs.files("embeddings"))
+    jobs = job_costs(files, (settings.get("cost") or {}).get("gpu_plan"), embedding_devices(inventory))
+    return {"jobs": jobs, "by_rule": cost_by(jobs, "rule"), "by_encoder": cost_by(jobs, "encoder")}
+
+
+def encoder_gains(rows: pd.DataFrame | None, bootstrap: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame | None:
+    """Per encoder, task, source, method and prior: the mean macro-F1 gain over no adaptation with its
+    hierarchical-bootstrap interval over the encoder's source seeds and draws (the prior-shift chapter pools
+    encoders; a card needs one encoder's)."""
+    if rows is None or not len(rows):
+        return None
+    levels = [lv for lv in BOOTSTRAP_LEVELS if lv != "encoder"]
+    parts = []
+    for (task, enc, source), part in rows.groupby(["task", "encoder", "source_domain"], sort=False):
+        b = bootstrap.get(str(task)) or {"n_boot": 200, "seed": 0}
+        g = gain_intervals(part, by=["method", "prior"], levels=levels, n_boot=int(b["n_boot"]),
+                           random_state=int(b["seed"]))
+        n_units = int(part[levels[0]].nunique())
+        parts.append(g.assign(task=str(task), encoder=str(enc), source_domain=str(source), n_units=n_units,
+                              unit_text=f"{' > '.join(levels)} hierarchical bootstrap, {n_units} {levels[0]}s, "
+                                        f"B={int(b['n_boot'])}"))
+    out = pd.concat(parts, ignore_index=True)
+    out["unit"] = levels[0]
+    return out
+
+
+def _cards(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
+    declared = settings.get("cards") or {}
+    ps = settings.get("prior_shift") or {}
+    results = {"probe": earlier.get("probe"), "ood": earlier.get("ood"), "cells": earlier.get("cells"),
+               "exposure": earlier.get("exposure"), "cost": earlier.get("cost"),
+               "embeddings": earlier.get("embeddings"),
+               "prior_shift_gains": encoder_gains(inputs.table("prior_shift_runs"), settings.get("bootstrap") or {}),
+               "priors": {task: dict(block.get("priors") or {}) for task, block in ps.items()}}
+    encoders = list(declared.get("encoders") or card_encoders(results))
+    cards = build_cards(results, str(declared.get("study", "")), encoders)
+    probe, ood = earlier.get("probe") or {}, earlier.get("ood") or {}
+    return {"cards": cards, "front": front_page(cards), "encoders": encoders, "margin": ECE_MARGIN,
+            "has_cells": bool(earlier.get("cells") and len(earlier["cells"].get("cra", []))),
+            "figures": {"leaderboard": probe.get("leaderboard"), "rank_transfer": probe.get("rank_transfer"),
+                        "calibration": probe.get("calibration"), "curves": ood.get("curves"),
+                        "gate_summary": ood.get("gate_summary")}}
+
+
 def _paper_check(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[str, Any]) -> Any:
     """The config's claims files; the chapter checks them against the tables the other chapters wrote."""
     return [load_claims(p) for p in inputs.files("claims")] or None
@@ -158,6 +213,8 @@ SUMMARIES: dict[str, Summary] = {
     "prior_shift": _prior_shift,
     "cells": _cells,
     "embeddings": _embeddings,
+    "cost": _cost,
+    "cards": _cards,
     "paper_check": _paper_check,
 }
 
@@ -182,5 +239,7 @@ def report_job(inputs: Mapping[str, Sequence[str]], settings: Mapping[str, Any],
         declared = {key: settings[key] for key in chapter.settings if key in settings}
         results[name] = summarize(shared.only(chapter.reads), declared, results)
         logger.info("report chapter %s: %s", name, "summarised" if results[name] is not None else "nothing planned")
-    write_report(out_dir, results, chapters)
-    logger.info("report written to %s", out_dir)
+    findings = write_report(out_dir, results, chapters, lint=lint_report)
+    for r in findings.itertuples(index=False):
+        logger.warning("report lint: %s (%s): %s", r.check, r.where, r.detail)
+    logger.info("report written to %s (%d lint findings: tables/report_lint.csv)", out_dir, len(findings))

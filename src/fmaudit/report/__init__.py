@@ -13,15 +13,22 @@ captions ``resources/report/tables|figures/<name>.rst``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
 
 from fmaudit.io import write_text
-from fmaudit.report import cells, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
+from fmaudit.report import cards, cells, cost, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
 from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.formatting import TABLE_FORMATS
+from fmaudit.report.html import markdown_to_html, page
 
-#: The report's chapters, in the order index.md shows them: one line per analysis.
+#: The report's chapters, in the order index.md shows them: one line per analysis. The cards come first (the
+#: front page), although they are computed last (from every other chapter's results).
 CHAPTERS: tuple[Chapter, ...] = (
+    cards.CHAPTER,
     probe.CHAPTER,
     ood.CHAPTER,
     variants.CHAPTER,
@@ -29,6 +36,7 @@ CHAPTERS: tuple[Chapter, ...] = (
     exposure.CHAPTER,
     cells.CHAPTER,
     embeddings.CHAPTER,
+    cost.CHAPTER,
     paper_check.CHAPTER,  # last: it checks the claims against the tables the chapters above wrote
 )
 
@@ -47,6 +55,7 @@ REPORT_INPUTS: dict[str, str] = {
     "cell_manifests": "each cell section's manifest",
     "cell_subset_scores": "the table ranking the cell sections for the nested subsets (cells.subsets.scores)",
     "claims": "the claims files of the Paper check (config claims)",
+    "benchmarks": "the Snakemake benchmark file of every planned job that writes one (benchmarks/<rule>/...tsv)",
 }
 #: Every setting a chapter may state: name -> what it holds (the report rule's params; captions read them).
 REPORT_SETTINGS: dict[str, str] = {
@@ -58,10 +67,12 @@ REPORT_SETTINGS: dict[str, str] = {
     "variants": "declared encoder variant -> its base encoder",
     "exposure": "the encoders' pretraining facts, the data sets' aliases and the evaluated pairs",
     "cells": "the cell branch's magnifications, protocols, taxonomies, readouts and pretraining scale",
+    "cost": "the GPUs each GPU-capable job requests (fmaudit.costs.gpu_plan), for GPU-hours",
+    "cards": "the study's name and the encoders that get a reliability card",
 }
 
-__all__ = ["REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_outputs", "report_reads",
-           "report_settings", "write_report"]
+__all__ = ["LINT_TABLE", "REPORT_INPUTS", "REPORT_SETTINGS", "CHAPTERS", "Chapter", "report_files", "report_outputs",
+           "report_reads", "report_settings", "write_report"]
 
 
 def _declared(chapters: Sequence[Chapter], attribute: str, known: Mapping[str, str]) -> list[str]:
@@ -86,7 +97,7 @@ def report_settings(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
 def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str, str]]:
     """``{"tables": {name: category}, "figures": {name: category}}`` of every chapter: what the report writes
     (each table in every format of :data:`fmaudit.report.formatting.TABLE_FORMATS`), besides ``index.md``."""
-    out: dict[str, dict[str, str]] = {"tables": {}, "figures": {}}
+    out: dict[str, dict[str, str]] = {"tables": dict(LINT_TABLE), "figures": {}}
     for s in chapters:
         for kind, names in (("tables", s.tables), ("figures", s.figures)):
             clash = set(names) & set(out[kind])
@@ -96,23 +107,58 @@ def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str
     return out
 
 
-def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequence[Chapter] = CHAPTERS) -> None:
-    """Write every chapter's tables and figures under ``out_dir``, then ``index.md`` (last, so that a complete
-    index means a complete report). ``results[chapter.name]`` is what the chapter formats; a missing entry
-    means the config planned nothing of it."""
+def report_files(encoders: Sequence[str], chapters: Sequence[Chapter] = CHAPTERS) -> set[str]:
+    """Every file the report writes for a study whose cards are ``encoders``, relative to the report folder: each
+    table in every format, each figure, the cards and the front page, the lint's table, ``index.md`` and
+    ``index.html`` (what the workflow's ``report`` rule declares)."""
+    outputs = report_outputs(chapters)
+    files = {f"tables/{t}{ext}" for t in outputs["tables"] for ext in TABLE_FORMATS}
+    files |= {f"figures/{f}.png" for f in outputs["figures"]}
+    files |= set(cards.card_files(encoders)) if cards.CHAPTER in chapters else set()
+    return files | {"index.md", "index.html"}
+
+
+#: The report lint's table (:mod:`fmaudit.report.lint`), written by :func:`write_report` beside the chapters'.
+LINT_TABLE = {"report_lint": "Report lint"}
+
+
+def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequence[Chapter] = CHAPTERS,
+                 lint: Callable[[str, Path], pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Write every chapter's tables and figures under ``out_dir``, then ``index.html`` and ``index.md`` (last, so
+    that a complete index means a complete report). ``results[chapter.name]`` is what the chapter formats; a
+    missing entry means the config planned nothing of it.
+
+    ``lint(index_markdown, out_dir) -> findings`` (:func:`fmaudit.report.lint.lint_report`) runs once the
+    chapters are written: its findings go to ``tables/report_lint`` (a sentence when there are none), one line at
+    the top of the index and a list at its end. Returns the findings."""
     out_dir = Path(out_dir)
     writer = ReportWriter(out_dir)
-    lines = ["# fmaudit report", ""]
+    body: list[str] = []
     for chapter in chapters:
-        lines += chapter.write(results.get(chapter.name), writer)
-    declared = {p for s in chapters for p in s.outputs()}
+        body += chapter.write(results.get(chapter.name), writer)
+    body += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
+    findings = lint("\n".join(body), out_dir) if lint is not None else pd.DataFrame()
+    writer.table("report_lint", findings if len(findings) else pd.DataFrame(
+        {"note": ["the report lint found nothing" if lint is not None else "no lint was run"]}))
+    declared = {p for s in chapters for p in s.outputs(results.get(s.name))}
+    declared |= {f"tables/report_lint{ext}" for ext in TABLE_FORMATS}
     if writer.written != declared:  # a chapter wrote something it does not declare, or skipped an output
         raise RuntimeError(f"report chapters wrote {sorted(writer.written ^ declared)} against their declaration")
+    head = ["# fmaudit report", ""]
     if writer.warnings:  # small test sets: said once at the top, and in each row's ci_note
-        warning = ["## Warning: small test sets", "",
-                   "Some intervals rest on fewer than 5 test patients (or slides); with a single one there is no "
-                   "interval at all. Each such row says so in its `ci_note` column:", ""]
-        warning += [f"- `{name}`: {'; '.join(flagged)}" for name, flagged in sorted(writer.warnings.items())]
-        lines[2:2] = warning + [""]
-    lines += ["Tables are also in `tables/` as CSV, Markdown and LaTeX.", ""]
-    write_text(out_dir / "index.md", "\n".join(lines))
+        head += ["## Warning: small test sets", "",
+                 "Some intervals rest on fewer than 5 test patients (or slides); with a single one there is no "
+                 "interval at all. Each such row says so in its `ci_note` column:", ""]
+        head += [f"- `{name}`: {'; '.join(flagged)}" for name, flagged in sorted(writer.warnings.items())] + [""]
+    if len(findings):
+        head += [f"**Report lint: {len(findings)} finding{'s' if len(findings) != 1 else ''}** (listed at the end of "
+                 "this page and in `tables/report_lint.csv`): read them before the numbers they point at.", ""]
+        body += ["## Report lint", "", "What the report lint flags (fmaudit.report.lint); each line names the table "
+                 "and the row or column.", ""] + [f"- **{r.check}** ({r.where}): {r.detail}"
+                                                 for r in findings.itertuples(index=False)] + [""]
+    text = "\n".join(head + body)
+    # the home page links the cards' HTML pages where index.md links their Markdown
+    home = re.sub(r"\(cards/([^)\s]+)\.md\)", r"(cards/\1.html)", text)
+    write_text(out_dir / "index.html", page("fmaudit report", markdown_to_html(home)))
+    write_text(out_dir / "index.md", text)
+    return findings

@@ -134,15 +134,28 @@ def _decodability_markdown(table: pd.DataFrame) -> str:
     return dataframe_to_markdown(pd.DataFrame(rows))
 
 
-def _cra_markdown(cra: pd.DataFrame) -> str:
-    rows = []
+def _cra_markdown(cra: pd.DataFrame, alpha: float = 0.05) -> str:
+    """The CRA table; where the (section, seed) runs are too few for a two-sided Wilcoxon test to reach ``alpha``
+    at all (``wilcoxon_smallest_p``), Nuc-beats-Mean and the wins say so instead of False and 0."""
+    rows, undecidable = [], {}
     for r in cra.to_dict("records"):
+        smallest = r.get("wilcoxon_smallest_p")
+        decided = smallest is None or pd.isna(smallest) or smallest < alpha
+        n = int(r.get("n_win_units", r["n_sections"]))
+        if not decided:
+            undecidable[n] = smallest
         rows.append({"encoder": r["encoder"], "taxonomy": r["taxonomy"], "magnification": f"{r['magnification']:g}",
                      "F1 Nuc (%)": f"{r['f1_nuc_mean_pct']:.2f}", "F1 Mean (%)": f"{r['f1_mean_mean_pct']:.2f}",
                      "CRA (pp)": _mean_sd(r["cra_mean_pp"], r["cra_sd_pp"]),
                      "over": f"{r['n_balanced']} {r['balance']}s",
-                     "Nuc beats Mean": r["nuc_beats_mean"], "wins": f"{r['significant_wins']}/{r['n_opponents']}"})
-    return dataframe_to_markdown(pd.DataFrame(rows))
+                     "Nuc beats Mean": r["nuc_beats_mean"] if decided else f"n/a ({n} runs: p >= {smallest:.3g})",
+                     "wins": f"{r['significant_wins']}/{r['n_opponents']}" if decided else "n/a (too few runs)"})
+    note = ""
+    if undecidable:
+        note = (f"With {', '.join(map(str, sorted(undecidable)))} (section, seed) runs a two-sided Wilcoxon test cannot "
+                f"reach p < {alpha:g} (the smallest possible p is {max(undecidable.values()):.3g}): those rows say "
+                "`n/a`, undecided rather than False, and a positive CRA there is not evidence that Nuc beats Mean.\n\n")
+    return note + dataframe_to_markdown(pd.DataFrame(rows))
 
 
 def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:

@@ -11,6 +11,8 @@ chapters alone:
   its captions (``resources/report/tables|figures/<name>.rst``) read.
 - ``tables`` and ``figures``: what it writes (so the rule declares exactly the report's outputs), each with its
   category in Snakemake's HTML report.
+- ``files``: for a chapter that writes more than tables and figures (the reliability cards, one set per
+  encoder), ``files(results) -> paths`` relative to the report folder; the workflow declares the same paths.
 - ``write``: formats the results an analysis computed (``fmaudit.jobs.report.SUMMARIES`` turns the chapter's
   inputs into them), writes them through the :class:`ReportWriter` and returns its lines of ``index.md``.
   ``write`` receives ``None`` when the config planned no run of the analysis; it must still write every
@@ -43,11 +45,13 @@ class Chapter:
     write: Callable[[Any, "ReportWriter"], list[str]]
     reads: tuple[str, ...] = ()
     settings: tuple[str, ...] = ()
+    files: Callable[[Any], list[str]] | None = None
 
-    def outputs(self) -> list[str]:
-        """Paths of the chapter's outputs, relative to the report folder."""
+    def outputs(self, results: Any = None) -> list[str]:
+        """Paths of the chapter's outputs, relative to the report folder (its ``files`` of ``results`` too)."""
+        extra = list(self.files(results)) if self.files is not None else []
         return ([f"tables/{t}{ext}" for t in self.tables for ext in TABLE_FORMATS]
-                + [f"figures/{f}.png" for f in self.figures])
+                + [f"figures/{f}.png" for f in self.figures] + extra)
 
 
 class ReportWriter:
@@ -66,6 +70,12 @@ class ReportWriter:
             self.warnings[name] = flagged
         for path in write_all_formats(df, self.out_dir / "tables" / name):
             self.written.add(str(path.relative_to(self.out_dir)))
+
+    def file(self, relative: str, write: Callable[[Path], None]) -> None:
+        """``write(path)`` writes the file ``relative`` (to the report folder), atomically."""
+        path = self.out_dir / relative
+        write(path)
+        self.written.add(str(path.relative_to(self.out_dir)))
 
     def figure(self, name: str, draw: Callable[[Path], None]) -> None:
         """``draw(path)`` saves the figure at ``path`` (atomically)."""

@@ -7,6 +7,7 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.formatting import fill_missing
 
 __all__ = ["CHAPTER"]
 
@@ -14,7 +15,8 @@ __all__ = ["CHAPTER"]
 def write_embeddings_chapter(inventory: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
     inventory = inventory if inventory is not None else pd.DataFrame({"note": ["no embeddings were planned"]})
     writer.table("embeddings", inventory)
-    return ["## Embeddings", "", dataframe_to_markdown(inventory), ""]
+    shown = fill_missing(inventory, {"weights_sha256": "n/a (no weights file)", "images_per_s": "n/a (not recorded)"})
+    return ["## Embeddings", "", dataframe_to_markdown(shown), ""]
 
 
 CHAPTER = Chapter("embeddings", {"embeddings": "Provenance"}, {}, write_embeddings_chapter,

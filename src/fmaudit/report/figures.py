@@ -19,7 +19,7 @@ import pandas as pd
 from fmaudit.io import atomic_path
 
 __all__ = ["ece_vs_fraction_figure", "note_figure", "pyplot", "rank_transfer_heatmap", "reliability_figure",
-           "save_figure"]
+           "save_figure", "seaborn"]
 
 _DPI = 110
 _GAP_COLOUR = "tab:red"
@@ -41,6 +41,10 @@ def _seaborn():
     import seaborn as sns
 
     return sns
+
+
+#: seaborn, imported now (see the module doc); for the other report modules' figures.
+seaborn = _seaborn
 
 
 def save_figure(fig, path: Path, tight_layout: bool = False, **kwargs) -> None:

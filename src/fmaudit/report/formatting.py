@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fmaudit.io import write_table, write_text
+from fmaudit.io import dataframe_to_markdown, write_table, write_text
 
 #: Formats every report table is written in, the first one carrying the caption in Snakemake's report.
 TABLE_FORMATS = (".csv", ".md", ".tex")
@@ -21,8 +21,11 @@ FEW_UNITS = 5
 #: The column that says why a row's interval is missing or weak.
 CI_NOTE = "ci_note"
 
-__all__ = ["CI_NOTE", "FEW_UNITS", "TABLE_FORMATS", "ece_columns", "fmt_ci", "guard_intervals", "guarded",
-           "settings_text", "write_all_formats"]
+#: Intervals from fewer resampling units than this carry a warning (the report lint flags them too).
+MIN_UNITS = FEW_UNITS
+
+__all__ = ["CI_NOTE", "FEW_UNITS", "MIN_UNITS", "TABLE_FORMATS", "ece_columns", "fill_missing", "fmt_ci",
+           "guard_intervals", "guarded", "integer_columns", "settings_text", "table_or_note", "write_all_formats"]
 
 
 def _interval_columns(columns: Iterable[str]) -> list[str]:
@@ -107,3 +110,32 @@ def settings_text(groups: Iterable[tuple[Mapping[str, Any], Sequence[str]]],
     if len(groups) == 1:
         return template.format(**groups[0][0])
     return "; ".join(f"{_tasks(tasks)}: {template.format(**s)}" for s, tasks in groups)
+
+
+def fill_missing(df: pd.DataFrame, reasons: Mapping[str, str] | None = None, default: str = "n/a") -> pd.DataFrame:
+    """A copy of ``df`` for printing in which every missing cell says why: ``reasons[column]`` where given, else
+    ``default`` (the Markdown writer would leave it blank)."""
+    out = df.astype(object).copy()
+    reasons = {CI_NOTE: "none", **(reasons or {})}  # a row without a note on its interval
+    for col in out.columns:
+        missing = df[col].isna()
+        if missing.any():
+            out.loc[missing, col] = reasons.get(str(col), default)
+    return out
+
+
+def integer_columns(df: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """``df`` with ``columns`` (ranks, counts) printed as whole numbers (``2``, not ``2.000``), missing ones kept."""
+    out = df.copy()
+    for col in columns:
+        if col in out.columns:
+            out[col] = [int(v) if pd.notna(v) else v for v in out[col]]
+            out[col] = out[col].astype(object)
+    return out
+
+
+def table_or_note(df: pd.DataFrame | None, why: str) -> str:
+    """``df`` as Markdown, or the sentence ``why`` when it has no rows or columns (never an empty ``|  |``)."""
+    if df is None or len(df) == 0 or len(df.columns) == 0:
+        return why[0].upper() + why[1:] + ("" if why.endswith(".") else ".")
+    return dataframe_to_markdown(df)

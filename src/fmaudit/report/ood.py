@@ -39,7 +39,7 @@ NOTE = "no OOD shard was planned by this config"
 #: The most histogram panels drawn (rows of encoders are cut, and the figure says so).
 MAX_HISTOGRAM_PANELS = 48
 
-__all__ = ["FIGURES", "CHAPTER", "TABLES", "detection_markdown", "gate_markdown"]
+__all__ = ["FIGURES", "CHAPTER", "TABLES", "below_chance_remark", "detection_markdown", "gate_markdown"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -77,8 +77,23 @@ def detection_markdown(by_tier: pd.DataFrame, detection: pd.DataFrame) -> str:
         parts.append(f"### {kind.capitalize()} tasks ({', '.join(sorted(det['task'].unique()))})\n\n"
                      "Mean detection AUROC (OOD positive) over the tier's conditions; each condition's own AUROC "
                      f"with its 95% cluster-bootstrap interval ({_units(det)}) is in `tables/ood_detection.csv`.\n\n"
-                     f"{dataframe_to_markdown(wide)}\n")
+                     f"{dataframe_to_markdown(wide.astype(object).where(wide.notna(), 'n/a (not run)'))}\n"
+                     f"{below_chance_remark(part)}")
     return "\n".join(parts)
+
+
+def below_chance_remark(by_tier: pd.DataFrame) -> str:
+    """A sentence naming every (tier, scorer) whose mean detection AUROC is below 0.5, or ``""``: such a scorer ranks
+    that OOD set as *more* familiar than the in-distribution test set, which a reader must not take for a weak
+    detector."""
+    low = by_tier[by_tier["mean_auroc"] < 0.5]
+    if not len(low):
+        return ""
+    items = [f"{tier} / {scorer}: {g['mean_auroc'].min():.2f}-{g['mean_auroc'].max():.2f} ({len(g)} encoders)"
+             for (tier, scorer), g in low.groupby(["tier", "scorer"], sort=False)]
+    return ("\n**Below chance (AUROC < 0.5):** " + "; ".join(items) + ". There the scorer ranks the OOD images as more "
+            "familiar than the in-distribution test images, worse than a coin: it is not a detector of that shift "
+            "(invert it only with a reason, and never on the test set). The reliability cards name each case.\n")
 
 
 def _value(row: Mapping[str, Any], name: str) -> str:

@@ -171,10 +171,14 @@ def _reference_markdown(ref: pd.DataFrame) -> str:
     cols = [c for c in ("task", "source_domain", "target_domain", "model", "exposure", "frozen", "n_seeds",
                         "in_domain_macro_f1", "macro_f1", "rank_on_target", "relative_gap", "effective_robustness")
             if c in ref.columns]
-    return ("Unadapted source probe on the whole target pool (means over source seeds; no intervals), with the "
-            "ResNet-18 trained from scratch on the same source pool as a non-frozen reference row (not ranked; "
-            "its effective robustness is read off the frozen encoders' logit-linear fit).\n\n"
-            f"{dataframe_to_markdown(ref[cols])}\n")
+    has_reference = "frozen" in ref.columns and (~ref["frozen"].astype(bool)).any()
+    reference = ("with the ResNet-18 trained from scratch on the same source pool as a non-frozen reference row (not "
+                 "ranked; its effective robustness is read off the frozen encoders' logit-linear fit)" if has_reference
+                 else "frozen encoders only: no scratch reference was trained in this study "
+                      "(prior_shift.scratch_reference.enabled)")
+    shown = ref[cols].astype(object).where(ref[cols].notna(), "n/a (not ranked: the reference)")
+    return (f"Unadapted source probe on the whole target pool (means over source seeds; no intervals), {reference}."
+            f"\n\n{dataframe_to_markdown(shown)}\n")
 
 
 def _label_assumed_priors(df: pd.DataFrame, assumed: Mapping[str, Any]) -> pd.DataFrame:

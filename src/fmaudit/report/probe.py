@@ -10,7 +10,8 @@ import pandas as pd
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
 from fmaudit.report.exposure import with_exposure
-from fmaudit.report.formatting import ece_columns, fmt_ci, guarded, settings_text
+from fmaudit.report.formatting import (MIN_UNITS, ece_columns, fill_missing, fmt_ci, guarded, integer_columns,
+                                       settings_text, table_or_note)
 from fmaudit.report.chapter import ReportWriter, Chapter
 
 ACCURACY, CALIBRATION, COMPOSITE, RANKS = "Accuracy under shift", "Calibration", "Composite reliability", "Rank transfer"
@@ -133,9 +134,58 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
             counts = (f" {int(fitted['n_at_bound'].sum())} of {int(fitted['n_temperatures'].sum())} fitted temperatures"
                       f" sit at a search bound; {cell['bound_temperatures'].iloc[0]}.")
         mode = f" Source temperature: {cell['calibration_mode'].iloc[0]}." if "calibration_mode" in cell.columns else ""
+        shown = _mark_bound_cells(wide[order], cell)
         parts.append(f"### {task}: {head} probe, label fraction {frac:g}\n\nTop-label ECE ({bins} bins, (lo,hi]) "
                      "by temperature stage; oracle_ts is fitted on the evaluated target (not deployable)."
-                     f"{mode}{counts}\n\n{dataframe_to_markdown(wide[order])}\n")
+                     f"{mode}{counts} A cell marked `bound` had every temperature of its mean at a search bound (left "
+                     f"out); `n/a` has no run.\n\n{dataframe_to_markdown(shown)}\n")
+    return "\n".join(parts)
+
+
+def _mark_bound_cells(wide: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
+    """The ladder with each missing cell saying why: ``bound`` where the stage's temperatures all sat at a search
+    bound (left out of the mean), ``n/a`` where there is no run."""
+    out = wide.astype(object).copy()
+    if "n_at_bound" not in cell.columns:
+        return fill_missing(wide)
+    keys = ["encoder", "source_domain", "target_domain"]
+    bound = cell[cell["n_at_bound"].fillna(0) > 0]
+    bound = bound.assign(stage_label=[f"kshot_ts (K={int(k)})" if st == "kshot_ts" else st
+                                      for st, k in zip(bound["stage"], bound["k"])])
+    at_bound = {(*r[:3], r[3]) for r in bound[keys + ["stage_label"]].itertuples(index=False, name=None)}
+    for col in out.columns[3:]:
+        for i in out.index[wide[col].isna()]:
+            key = tuple(wide.loc[i, keys]) + (col,)
+            out.loc[i, col] = "bound" if key in at_bound else "n/a"
+    return out
+
+
+def shift_summary_markdown(summary: pd.DataFrame, board: pd.DataFrame) -> str:
+    """The in-domain vs off-domain summary with what each mean averages (the leaderboards give each value with its
+    interval)."""
+    if len(summary) == 0:
+        return "No encoder was scored in-domain and off-domain."
+    n_src = board.groupby(["task", "head"])["source_domain"].nunique().max() if len(board) else 0
+    n_pairs = (board[~board["in_domain"]].groupby(["task", "head", "encoder"]).size().max()
+               if len(board) and "in_domain" in board else 0)
+    return ("Per encoder, at the largest label fraction and as means over seeds: `macro_f1_in_domain` is the mean of "
+            f"its in-domain macro-F1 over the task's {n_src} source domain(s) (each source's own leaderboard below), "
+            f"`macro_f1_off_domain` the mean over its {n_pairs} source → target pair(s), likewise for ECE. These are "
+            "means of the leaderboards' values, without intervals; the leaderboards give each value with its "
+            f"interval.\n\n{dataframe_to_markdown(fill_missing(summary))}")
+
+
+def cross_domain_markdown(table: pd.DataFrame) -> str:
+    """The cross-domain leaderboard, one table per (task, head, fraction, source) with only its own targets' columns
+    and ranks as whole numbers."""
+    if len(table) == 0:
+        return "No encoder was scored on another domain than its source."
+    parts = []
+    for (task, head, frac, source), cell in table.groupby(["task", "head", "fraction", "source_domain"], sort=False):
+        cell = cell.dropna(axis=1, how="all").drop(columns=["task", "head", "fraction", "source_domain"])
+        ranks = [c for c in cell.columns if str(c).startswith("rank_")]
+        parts.append(f"### {task}: source {source}, {head} probe, label fraction {frac:g}\n\n"
+                     f"{dataframe_to_markdown(fill_missing(integer_columns(cell, ranks)))}\n")
     return "\n".join(parts)
 
 
@@ -153,9 +203,25 @@ def rank_transfer_markdown(rank: pd.DataFrame) -> str:
                                 for r, a, b in zip(rank["spearman_rho"], lo, hi)],
         "Kendall τ-b": rank["kendall_tau_b"].map(lambda v: "n/a" if pd.isna(v) else f"{v:.3f}"),
         "in-domain best": rank["source_best"], "its rank on target": rank["target_rank_of_source_best"],
-        "dethroned": rank["dethroned"],
+        "dethroned": rank["dethroned"], "reading": [_rho_reading(r) for r in rank.to_dict("records")],
     })
-    return dataframe_to_markdown(table)
+    return dataframe_to_markdown(fill_missing(integer_columns(table, ["its rank on target"])))
+
+
+def _rho_reading(r: Mapping[str, Any]) -> str:
+    """Whether a rank-transfer ρ says anything: over fewer than 5 encoders, or with an interval that includes 0,
+    it does not."""
+    n = r.get("n_models")
+    lo, hi = r.get("spearman_rho_ci_lo"), r.get("spearman_rho_ci_hi")
+    if pd.isna(r.get("spearman_rho")):
+        return "no ranking (ties)"
+    if pd.notna(n) and int(n) < MIN_UNITS:
+        return f"uninformative: {int(n)} encoders (ρ takes few values; at least {MIN_UNITS} are needed)"
+    if pd.isna(lo) or pd.isna(hi):
+        return "no interval"
+    if lo <= 0 <= hi:
+        return "uninformative: the interval includes 0"
+    return "rankings transfer" if lo > 0 else "rankings reverse"
 
 
 def figure_captions(groups: list) -> dict[str, str]:
@@ -167,7 +233,11 @@ def figure_captions(groups: list) -> dict[str, str]:
         "reliability": (
             "Reliability diagrams of each encoder's probe (rows), in-domain and off-domain, raw and after "
             "source-validation temperature scaling (columns); first head and first seed at the largest label "
-            f"fraction. Bars: accuracy per confidence bin ({bins}, (lo, hi]); hatched red: the gap to the bin's mean "
+            "fraction, pooling every source domain's test items in-domain and every source → target pair off-domain "
+            "(hence n is the sum over sources). Pooled bins can disagree with the calibration ladder, which is per "
+            "source → target pair and averages seeds: a temperature that helps on the pooled items can hurt on one "
+            "pair, so read the ladder for a deployment decision. "
+            f"Bars: accuracy per confidence bin ({bins}, (lo, hi]); hatched red: the gap to the bin's mean "
             "confidence (above a bar: overconfident, inside it: underconfident); dashed: perfect calibration; lower "
             "panels: items per bin; corner: the ECE of those bins."),
         "rank_transfer": (
@@ -219,19 +289,21 @@ def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
         f"({settings_text(groups, 'B={n_boot}')}) of the mean over seeds, each naming the unit it resamples and "
         f"how many ({interval_units_text(t['leaderboard'])}). Source temperatures: {modes}; temperatures at a "
         f"search bound in post-temperature means: {bound}.", "",
-        "## In-domain vs off-domain", "", dataframe_to_markdown(t["shift_summary"]), "",
+        "## In-domain vs off-domain", "", shift_summary_markdown(t["shift_summary"], t["leaderboard"]), "",
         "## Leaderboards", "", leaderboard_markdown(t["leaderboard"]), "",
         "## Calibration ladder", "", calibration_markdown(t["calibration"]), "",
         "## Paired differences to the reference encoder", "",
         "Macro-F1 difference (encoder − reference), paired cluster bootstrap of the unit in `ci_resampling` "
         f"({settings_text(groups, 'B={paired_n_boot}')}); the reference is the best encoder on the source "
         "validation split (`reference_chosen_on`), not on the test set the intervals describe.", "",
-        dataframe_to_markdown(t["paired_differences"].drop(columns=["resampling"], errors="ignore")), "",
+        table_or_note(fill_missing(t["paired_differences"].drop(columns=["resampling"], errors="ignore")),
+                      "no paired difference: fewer than two encoders, or no reference encoder"), "",
         "## Cross-domain leaderboard (sorted by the most shifted target)", "",
-        dataframe_to_markdown(t["cross_domain_leaderboard"]), "",
+        cross_domain_markdown(t["cross_domain_leaderboard"]), "",
         "## CRI per label fraction", "",
         "CRI = AUROC_id × (1 − clip(ECE after source TS)) × OOD_Stability (PRISM, as corrected).", "",
-        dataframe_to_markdown(t["cri"].drop(columns=["cri_convention"], errors="ignore")), "",
+        table_or_note(fill_missing(t["cri"].drop(columns=["cri_convention"], errors="ignore")),
+                      "no CRI: no task is scored both in-domain and off-domain"), "",
         "## OOD_Stability and CRI by split", "",
         cri_by_split_markdown(t["cri_by_split"]), "",
         "## Rank transfer", "",
@@ -240,9 +312,11 @@ def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
         f"({settings_text(groups, 'B={n_boot}')}).", "",
         rank_transfer_markdown(t["rank_transfer"]), "",
         "## AUROC-rank vs ECE-rank decoupling (Fisher-z pooled per fraction)", "",
-        dataframe_to_markdown(t["decoupling"]), "",
+        table_or_note(fill_missing(t["decoupling"], default="n/a (undefined: too few encoders or units)"),
+                      "no decoupling: fewer than three encoders"), "",
         "## Target ECE against label fraction, by transfer AUROC", "",
-        dataframe_to_markdown(t["ece_slope_by_auroc_bin"]), "",
+        table_or_note(fill_missing(t["ece_slope_by_auroc_bin"], default="n/a (no pair in this bin)"),
+                      "no slope: a single label fraction"), "",
         "## Figures", "",
     ] + _figure_lines(figure_captions(groups))
 
