@@ -1,4 +1,4 @@
-"""Seed 003's further train/test splits: the split itself (its split_indices, re-derived), the pooled summary of
+"""The audit paper's further train/test splits: the split itself (its split_indices, re-derived), the pooled summary of
 the probe metrics (mean over splits, percentile interval of the pooled draws, re-derived), and the parts."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fmaudit.stats import bootstrap_counts
 
 
 def _seed003_split_indices(y, groups, strata, seed):
-    """Seed 003's split_indices, written out: 5 shuffled stratified folds over the groups (each by its most
+    """The audit paper's split_indices, written out: 5 shuffled stratified folds over the groups (each by its most
     frequent stratum), or over the items without groups; the first fold is the test side."""
     folds = StratifiedKFold(5, shuffle=True, random_state=seed)
     if groups is None:

@@ -1,4 +1,4 @@
-"""Class-prior scenarios and the resampling of a labelled target pool to them (seed 000;
+"""Class-prior scenarios and the resampling of a labelled target pool to them (hema paper;
 docs/methods.md#resampling-to-a-class-prior).
 
 A *scenario* is a class prior pi (shares over the task's classes, >= 0, summing to 1). A target with
@@ -27,7 +27,7 @@ import numpy as np
 
 from fmaudit.io import FmauditInputError
 
-#: The five WBC classes of seed 000, in label order (the ``wbc5`` label map of the hematology data sets).
+#: The five WBC classes of the hema paper, in label order (the ``wbc5`` label map of the hematology data sets).
 WBC5_CLASS_ORDER = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrophil")
 
 

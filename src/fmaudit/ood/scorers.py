@@ -4,7 +4,7 @@ out-of-distribution.
 Feature-space scorers are estimator-style (``fit`` returns self, fitted attributes end in ``_``):
 
 - :class:`Mahalanobis` (``maha``): squared Mahalanobis distance to the nearest class mean under one pooled
-  within-class covariance, ``covariance="ledoit_wolf"`` (seed 003: ``LedoitWolf().fit(Z - mu_y)``) or
+  within-class covariance, ``covariance="ledoit_wolf"`` (audit paper: ``LedoitWolf().fit(Z - mu_y)``) or
   ``"empirical"`` (Lee et al. 2018: ``EmpiricalCovariance``, divides by N, no shrinkage); the inverse is the
   pseudo-inverse (numpy's default cutoff, ``max(D, D) * eps`` relative to the largest eigenvalue), never
   ``inv``. Raw embeddings unless ``normalize=True`` (L2 first).
@@ -113,7 +113,7 @@ def pooled_within_class_covariance(Z: np.ndarray, y: np.ndarray, estimator: str 
     """(classes, class means (K, D), covariance (D, D)) of the class-centred rows ``Z - mu_y``.
 
     A class with one row still gives a mean; its residual is 0. The estimator sees every residual at once
-    (one shared covariance, seed 003 and Lee et al.).
+    (one shared covariance, the audit paper and Lee et al.).
     """
     classes, codes = np.unique(y, return_inverse=True)
     codes = codes.reshape(-1)
