@@ -10,7 +10,7 @@ Feature-space scorers are estimator-style (``fit`` returns self, fitted attribut
   ``inv``. Raw embeddings unless ``normalize=True`` (L2 first).
 - :class:`RelativeMahalanobis` (``relative_maha``, Ren et al. 2021): ``min_k MD_k(z) - MD_0(z)``, MD_0 under
   the global training mean and the global covariance (same estimator). Default estimator ``"empirical"`` as
-  Ren et al.; pass ``covariance="ledoit_wolf"`` for the seed-003 estimator.
+  Ren et al.; pass ``covariance="ledoit_wolf"`` for the audit paper's estimator.
 - :class:`KNNDistance` (``knn``, Sun et al. 2022): L2-normalise bank and queries, score = Euclidean distance
   to the k-th nearest bank embedding (k = 50 by default; a k above the bank size is capped at the bank size
   with a warning). A query that is itself in the bank counts as its own neighbour: score a disjoint set.
