@@ -71,7 +71,7 @@ def test_probe_metrics_pool_the_splits_as_seed_003():
                                                                                data.labels[~test])
         correct = (probe.predict(data.features[test]) == data.labels[test]).astype(float)
         accs.append(correct.mean())
-        counts = bootstrap_counts(correct.size, data.groups[test], n_boot, 3 + seed).astype(float)
+        counts = bootstrap_counts(correct.size, data.groups[test], n_boot=n_boot, random_state=3 + seed).astype(float)
         draws.append(counts @ correct / counts.sum(axis=1))
     pooled = np.concatenate(draws)
     assert row["splits"] == "further" and row["split_seeds"] == "0,1,2" and row["n_splits"] == 3
