@@ -54,7 +54,7 @@ def make_models(rng: np.random.Generator) -> tuple[dict[str, np.ndarray], np.nda
 
 # ------------------------------------------------------------------------------------------ the lean loop
 def resample_weights(n_items: int, n_boot: int, seed: int):
-    """Item multiplicities of each resample, drawn as seed 003 and ``stats.bootstrap_counts`` draw them."""
+    """Item multiplicities of each resample, drawn as the audit paper and ``stats.bootstrap_counts`` draw them."""
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
         yield np.bincount(rng.integers(0, n_items, n_items), minlength=n_items)

@@ -1,4 +1,4 @@
-"""Dry-run of the CellPath preset (seed 002): does ``snakemake -n`` plan every cell feature and shard job of the
+"""Dry-run of the CellPath preset: does ``snakemake -n`` plan every cell feature and shard job of the
 304,920-run grid within 10 s and 1 GiB on 2 cores?
 
 Runs, in fresh child processes of this one, ``snakemake --version`` (the baseline: the cost of starting

@@ -1,4 +1,4 @@
-# The cell branch (CellPath-Bench, seed 002): Xenium sections registered to their H&E (or the slides of a
+# The cell branch (CellPath-Bench): Xenium sections registered to their H&E (or the slides of a
 # cell_table: the user's own cells, fmaudit.cells.table), checked, embedded at
 # their nuclei per (encoder, section) at every magnification, probed per (encoder, magnification, protocol) shard,
 # aggregated for the report. Planned from CELL_PLAN (rules/cells_helpers.smk, fmaudit.grid.cell_plan); nothing here

@@ -1,9 +1,9 @@
-# OOD detection, selective prediction and the abstention gate (seed 003).
+# OOD detection, selective prediction and the abstention gate (audit paper).
 # A blurred or artefact copy of a data set's test split is a derived data set `<dataset>__<tag>`: its manifest
 # comes from derive_manifest, its embeddings from the ordinary `embed` rule (a real encoder input, never
 # feature noise), so adding one sigma or artefact embeds only that copy. One shard job per (encoder, task)
 # runs every condition, scorer and gate setting of the task (fmaudit.grid.ood_runs / ood_gate_runs) and
-# exports the task's gate; one further-splits job per (encoder, task) runs seed 003's further splits
+# exports the task's gate; one further-splits job per (encoder, task) runs the audit paper's further splits
 # (fmaudit.grid.ood_split_runs); aggregate_ood concatenates both for the report.
 
 
@@ -71,7 +71,7 @@ rule ood_shard:
         "../scripts/ood_shard.py"
 
 
-# Seed 003's further train/test splits (ood.extra_splits, default seeds 0-4): the probe metrics, slide aggregation
+# The audit paper's further train/test splits (ood.extra_splits, default seeds 0-4): probe metrics, slide aggregation
 # and the coarsening controls of one (encoder, task) on every split, pooled; the stored split above stays the one
 # of detection, blur, scorer sensitivity and the gate.
 rule ood_split_shard:

@@ -13,7 +13,7 @@ from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.
 OOD_SHARDS = ood_shards(config)
 OOD_PLANS = {task: ood_shard_plan(config, task) for task in dict.fromkeys(task for _, task in OOD_SHARDS)}
-# seed 003's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
+# the audit paper's further train/test splits (ood.extra_splits): one job per (encoder, task) of an OOD shard
 OOD_SPLIT_SHARDS = ood_split_shards(config)
 OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(t for _, t in OOD_SPLIT_SHARDS)}
 DERIVED = derived_datasets(config)

@@ -1,4 +1,4 @@
-# Class-prior shift and label-free adaptation (seed 000): one shard job per (encoder, source domain, target
+# Class-prior shift and label-free adaptation (hema paper): one shard job per (encoder, source domain, target
 # domain) of fmaudit.grid.prior_shift_runs, each looping over its source seeds x priors x draws in-process;
 # the ResNet-18 trained from scratch as the non-frozen reference, one job per (source domain, seed) when
 # prior_shift.scratch_reference.enabled; and one aggregation of every shard across encoders for the report.

@@ -1,4 +1,4 @@
-"""Snakemake adapter: seed 003's further train/test splits of one (encoder, task)."""
+"""Snakemake adapter: the audit paper's further train/test splits of one (encoder, task)."""
 import sys
 from pathlib import Path
 

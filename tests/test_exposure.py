@@ -1,4 +1,4 @@
-"""Exposure audit: encoder pretraining corpora against evaluation data sets (seed 000)."""
+"""Exposure audit: encoder pretraining corpora against evaluation data sets (hema paper)."""
 
 import pytest
 

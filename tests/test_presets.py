@@ -108,7 +108,7 @@ def test_audit_counts(summaries):
     assert count(s, "ood", "detection (condition x scorer)") == 13 * (7 + 15 + 22 + 1) * 4
     assert count(s, "ood", "abstention gate (task setting)") == 13 * 8
     assert count(s, "ood", "blurred test embeddings (task x sigma)") == 13 * 5 * 3
-    # seed 003's five further splits (seeds 0-4): the probe metrics of every task, PANDA's slide aggregation and
+    # the audit paper's five further splits (seeds 0-4): the probe metrics of every task, PANDA's slide aggregation and
     # SICAPv2's two controls, one job per (encoder, task)
     assert count(s, "ood", "further splits: probe metrics (task x split seed)") == 13 * 7 * 5
     assert count(s, "ood", "further splits: probe metrics (task x split seed)", "jobs") == 13 * 7

@@ -342,7 +342,7 @@ def test_usability_message_names_the_config_key(tmp_path):
         check_encoder_usable("remote", unknown, source="my.yaml", config_key="encoder_revisions.remote")
 
 
-# ---- declared variants (seed 000's 224-vs-518 input-resolution check) -------------------------------------
+# ---- declared variants (the hema paper's 224-vs-518 input-resolution check) -------------------------------------
 
 
 def test_declared_variants_become_entries_of_their_own(registry):

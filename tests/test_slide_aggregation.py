@@ -1,5 +1,5 @@
 """Slide-level aggregation (the six aggregators, the two neural ones seeded on the CPU), label coarsening, the task
-without some classes, and seed 003's pooling of several splits."""
+without some classes, and the audit paper's pooling of several splits."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_transformer_mil_learns_seeded_on_cpu_and_leaves_the_torch_rng_alone():
     torch_state = torch.get_rng_state()
     model = TransformerMILClassifier(random_state=5, **SMALL_TRANSFORMER).fit(X, [index[i] for i in train],
                                                                               labels[train], 3)
-    assert model.device_ == "cpu"  # seed 003 trains its neural aggregators on the CPU by default
+    assert model.device_ == "cpu"  # the audit paper trains its neural aggregators on the CPU by default
     assert torch.equal(torch.get_rng_state(), torch_state)  # dropout drew from a forked RNG
     probs = model.predict_proba(X, [index[i] for i in test])
     assert probs.shape == (30, 3) and np.allclose(probs.sum(1), 1)
@@ -179,7 +179,7 @@ def test_max_embedding_is_the_probe_on_per_slide_maxima():
 
 
 def test_splits_pool_their_bootstrap_draws_and_average_their_points():
-    """Seed 003: the point is the mean over the splits, the interval the percentiles of the draws of every split
+    """The audit paper: the point is the mean over the splits, the interval the percentiles of the draws of every split
     pooled; each split's resamples are seeded by the bootstrap seed plus the split seed."""
     from fmaudit.ood.selective import prediction_draws
 

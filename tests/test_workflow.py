@@ -142,7 +142,7 @@ def test_demo_runs_every_ood_tier_with_a_gate_per_encoder(demo_run):
         assert card["encoder"] == enc and card["class_names"] == ["tumour", "stroma", "lymphocytes", "adipose", "mucus"]
     index = (report / "index.md").read_text()
     assert "## OOD detection and abstention" in index and "unit=patient, n=" in index
-    # seed 003's further splits of the probe metrics beside the stored split, pooled over the demo's two seeds
+    # the audit paper's further splits of the probe metrics beside the stored split, pooled over the demo's two seeds
     selective = pd.read_csv(report / "tables" / "ood_selective.csv")
     assert set(selective["splits"]) == {"stored", "further"}
     further = selective[selective["splits"] == "further"]
@@ -901,7 +901,7 @@ def test_audit_preset_plans_the_grids_ood_jobs(tmp_path):
          for name in ("embed", "probe", "ood", "ood_blur", "ood_image_artefact", "ood_splits")}
     assert jobs["embed"] == n["embed"] + n["ood_blur"] + n["ood_image_artefact"] == 91 + 195
     assert jobs["ood_shard"] == n["ood"] == 91 and jobs["probe_shard"] == n["probe"] == 91
-    assert jobs["ood_split_shard"] == n["ood_splits"] == 91  # seed 003's further splits, one job per OOD shard
+    assert jobs["ood_split_shard"] == n["ood_splits"] == 91  # the audit paper's further splits, one job per OOD shard
     assert jobs["derive_manifest"] == len(grid.derived_datasets(config)) == 5 * 3
     assert jobs["aggregate_ood"] == 1 and jobs["report"] == 1
 

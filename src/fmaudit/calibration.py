@@ -5,7 +5,7 @@
 ladder's rows differ only in the probability-quality metrics (and, for K-shot rows, in which items are
 evaluated).
 
-The ladder (seed 000):
+The ladder (hema paper):
 
 - ``raw``: T = 1 on the whole target set.
 - ``source_ts``: T fitted on a held-out source validation split, applied to the target (deployable).

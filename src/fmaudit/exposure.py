@@ -1,7 +1,7 @@
-"""Exposure audit: which evaluation data sets an encoder may have seen in pretraining (seed 000).
+"""Exposure audit: which evaluation data sets an encoder may have seen in pretraining (hema paper).
 
 An encoder that was pretrained on a data set it is then evaluated on measures transfer to a seen domain, not
-held-out generalisation; seed 000 found three of its four hematology data sets in DinoBloom's corpus. This
+held-out generalisation; the hema paper found three of its four hematology data sets in DinoBloom's corpus. This
 module reports that status for every (encoder, data set) pair, to sit beside every table that ranks encoders.
 
 Sources, in order of precedence:

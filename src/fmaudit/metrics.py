@@ -12,7 +12,7 @@ Notation: ``conf = probs.max(1)``; ``pred = probs.argmax(1)`` (ties go to the lo
 Project defaults, and where other implementations differ:
 
 - ECE uses equal-width bins on [0, 1] closed on the right, ``(lo, hi]`` (Guo 2017, gpleiss
-  ``_ECELoss``, seed 003); torchmetrics, netcal and PRISM use ``[lo, hi)``. The two agree unless a
+  ``_ECELoss``, the audit paper); torchmetrics, netcal and PRISM use ``[lo, hi)``. The two agree unless a
   confidence falls exactly on a bin edge. With ``(lo, hi]`` a value of exactly 0 goes to the first bin,
   with ``[lo, hi)`` a value of exactly 1 goes to the last bin, so no item is ever left out. The
   denominator is always N and empty bins contribute 0.
@@ -222,7 +222,7 @@ def softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
 
 
 def binary_logits_from_decision(decision: Any) -> np.ndarray:
-    """Two-class logits ``(-d/2, d/2)`` from a binary decision value d (docs/methods.md#binary-logits, seed 003
+    """Two-class logits ``(-d/2, d/2)`` from a binary decision value d (docs/methods.md#binary-logits, the audit paper
     convention).
 
     ``softmax`` of the result equals ``sigmoid(d)``, i.e. sklearn ``predict_proba``, so a fitted temperature

@@ -28,7 +28,7 @@ Foundation layer: imports only :mod:`fmaudit.io` and :mod:`fmaudit.schema`. A re
   Hugging Face cache's own folder naming; hub repo ids never contain ``--``, so the slug names one repo), and
   :mod:`fmaudit.encoders.hub` builds its entry from the repo's config files. Registry slugs that start with
   ``timm--`` or ``hf--`` are refused, so the two kinds of name never meet.
-- Declared variants (an entry's ``variants:``, e.g. seed 000's 224-vs-518 input-resolution check) become
+- Declared variants (an entry's ``variants:``, e.g. the hema paper's 224-vs-518 input-resolution check) become
   entries of their own, ``<slug>.<variant>``, when the registry is loaded (:func:`expand_variants`): the base
   entry with the variant's keys deep-merged over it, marked ``variant_of`` / ``variant``, validated like any
   entry. Everything downstream (embedding, hashing, output folders) treats them as encoders.

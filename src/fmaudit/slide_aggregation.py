@@ -1,30 +1,30 @@
-"""Slide-level aggregation of frozen tile embeddings and the slide-label controls (seed 003's PANDA and SICAPv2
+"""Slide-level aggregation of frozen tile embeddings and the slide-label controls (the audit paper's PANDA and SICAPv2
 parts): aggregators, label coarsening to the slide, and the task without some of its classes.
 
-Aggregators (one slide = one bag of its tiles; seed 003's names in :data:`PAPER_NAMES`):
+Aggregators (one slide = one bag of its tiles; the audit paper's names in :data:`PAPER_NAMES`):
 
 - ``majority_vote``: the tile probe's predictions voted per slide (ties to the lowest class); confidence =
-  share of the slide's tiles voting for the winner (seed 003 ``patch_vote``).
+  share of the slide's tiles voting for the winner (the audit paper's ``patch_vote``).
 - ``mean_probability``: the mean of the tile probe's probability vectors; prediction = argmax, confidence =
-  max (not in seed 003).
+  max (not in the audit paper).
 - ``mean_embedding`` / ``max_embedding``: the probe refitted on per-slide mean / element-wise maximum
-  embeddings (seed 003 ``mean_pool`` / ``max_pool``).
-- ``attention_mil``: :class:`AttentionMILClassifier`, gated attention pooling (Ilse et al. 2018; seed 003
+  embeddings (the audit paper's ``mean_pool`` / ``max_pool``).
+- ``attention_mil``: :class:`AttentionMILClassifier`, gated attention pooling (Ilse et al. 2018; the audit paper
   ``abmil``).
 - ``transformer_mil``: :class:`TransformerMILClassifier`, one transformer encoder layer over the slide's tiles
-  and a class token (seed 003 ``transformer``).
+  and a class token (the audit paper's ``transformer``).
 
-The two neural aggregators follow seed 003's one fixed configuration for every encoder: tiles standardised with
+The two neural aggregators follow the audit paper's one fixed configuration for every encoder: tiles standardised with
 the training tiles' mean and std, Adam (lr 1e-4, weight decay 1e-4), 30 epochs of one bag per step in a fresh
 seeded order, cross-entropy, no validation set, the final epoch's weights; trained on the CPU by default, as
-seed 003 (a GPU gives other last digits), seeded by ``random_state`` (weights and dropout through a forked
+the audit paper (a GPU gives other last digits), seeded by ``random_state`` (weights and dropout through a forked
 torch RNG, so the caller's torch RNG is left as it was; the bag order through ``numpy.random.default_rng``).
 
 Every analysis has two forms: ``*_predictions`` returns the predictions of each arm on one train/test split
 (:class:`ArmPredictions`), and the table functions (:func:`slide_aggregation`, :func:`label_coarsening`,
 :func:`without_classes`) summarise them with :func:`fmaudit.ood.selective.prediction_summary` (accuracy, QWK for
 ordinal grades, AURC, E-AURC, ECE, with a bootstrap whose unit is the slide, or the patient when slides are
-nested in patients). :func:`summarize_splits` pools several splits as seed 003 does (mean over the splits,
+nested in patients). :func:`summarize_splits` pools several splits as the audit paper does (mean over the splits,
 percentile interval of the bootstrap draws pooled over them).
 """
 
@@ -51,7 +51,7 @@ AGGREGATORS = ("majority_vote", "mean_probability", "mean_embedding", "max_embed
                "transformer_mil")
 #: The aggregators trained on bags (one module each), and the config key of their settings.
 NEURAL_AGGREGATORS = {"attention_mil": "mil", "transformer_mil": "transformer"}
-#: Seed 003's name of each aggregator (``slide_aggregation.py``); ``mean_probability`` is fmaudit's own.
+#: The audit paper's name of each aggregator (``slide_aggregation.py``); ``mean_probability`` is fmaudit's own.
 PAPER_NAMES = {"majority_vote": "patch_vote", "mean_probability": "", "mean_embedding": "mean_pool",
                "max_embedding": "max_pool", "attention_mil": "abmil", "transformer_mil": "transformer",
                "tile_level": "patch-level probe"}
@@ -132,7 +132,7 @@ def pool_bags(X: np.ndarray, index: Sequence[np.ndarray], how: str) -> np.ndarra
 
 
 def coarsen_to_slide(labels: Any, slides: Any) -> np.ndarray:
-    """Each tile relabelled with the most severe (largest) label among the tiles of its slide (seed 003's
+    """Each tile relabelled with the most severe (largest) label among the tiles of its slide (the audit paper's
     SICAPv2 slide labels; pass every tile of the slide, training and test together)."""
     y = np.asarray(labels)
     s = np.asarray(slides)
@@ -183,7 +183,7 @@ class GatedAttentionPooling(nn.Module):
 
 class ClassTokenTransformer(nn.Module):
     """A linear tile projection, a learned class token (zero-initialised), one transformer encoder layer over
-    the class token and the tiles, and a linear head on the class token (seed 003's ``TransformerMIL``)."""
+    the class token and the tiles, and a linear head on the class token (the audit paper's ``TransformerMIL``)."""
 
     def __init__(self, dim: int, n_classes: int, embed_dim: int, n_heads: int, feedforward_dim: int, dropout: float):
         super().__init__()
@@ -269,10 +269,10 @@ class _BagClassifier:
 
 
 class AttentionMILClassifier(_BagClassifier):
-    """Gated attention MIL (Ilse et al. 2018) on bags of frozen tile embeddings (seed 003 ``abmil``).
+    """Gated attention MIL (Ilse et al. 2018) on bags of frozen tile embeddings (the audit paper's ``abmil``).
 
     Parameters: ``embed_dim`` (tile projection, ReLU), ``attention_dim``, ``epochs``, ``lr``, ``weight_decay``
-    (Adam), ``random_state``, ``device`` ("cpu" as seed 003; "auto": CUDA when available). Fitted: see
+    (Adam), ``random_state``, ``device`` ("cpu" as the audit paper; "auto": CUDA when available). Fitted: see
     :class:`_BagClassifier`.
     """
 
@@ -291,11 +291,11 @@ class AttentionMILClassifier(_BagClassifier):
 
 
 class TransformerMILClassifier(_BagClassifier):
-    """One transformer encoder layer over a slide's tiles and a class token (seed 003 ``transformer``).
+    """One transformer encoder layer over a slide's tiles and a class token (the audit paper's ``transformer``).
 
     Parameters: ``embed_dim`` (tile projection, 256), ``n_heads`` (4), ``feedforward_dim`` (512), ``dropout``
     (0.1, inside the layer; off at prediction), ``epochs``, ``lr``, ``weight_decay`` (Adam), ``random_state``,
-    ``device`` ("cpu" as seed 003). Fitted: see :class:`_BagClassifier`.
+    ``device`` ("cpu" as the audit paper). Fitted: see :class:`_BagClassifier`.
     """
 
     def __init__(self, embed_dim: int = 256, n_heads: int = 4, feedforward_dim: int = 512, dropout: float = 0.1,
@@ -492,11 +492,11 @@ def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal:
                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                      n_bins: int = DEFAULT_N_BINS, alpha: float = 0.05,
                      median_columns: Sequence[str] = ("probe_C", "slide_probe_C")) -> pd.DataFrame:
-    """Seed 003's summary of the same arms over several train/test splits (``splits``: split seed -> the arms
+    """The audit paper's summary of the same arms over several train/test splits (``splits``: split seed -> the arms
     on that split): per arm, each metric's mean over the splits and its spread (``_sd_over_splits``), and with
     ``n_boot > 0`` the percentile interval of the bootstrap draws pooled over the splits (``n_boot`` resamples
     within each split, seeded ``bootstrap_seed + split seed``). Constant columns are averaged over the splits
-    where numeric, the selected C's (``median_columns``) take their median, as seed 003 reports C;
+    where numeric, the selected C's (``median_columns``) take their median, as the audit paper reports C;
     ``split_seeds`` lists the splits."""
     if not splits:
         raise FmauditInputError("summarize_splits: no splits")
@@ -535,7 +535,7 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
                       neural_params: Mapping[str, Mapping[str, Any]] | None = None,
                       coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                       random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
-    """Slide-level grading from tile embeddings (seed 003 ``slide_aggregation``) on one train/test split.
+    """Slide-level grading from tile embeddings (the audit paper's ``slide_aggregation``) on one train/test split.
 
     Every tile of a slide carries the slide's label. ``groups_train`` (default: the training slides) keep the
     probe's CV folds group-disjoint; ``slide_groups_test`` (per test tile: its patient) makes the slide-level
@@ -559,7 +559,7 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
                      neural_params: Mapping[str, Mapping[str, Any]] | None = None,
                      coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                      random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
-    """Seed 003's SICAPv2 control: the probe under region-level tile labels and under labels coarsened to
+    """The audit paper's SICAPv2 control: the probe under region-level tile labels and under labels coarsened to
     the slide (the most severe grade among all the slide's tiles, train and test together).
 
     Arms (rows): ``patch`` / patch_labels, ``slide`` / slide_labels, ``slide`` / patch_labels (the
@@ -577,7 +577,7 @@ def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, 
                     class_names: Sequence[str], removed: Sequence[str] = ("NC",), ordinal: bool = True,
                     probe_C: float | None = None, coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int,
                     bootstrap_seed: int = 0, random_state: int = 0, n_bins: int = DEFAULT_N_BINS) -> dict[str, Any]:
-    """The task with ``removed`` classes dropped from both splits (seed 003: SICAPv2 without its benign class
+    """The task with ``removed`` classes dropped from both splits (audit paper: SICAPv2 without its benign class
     NC); the probe is refitted on the remaining classes (renumbered in order). Returns the
     :func:`prediction_summary` of the remaining test tiles plus n_train, n_test, removed, and the number of
     patients contributing removed-class tiles in all and in the test split."""

@@ -1,4 +1,4 @@
-"""Seed 003's further train/test splits: the split itself (its split_indices, re-derived), the pooled summary of
+"""The audit paper's further train/test splits: the split itself (its split_indices, re-derived), the pooled summary of
 the probe metrics (mean over splits, percentile interval of the pooled draws, re-derived), and the parts."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fmaudit.stats import bootstrap_counts
 
 
 def _seed003_split_indices(y, groups, strata, seed):
-    """Seed 003's split_indices, written out: 5 shuffled stratified folds over the groups (each by its most
+    """The audit paper's split_indices, written out: 5 shuffled stratified folds over the groups (each by its most
     frequent stratum), or over the items without groups; the first fold is the test side."""
     folds = StratifiedKFold(5, shuffle=True, random_state=seed)
     if groups is None:
@@ -71,7 +71,7 @@ def test_probe_metrics_pool_the_splits_as_seed_003():
                                                                                data.labels[~test])
         correct = (probe.predict(data.features[test]) == data.labels[test]).astype(float)
         accs.append(correct.mean())
-        counts = bootstrap_counts(correct.size, data.groups[test], n_boot, 3 + seed).astype(float)
+        counts = bootstrap_counts(correct.size, data.groups[test], n_boot=n_boot, random_state=3 + seed).astype(float)
         draws.append(counts @ correct / counts.sum(axis=1))
     pooled = np.concatenate(draws)
     assert row["splits"] == "further" and row["split_seeds"] == "0,1,2" and row["n_splits"] == 3

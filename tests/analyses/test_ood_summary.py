@@ -37,7 +37,7 @@ def test_detection_by_tier_averages_conditions_and_keeps_task_kinds_apart():
 
 
 def test_gate_summary_headline_is_the_single_division_and_the_mean_over_divisions_a_named_second_column():
-    """Seed 003 reports one fit/validation division: the headline column is the gate of division 0 (`value`), and
+    """The audit paper reports one fit/validation division: the headline column is the gate of division 0 (`value`), and
     the mean over the divisions with its pooled interval is a second, separately named column."""
     rows = []
     for s, tier, labelled in (("test", "id", True), ("far_x", "far", False)):

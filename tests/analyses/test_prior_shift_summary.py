@@ -1,4 +1,4 @@
-"""The prior-shift section's tables from shard rows: per (task, source), seed 000's shapes, counted against
+"""The prior-shift section's tables from shard rows: per (task, source), the hema paper's shapes, counted against
 independent few-line references."""
 
 import itertools

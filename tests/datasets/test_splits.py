@@ -169,7 +169,7 @@ def test_paper_stratified_sample_reproduces_seed_003():
             rows.append({"item_id": f"{name}_{i}", "source": f"/data/nct/{name}/{name}-{i:05d}.tif", "label": label})
     manifest = pd.DataFrame(rows).sample(frac=1.0, random_state=1).reset_index(drop=True)  # any manifest order
     sample = paper_stratified_sample(manifest, n=900, seed=42)
-    # seed 003: files listed class by class, sorted within a class, then train_test_split(train_size=n, stratify)
+    # the audit paper: files listed class by class, sorted within a class, then train_test_split(train_size=n, stratify)
     listing = sorted(manifest["source"], key=lambda p: (classes.index(p.split("/")[3]), p))
     labels = [classes.index(p.split("/")[3]) for p in listing]
     kept, _ = train_test_split(np.array(listing), np.array(labels), train_size=900, random_state=42, stratify=labels)[::2]

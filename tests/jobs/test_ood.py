@@ -191,7 +191,7 @@ def _panda_like(root):
 
 
 def test_gate_divisions_of_a_panda_like_task_are_stratified_by_grade_and_provider_jointly(tmp_path):
-    """Seed 003 divides PANDA's training split into fit and validation parts "stratified in the same way as the
+    """The audit paper divides PANDA's training split into fit and validation parts "stratified in the same way as the
     test split", i.e. by grade and data provider jointly (the PANDA preparer's split strata): the exported gate
     is the one fitted on that division, not on a grade-only one."""
     from fmaudit.datasets import preparer_split_strata
@@ -228,7 +228,7 @@ def test_gate_divisions_of_a_panda_like_task_are_stratified_by_grade_and_provide
 
 
 def test_further_splits_of_a_panda_like_task_pool_five_splits_of_every_aggregator(tmp_path):
-    """Seed 003's further splits (ood.extra_splits, default seeds 0-4) of the probe metrics and of slide
+    """The audit paper's further splits (ood.extra_splits, default seeds 0-4) of the probe metrics and of slide
     aggregation, each split stratified by grade and provider as the stored one; rows say which splits they pool."""
     from fmaudit.datasets import preparer_split_strata
     from fmaudit.jobs.ood import SPLIT_TABLES, ood_split_shard_job

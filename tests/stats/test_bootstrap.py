@@ -41,7 +41,7 @@ def test_grouped_counts_keep_groups_whole():
     for g in np.unique(groups):
         members = counts[:, groups == g]
         assert (members == members[:, :1]).all()
-    # seed 003: G groups drawn per resample (sorted ids), every member taken per draw
+    # the audit paper: G groups drawn per resample (sorted ids), every member taken per draw
     rng = np.random.default_rng(1)
     uniq, code = np.unique(groups, return_inverse=True)
     for row in counts:

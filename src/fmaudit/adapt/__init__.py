@@ -1,4 +1,4 @@
-"""Class-prior shift and label-free adaptation on frozen features (seed 000;
+"""Class-prior shift and label-free adaptation on frozen features (hema paper;
 docs/methods.md#prior-shift-and-label-free-adaptation).
 
 - ``priors``: prior scenarios and largest-remainder resampling of a target to them, vectorised over draws.

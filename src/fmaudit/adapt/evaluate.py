@@ -1,4 +1,4 @@
-"""The source probe and the evaluation of every adaptation method on resampled target draws (seed 000).
+"""The source probe and the evaluation of every adaptation method on resampled target draws (hema paper).
 
 Pipeline (docs/methods.md#adaptation-methods, docs/methods.md#linear-probes). The *source probe* is the project's
 default probe: a StandardScaler fitted on the source training split (ddof 0) and an L2 multinomial logistic regression

@@ -7,7 +7,7 @@ draw, so R draws are adapted in one call; statistics are always taken over the n
 
 - :func:`global_standardize`: the BN-adapt analogue (AdaBN, Li 2016): the target batch's own mean and std
   (ddof 0) replace the source scaler, ``(z - mean_t) / (std_t + eps)`` with eps 1e-8.
-- :func:`cbr_standardize`: class-balanced re-standardisation (seed 000): the mean of the per-pseudo-class
+- :func:`cbr_standardize`: class-balanced re-standardisation (hema paper): the mean of the per-pseudo-class
   means over the non-empty classes and the pooled within-class std ``sqrt(sum_k sum_{i in k} (z_i - mu_k)^2 /
   sum_k (n_k - 1))``. Empty pseudo-classes are dropped, singletons enter the mean only (n_k - 1 = 0); when every
   item falls in one pseudo-class (full collapse) or no class has two items the std falls back to the source std.
@@ -127,7 +127,7 @@ def class_balanced_statistics(Z: Any, labels: Any, n_classes: int, fallback_std:
 
 def cbr_standardize(Z: Any, pseudo_labels: Any, source_std: Any, n_classes: int,
                     eps: float | np.ndarray = STD_EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Class-balanced re-standardisation (seed 000): ``(Z_std, mean, std)``.
+    """Class-balanced re-standardisation (hema paper): ``(Z_std, mean, std)``.
 
     ``mean`` is the unweighted mean of the per-pseudo-class means over non-empty classes; ``std`` the pooled
     within-class std (each class's squared deviations from its own mean over sum_k (n_k - 1)), so singletons

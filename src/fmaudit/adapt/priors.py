@@ -1,4 +1,4 @@
-"""Class-prior scenarios and the resampling of a labelled target pool to them (seed 000;
+"""Class-prior scenarios and the resampling of a labelled target pool to them (hema paper;
 docs/methods.md#resampling-to-a-class-prior).
 
 A *scenario* is a class prior pi (shares over the task's classes, >= 0, summing to 1). A target with
@@ -27,13 +27,13 @@ import numpy as np
 
 from fmaudit.io import FmauditInputError
 
-#: The five WBC classes of seed 000, in label order (the ``wbc5`` label map of the hematology data sets).
+#: The five WBC classes of the hema paper, in label order (the ``wbc5`` label map of the hematology data sets).
 WBC5_CLASS_ORDER = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrophil")
 
 
 @dataclass(frozen=True)
 class PriorScenario:
-    """A named class prior; ``assumption`` says what is not from the seed (empty when nothing is)."""
+    """A named class prior; ``assumption`` says what is not from the hema paper (empty when nothing is)."""
 
     name: str
     shares: Mapping[str, float]
@@ -41,7 +41,7 @@ class PriorScenario:
     assumption: str = ""
 
 
-_ADULT_DIFFERENTIAL = "shares assumed from an adult reference white-cell differential (the seed gives no numbers)"
+_ADULT_DIFFERENTIAL = "shares assumed from an adult reference white-cell differential (the hema paper gives no numbers)"
 
 #: The six WBC scenarios of the hema preset (resources/presets/hema.yaml ``prior_shift.priors``): the seed names
 #: balanced, mild, clinical / peripheral-blood-like and neutrophil-heavy priors without giving their shares.
@@ -50,19 +50,19 @@ WBC5_SCENARIOS: dict[str, PriorScenario] = {
     for s in (
         PriorScenario("balanced", dict.fromkeys(WBC5_CLASS_ORDER, 0.20), True),
         PriorScenario("mild", {"basophil": 0.10, "eosinophil": 0.15, "lymphocyte": 0.25, "monocyte": 0.20,
-                               "neutrophil": 0.30}, True, "shares assumed (the seed names a mild prior only)"),
+                               "neutrophil": 0.30}, True, "shares assumed (the hema paper names a mild prior only)"),
         PriorScenario("peripheral-blood", {"basophil": 0.01, "eosinophil": 0.03, "lymphocyte": 0.30,
                                            "monocyte": 0.06, "neutrophil": 0.60}, True, _ADULT_DIFFERENTIAL),
         PriorScenario("neutrophil-heavy", {"basophil": 0.005, "eosinophil": 0.015, "lymphocyte": 0.09,
                                            "monocyte": 0.04, "neutrophil": 0.85}, True,
-                      "shares assumed (neutrophilia; the seed names the prior only)"),
+                      "shares assumed (neutrophilia; the hema paper names the prior only)"),
         PriorScenario("lymphocytosis", {"basophil": 0.01, "eosinophil": 0.02, "lymphocyte": 0.65, "monocyte": 0.07,
                                         "neutrophil": 0.25}, False, "scenario and shares assumed"),
         PriorScenario("rare-enriched", {"basophil": 0.15, "eosinophil": 0.25, "lymphocyte": 0.15, "monocyte": 0.25,
                                         "neutrophil": 0.20}, False, "scenario and shares assumed"),
     )
 }
-#: Other names the seed uses for the scenarios above.
+#: Other names the hema paper uses for the scenarios above.
 SCENARIO_ALIASES = {"clinical": "peripheral-blood", "peripheral-blood-like": "peripheral-blood"}
 
 

@@ -1,6 +1,6 @@
-"""The supervised ResNet-18 trained from scratch on the source domain: seed 000's non-frozen reference row.
+"""The supervised ResNet-18 trained from scratch on the source domain: the hema paper's non-frozen reference row.
 
-Seed 000 reports it beside the 15 frozen encoders ("Sup. ResNet-18 (scratch)": 0.908 in-domain, 0.255 on
+The hema paper reports it beside the 15 frozen encoders ("Sup. ResNet-18 (scratch)": 0.908 in-domain, 0.255 on
 MLL23), outside the encoder ranking. It answers whether a frozen foundation model transfers better than a
 small network fitted to the source alone. The seed gives no training recipe; the project's (stated) one:
 

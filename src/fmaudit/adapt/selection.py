@@ -1,4 +1,4 @@
-"""Label-free encoder selection on an unlabelled target, and its regret (seed 000;
+"""Label-free encoder selection on an unlabelled target, and its regret (hema paper;
 docs/methods.md#label-free-encoder-selection).
 
 On each target draw a user without labels must pick one encoder. A *rule* scores every encoder from its own

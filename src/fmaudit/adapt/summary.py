@@ -1,4 +1,4 @@
-"""Summaries of the prior-shift rows in the seed's shapes (seed 000; docs/methods.md#hierarchical-bootstrap).
+"""Summaries of the prior-shift rows in the seed's shapes (hema paper; docs/methods.md#hierarchical-bootstrap).
 
 Input everywhere: the per-draw x method rows of the prior-shift shards (``fmaudit.analyses.prior_shift``),
 concatenated over encoders, with at least ``encoder``, ``target_domain``, ``prior``, ``seed``, ``draw``,

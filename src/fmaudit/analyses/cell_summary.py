@@ -1,4 +1,4 @@
-"""The cell branch's report results (CellPath-Bench, seed 002), computed from the aggregated run table of every
+"""The cell branch's report results (CellPath-Bench), computed from the aggregated run table of every
 cell shard with :mod:`fmaudit.cells.metrics`; :mod:`fmaudit.report.cells` only formats them.
 
 Headlines are organ-balanced, as the seed's tables (its units averaged within each organ, mean ± SD across

@@ -1,7 +1,7 @@
-"""Seed 003's further train/test splits of one (encoder, task): the probe metrics, slide aggregation, label
+"""The audit paper's further train/test splits of one (encoder, task): the probe metrics, slide aggregation, label
 coarsening and the task without some classes, each over several fresh splits of the task's pooled items.
 
-Seed 003 stores one split (used by detection, the blur curve, scorer sensitivity and the gate) and draws five
+The audit paper stores one split (used by detection, the blur curve, scorer sensitivity and the gate) and draws five
 further splits (seeds 0-4) "in the same way" for the other analyses: one test fraction held out, by patient or
 slide where the task has them (every item of a group on one side), stratified like the stored split (PANDA: by
 grade and data provider jointly; :func:`fmaudit.analyses.task_data.item_strata`), the first fold of a stratified
@@ -45,7 +45,7 @@ __all__ = ["SPLIT_TABLES", "draw_split", "run_extra_splits"]
 def draw_split(labels: Any, groups: Any, strata: Any, test_fraction: float, seed: int) -> np.ndarray:
     """Boolean ``is_test`` of one further split of the pooled items: ``test_fraction`` of the items (of the
     groups, when ``groups`` are given; each group stratified by its most frequent stratum) held out, stratified
-    by ``strata`` (seed 003 ``split_indices``)."""
+    by ``strata`` (the audit paper's ``split_indices``)."""
     y = np.asarray(labels)
     _, test = fit_validation_split(y, groups, float(test_fraction), int(seed), strata)
     is_test = np.zeros(y.size, dtype=bool)
@@ -71,7 +71,7 @@ def run_extra_splits(data: TaskData, *, seeds: Sequence[int], test_fraction: flo
     ``without_classes``) on each further split of ``seeds``, pooled (module doc).
 
     ``data``: the task's items (every split of the stored one is pooled); ``strata`` one per item (default the
-    labels); ``probe``: the OOD shard's probe (seed 003's by default). ``slides``: the ``ood.slides`` settings
+    labels); ``probe``: the OOD shard's probe (the audit paper's by default). ``slides``: the ``ood.slides`` settings
     (``aggregators``, ``mil``, ``transformer``, ``slide_column``) with ``slide_ids`` per item; ``coarsening``:
     the ``ood.coarsening`` settings (``mil``, ``without``) with ``coarse_slide_ids`` per item. Returns the
     :data:`SPLIT_TABLES` (empty frames for parts not asked for): split_selective (``set`` test), split_slides (one

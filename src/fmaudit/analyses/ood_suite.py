@@ -1,8 +1,8 @@
 """The OOD shard of one (encoder, task): novelty detection, selective prediction, blur curve and the gate.
 
 Arrays in, frames out. The training split is every item of ``data`` whose split is ``train`` or ``val``
-(seed 003 fits on its whole training split), the in-distribution set is the ``test`` split; all domains of
-the task are pooled. Conditions (:class:`OODCondition`), in seed 003's tiers:
+(the audit paper fits on its whole training split), the in-distribution set is the ``test`` split; all domains of
+the task are pooled. Conditions (:class:`OODCondition`), in the audit paper's tiers:
 
 - ``far``: another data set's items (features from the same encoder and readout); nothing refitted.
 - ``blur`` and ``image_artefact``: perturbed copies of the test items (derived manifests re-embedded), row i
@@ -10,11 +10,11 @@ the task are pooled. Conditions (:class:`OODCondition`), in seed 003's tiers:
 - ``near`` (one class) and ``artefact`` (several classes jointly): held out from the task; probe and feature
   scorers are refitted on the remaining training items; ID = remaining test items, OOD = held-out test items.
 
-Probe (:class:`ProbeSettings`): seed 003's (standardised multinomial logistic, C by grouped 3-fold CV on
+Probe (:class:`ProbeSettings`): the audit paper's (standardised multinomial logistic, C by grouped 3-fold CV on
 log-loss over ``logspace(-6, 0, 7)``) or a fixed C. Intervals are cluster-bootstrap percentile intervals over the
 task's groups (patients / slides): detection AUROC resamples the union of ID and OOD units, the selective
 metrics and the blur curve resample the test units, the gate pools ``n_boot`` resamples over
-``gate_splits`` fit/validation divisions (seed 003). Every row names its unit and how many there were.
+``gate_splits`` fit/validation divisions (audit paper). Every row names its unit and how many there were.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class _Detectors:
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """The shard's probe (seed 003's by default): fixed ``C``, or C among ``Cs`` by grouped ``cv_folds``-fold CV
+    """The shard's probe (the audit paper's by default): fixed ``C``, or C among ``Cs`` by grouped ``cv_folds``-fold CV
     on held-out log-loss, every fold x C fitted in one batch (:class:`fmaudit.probes.LogisticCVProbe`)."""
 
     C: float | None = None

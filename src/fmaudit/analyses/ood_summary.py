@@ -1,6 +1,6 @@
 """The OOD section's results, from the aggregated OOD shard tables (the report formats them and computes nothing).
 
-Tasks are *categorical* or *grading* (ordinal labels, ``tasks.<t>.ordinal``); seed 003 summarises the two kinds
+Tasks are *categorical* or *grading* (ordinal labels, ``tasks.<t>.ordinal``); the audit paper summarises the two kinds
 apart. The per-tier summary is the mean detection AUROC over a tier's conditions (and tasks) per encoder and
 scorer, with the spread over conditions; it has no interval of its own (each condition's row carries its
 cluster-bootstrap interval, unit and count).
@@ -93,7 +93,7 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
 
 
 def _with_splits(stored: pd.DataFrame, further: pd.DataFrame) -> pd.DataFrame:
-    """The stored split's rows (``splits`` = stored) and, after them, the further splits' pooled rows (seed 003's
+    """The stored split's rows (``splits`` = stored) and, after them, the further splits' pooled rows (the audit paper's
     probe metrics, slide aggregation and coarsening controls; ``splits`` = further)."""
     parts = []
     if len(stored):

@@ -15,7 +15,7 @@ per probe, and evaluates every method on the R draws of each prior at once (``fm
 Result: one row per run x method, exactly the grid's runs, with the run's keys, the draw's recorded seed and
 every metric of :func:`fmaudit.adapt.evaluate.scores_frame`. :func:`run_prior_shift_job` also returns the
 *pool rows*: per source seed, the unadapted probe on the whole target pool (no resampling) beside its in-domain
-(source hold-out) macro-F1, the frozen encoders' side of seed 000's transfer table, which the ResNet-18
+(source hold-out) macro-F1, the frozen encoders' side of the hema paper's transfer table, which the ResNet-18
 trained from scratch (:mod:`fmaudit.adapt.scratch`) joins as a reference row.
 """
 

@@ -1,4 +1,4 @@
-"""Every table of the prior-shift report chapter, from the aggregated shard rows (seed 000's shapes).
+"""Every table of the prior-shift report chapter, from the aggregated shard rows (the hema paper's shapes).
 
 Inputs: the per-draw x method rows of every prior-shift shard (:func:`fmaudit.analyses.prior_shift.
 run_prior_shift_job`, concatenated over encoders), their pool rows (the unadapted probe on the whole target
@@ -82,7 +82,7 @@ def _regret(part: pd.DataFrame, rules: Sequence[str]) -> pd.DataFrame:
 
 
 def transfer_reference(pool: pd.DataFrame, scratch: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Seed 000's transfer table with its reference row: per (task, source, target) and model, the in-domain
+    """The hema paper's transfer table with its reference row: per (task, source, target) and model, the in-domain
     (source hold-out) and target-pool macro-F1 of the unadapted probe (means over source seeds), the relative
     gap and the effective robustness (:func:`fmaudit.adapt.summary.robustness_table`; the line is fitted on
     the frozen encoders only, the scratch ResNet-18 is scored against it), and the frozen encoders' rank on

@@ -298,7 +298,7 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
 
 
 def cross_dataset_leaderboard(board: pd.DataFrame) -> pd.DataFrame:
-    """Seed 000's table: per (task, head, fraction, source), encoders with in-domain and per-target macro-F1,
+    """The hema paper's table: per (task, head, fraction, source), encoders with in-domain and per-target macro-F1,
     targets ordered by mean macro-F1 (most shifted first), sorted by the most shifted target, with its rank."""
     parts = []
     for (task, head, frac, src), cell in board.groupby(["task", "head", "fraction", "source_domain"]):

@@ -1,4 +1,4 @@
-"""Declared encoder variants beside their base encoder: seed 000's 224-vs-518 input-resolution check.
+"""Declared encoder variants beside their base encoder: the hema paper's 224-vs-518 input-resolution check.
 
 A variant (registry ``variants:``, config ``variants``) is a second preprocessing of the same weights, embedded
 once and run through the same probe grid as its base. It is kept out of every table that ranks encoders and

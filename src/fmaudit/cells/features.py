@@ -1,6 +1,6 @@
 """Nucleus-anchored dense features of one section: (encoder, section, magnification) -> a feature folder.
 
-What is computed (CellPath-Bench, seed 002)
+What is computed (CellPath-Bench)
 - **Magnification.** An objective magnification m is read at ``10 / m`` µm/px (40x -> 0.25, 20x -> 0.5,
   10x -> 1.0). The pyramid level is :func:`fmaudit.slides.choose_level`'s (the coarsest level at or finer
   than the target, 5 % tolerance); a patch is ``read_size = round(input_size * target_mpp / level_mpp)``

@@ -61,8 +61,8 @@ WIN_UNITS = "(unit, seed): every common valid run"
 CRT_DEFINITION = (
     "CRT: the mean of the encoder's significant-win counts on Nuc macro-F1 over the transfer protocols IOCD, MOCV "
     "and LOOO (each win a paired two-sided Wilcoxon test against one other encoder over their common valid (unit, "
-    "seed) runs, p < 0.05 and a positive median difference); the seed publishes no formula, but its top encoder's "
-    "27, 27 and 25 wins under IOCD, MOCV and LOOO and the paper's CRT agree with this mean (26.33). "
+    "seed) runs, p < 0.05 and a positive median difference); CellPath-Bench publishes no formula, but its top "
+    "encoder's 27, 27 and 25 wins under IOCD, MOCV and LOOO and the paper's CRT agree with this mean (26.33). "
     "crt_relative_pp is a second, magnitude-bearing view: the encoder's macro-F1 minus the panel median at each "
     "unit (seed mean, pp), averaged over units, then over the protocols with equal weight; it separates encoders "
     "whose win counts tie (a count saturates at n_opponents) and says by how much an encoder leads.")

@@ -164,7 +164,7 @@ def register(subparsers: Any) -> None:
     ex.add_argument("--encoder", help="encoder the features come from (recorded in the card)")
     ex.add_argument("--readout", help="readout the features come from (recorded; apply refuses other readouts)")
     ex.add_argument("--C", type=float, default=None,
-                    help="fixed inverse L2 strength of the probe (default: chosen by grouped 3-fold CV, seed 003)")
+                    help="fixed inverse L2 strength of the probe (default: grouped 3-fold CV, the audit paper's)")
     ex.add_argument("--scorer", default="maha", choices=["maha", "relative_maha", "knn"], help="novelty scorer")
     ex.add_argument("--covariance", default=None, choices=["ledoit_wolf", "empirical"],
                     help="covariance estimator of the Mahalanobis scorers (default: ledoit_wolf for maha)")

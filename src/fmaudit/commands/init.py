@@ -190,7 +190,7 @@ def study_config_text(study: str, encoders: list[str], weights: dict[str, str],
         lines += [f"    {task}: {_flow(names)}" for task, names in near.items()]
         lines += ["  gate:", "    near: true  # also gate each near condition's held-out class"]
         if quick:
-            lines += [f"    n_splits: {QUICK['gate_splits']}  # --quick: 2 fit/validation divisions (seed 003: 5)",
+            lines += [f"    n_splits: {QUICK['gate_splits']}  # --quick: 2 fit/validation divisions (audit paper: 5)",
                       "  probe:", f"    C: {QUICK['ood_C']}  # --quick: a fixed C (default: chosen by grouped CV)"]
         lines += [""]
     shifted = [d for d in data if len(d["domains"]) >= 2]

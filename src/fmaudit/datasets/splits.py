@@ -29,7 +29,7 @@ from fmaudit.io import FmauditInputError, sha256_file
 log = logging.getLogger(__name__)
 
 SPLIT_NAMES = ("train", "val", "test")
-#: Seed 003's class-stratified sample of NCT-CRC-HE-100K and PatchCamelyon: 9,000 patches, seed 42.
+#: The audit paper's class-stratified sample of NCT-CRC-HE-100K and PatchCamelyon: 9,000 patches, seed 42.
 PAPER_SAMPLE_SIZE = 9000
 PAPER_SAMPLE_SEED = 42
 
@@ -320,10 +320,10 @@ def remove_exact_duplicates(
 
 def paper_stratified_sample(manifest: pd.DataFrame, n: int = PAPER_SAMPLE_SIZE, seed: int = PAPER_SAMPLE_SEED
                             ) -> pd.DataFrame:
-    """Seed 003's class-stratified sample of ``n`` items (NCT-CRC-HE-100K and PatchCamelyon: 9,000, seed 42).
+    """The audit paper's class-stratified sample of ``n`` items (NCT-CRC-HE-100K and PatchCamelyon: 9,000, seed 42).
 
     Reproduces ``train_test_split(paths, labels, train_size=n, random_state=seed, stratify=labels)`` on the
-    items in seed 003's listing order (class by class in label order, paths sorted within a class), after
+    items in the audit paper's listing order (class by class in label order, paths sorted within a class), after
     duplicate removal; the kept rows are returned in the manifest's own order. A manifest of at most ``n``
     labelled items is returned unchanged.
     """

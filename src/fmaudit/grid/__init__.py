@@ -23,11 +23,11 @@ a paper-scale grid of ~300,000 runs stays a DAG of a few thousand jobs):
   rule; a job per (encoder, data set, sigma).
 - ``ood_image_artefact``: a data set's test split with one synthetic image artefact, likewise; a job per
   (encoder, data set, artefact).
-- ``ood_splits``: one of seed 003's further train/test splits (``ood.extra_splits``) of one part (the probe
+- ``ood_splits``: one of the audit paper's further train/test splits (``ood.extra_splits``) of one part (the probe
   metrics, slide aggregation, label coarsening, the task without some classes); a job per (encoder, task).
 - ``prior_shift``: one target draw resampled to one class prior, every adaptation method evaluated on it; a
   job per (encoder, source domain, target domain).
-- ``scratch_reference``: seed 000's ResNet-18 trained from scratch on one source domain with one seed (a
+- ``scratch_reference``: the hema paper's ResNet-18 trained from scratch on one source domain with one seed (a
   non-frozen reference row); a job per (task, source domain, seed), when enabled.
 - ``cell_features``: one encoder's feature field of one section at one magnification, sampled at the
   nuclei; a job per (encoder, section) reads every magnification.

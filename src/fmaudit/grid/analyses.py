@@ -84,7 +84,7 @@ ANALYSES: dict[str, Analysis] = {a.name: a for a in (
     Analysis("ood_gate", ood_gate_runs, ("encoder", "task"), rule="ood_shard"),  # in the task's OOD shard
     Analysis("ood_blur", ood_blur_runs, ("encoder", "dataset", "sigma"), rule="embed"),  # embed jobs of copies
     Analysis("ood_image_artefact", ood_image_artefact_runs, ("encoder", "dataset", "condition"), rule="embed"),
-    Analysis("ood_splits", ood_split_runs, ("encoder", "task"), rule="ood_split_shard"),  # seed 003's further splits
+    Analysis("ood_splits", ood_split_runs, ("encoder", "task"), rule="ood_split_shard"),  # audit paper: further splits
     Analysis("prior_shift", prior_shift_runs, ("encoder", "source_domain", "target_domain"),
              rule="prior_shift_shard"),
     Analysis("scratch_reference", scratch_reference_runs, ("task", "source_domain", "seed"),

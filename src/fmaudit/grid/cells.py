@@ -1,4 +1,4 @@
-"""Cell-level probes (CellPath-Bench, seed 002), declared ahead of their rules: feature fields per (encoder,
+"""Cell-level probes (CellPath-Bench), declared ahead of their rules: feature fields per (encoder,
 section, magnification) and probes per protocol (IS, IOCD, MOCV, LOOO) and evaluation unit."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Out-of-distribution detection and the abstention gate (seed 003): novelty scorers on OOD conditions by tier
+"""Out-of-distribution detection and the abstention gate (audit paper): novelty scorers on OOD conditions by tier
 (far, blur, near, artefact, image_artefact), the two-threshold gate per task setting, and the perturbed copies
 of the test split (blur and image artefacts) the workflow embeds as derived data sets.
 
-Tiers, in the order a task's conditions are listed (seed 003's, then the image artefacts):
+Tiers, in the order a task's conditions are listed (the audit paper's, then the image artefacts):
 
 - ``far``: ``ood.far.<task>`` names a donor, another task (its test split) or a data set of the config (all
   its items, e.g. unlabelled slide tiles); condition ``far_<donor>``.
@@ -140,7 +140,7 @@ def _gate_settings(part: Mapping[str, Any], ood: Mapping[str, Any], where: str,
 
 
 def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Novelty detection (seed 003): encoder × task × OOD condition × scorer. Far, blur and image-artefact
+    """Novelty detection (audit paper): encoder × task × OOD condition × scorer. Far, blur and image-artefact
     conditions reuse the task's probe and scorers; near and artefact conditions refit them without the
     held-out classes."""
     rows = []
@@ -153,7 +153,7 @@ def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | No
 
 
 def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """The abstention gate (seed 003): per encoder, each gated task on its own split, plus each artefact task
+    """The abstention gate (audit paper): per encoder, each gated task on its own split, plus each artefact task
     with its artefact classes removed (``setting`` ``<task>:artefact``) and, with ``gate.near``, each near
     class removed (``<task>:holdout_<class>``). It runs in the task's OOD shard."""
     rows = []
@@ -165,7 +165,7 @@ def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
 
 
 def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Test splits re-embedded under Gaussian blur (seed 003's blur tier): encoder × task × data set of the
+    """Test splits re-embedded under Gaussian blur (the audit paper's blur tier): encoder × task × data set of the
     task × sigma; one embedding job per (encoder, data set, sigma), shared by the tasks of that data set."""
     rows = []
     for where, part, ood in parts_with(config, "ood"):
@@ -244,7 +244,7 @@ def _split_parts(ood: Mapping[str, Any], task: str) -> list[str]:
 
 def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, task) of every further-splits job: each OOD shard's task when ``ood.extra_splits.seeds`` is not
-    empty (seed 003's five further splits, seeds 0-4)."""
+    empty (the audit paper's five further splits, seeds 0-4)."""
     out: list[tuple[str, str]] = []
     for where, part, ood in parts_with(config, "ood"):
         if not (ood.get("extra_splits") or {}).get("seeds"):
@@ -255,7 +255,7 @@ def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """The further train/test splits of seed 003 (``ood.extra_splits``): encoder x task x part x split seed,
+    """The further train/test splits of the audit paper (``ood.extra_splits``): encoder x task x part x split seed,
     where the parts are the probe metrics of every OOD task and, where declared for the task, slide aggregation,
     label coarsening and the task without some classes (:data:`SPLIT_PARTS`). The stored split stays the one of
     detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it."""

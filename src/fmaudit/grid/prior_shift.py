@@ -1,5 +1,5 @@
-"""Class-prior shift and label-free adaptation (seed 000): resampled target draws per (source seed, target
-domain, prior), one job per (encoder, source domain, target domain); and seed 000's non-frozen reference, a
+"""Class-prior shift and label-free adaptation (hema paper): resampled target draws per (source seed, target
+domain, prior), one job per (encoder, source domain, target domain); and the hema paper's non-frozen reference, a
 ResNet-18 trained from scratch, one job per (source domain, seed) when ``prior_shift.scratch_reference`` is
 enabled."""
 
@@ -35,7 +35,7 @@ def check_priors(priors: Mapping[str, Mapping[str, float]], where: str = "prior_
 
 
 def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Class-prior shift (seed 000): encoder × source domain × source seed × target domain × prior × draw.
+    """Class-prior shift (hema paper): encoder × source domain × source seed × target domain × prior × draw.
     Every adaptation method is evaluated on each draw, so methods do not multiply runs."""
     frames = []
     for where, part, ps in parts_with(config, "prior_shift"):
@@ -66,7 +66,7 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
 
 def scratch_reference_runs(config: Mapping[str, Any],
                            dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Seed 000's ResNet-18 trained from scratch: one run (and job) per task x source domain x source seed of
+    """The hema paper's ResNet-18 trained from scratch: one run (and job) per task x source domain x source seed of
     each enabled ``prior_shift.scratch_reference``, evaluated in-domain and on the prior-shift targets."""
     frames = []
     for where, part, ps in parts_with(config, "prior_shift"):

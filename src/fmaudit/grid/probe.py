@@ -152,7 +152,7 @@ def embed_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
 
 
 def head_sweep_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Extra source-only heads (seed 000's sweep): logistic at each of ``logistic_C`` plus ``heads``, fitted on
+    """Extra source-only heads (the hema paper's sweep): logistic at each of ``logistic_C`` plus ``heads``, fitted on
     each source domain × fraction × seed and evaluated like the probe grid (``n_targets``)."""
     rows = []
     for where, part, sweep in parts_with(config, "head_sweep"):

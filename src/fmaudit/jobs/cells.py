@@ -1,4 +1,4 @@
-"""Jobs of the cell branch (rules/cells.smk, CellPath-Bench, seed 002): one section's preparation, the split
+"""Jobs of the cell branch (rules/cells.smk, CellPath-Bench): one section's preparation, the split
 checks of the panel, one (encoder, section, magnification) feature folder, one (encoder, magnification,
 protocol) probe shard, and the aggregation of every shard. Each job sends its log records and a failure's
 full exception to its ``log:`` file (:func:`fmaudit.logs.setup_logging`), and writes atomically.

@@ -1,4 +1,4 @@
-"""Jobs of the OOD rules (seed 003): the perturbed copy of a test split (a derived manifest), the OOD shard of one
+"""Jobs of the OOD rules (audit paper): the perturbed copy of a test split (a derived manifest), the OOD shard of one
 (encoder, task) with its exported gate, and the aggregation of every shard.
 
 A shard's conditions come from :func:`fmaudit.grid.ood_shard_plan` (the rule's ``plan`` param); its settings
@@ -292,7 +292,7 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
                         settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int,
                         manifests: Sequence[str], embeddings: Sequence[str], out: Mapping[str, str],
                         log: str | None = None) -> None:
-    """Seed 003's further train/test splits of one (encoder, task)
+    """The audit paper's further train/test splits of one (encoder, task)
     (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
     :data:`~fmaudit.analyses.ood_splits.SPLIT_TABLES` (``out[name]``).
 

@@ -1,4 +1,4 @@
-"""Jobs of the prior-shift rules (seed 000): one (encoder, source domain, target domain) shard of resampled
+"""Jobs of the prior-shift rules (hema paper): one (encoder, source domain, target domain) shard of resampled
 target draws with every label-free adaptation method, the aggregation of all shards, and the ResNet-18 trained
 from scratch on one source domain (the non-frozen reference row).
 
@@ -149,7 +149,7 @@ def scratch_reference_job(task: str, task_spec: Mapping[str, Any], source_domain
                           seed: int, manifests: Sequence[str], target_pool: str, val_fraction: float,
                           settings: Mapping[str, Any], ece_bins: int, out: str, threads: int = 1,
                           log: str | None = None) -> None:
-    """Train seed 000's ResNet-18 from scratch on the source pool of ``source_domain`` (source split ``seed``, the
+    """Train the hema paper's ResNet-18 from scratch on the source pool of ``source_domain`` (source split ``seed``, the
     hold-out ``val_fraction`` of it, as the prior-shift shards draw it) and score it on the hold-out and on the
     target pool of each of ``target_domains``. ``settings``: ``prior_shift.scratch_reference``."""
     import torch

@@ -1,4 +1,4 @@
-"""Out-of-distribution detection, selective prediction and the abstention gate (seed 003;
+"""Out-of-distribution detection, selective prediction and the abstention gate (audit paper;
 docs/methods.md#selective-prediction, docs/methods.md#novelty-scorers).
 
 - ``scorers``: novelty scorers (Mahalanobis, relative Mahalanobis, kNN distance, energy, MSP).

@@ -1,4 +1,4 @@
-"""OOD conditions of a task as index and label arrays (seed 003's tiers; grid names in ``fmaudit.grid``).
+"""OOD conditions of a task as index and label arrays (the audit paper's tiers; grid names in ``fmaudit.grid``).
 
 - near (``holdout_<class>``) and artefact-class (``artefact``) conditions: :func:`hold_out_classes` removes
   one or several classes; probe and scorers are refitted on the remaining training items (labels renumbered
@@ -42,7 +42,7 @@ class HeldOutClasses:
 
 def hold_out_classes(labels: Any, class_names: Sequence[str], held_out: Sequence[str], *,
                      condition: str = "") -> HeldOutClasses:
-    """Hold out the classes named ``held_out`` (seed 003 ``hold_out``); at least two classes must remain."""
+    """Hold out the classes named ``held_out`` (the audit paper's ``hold_out``); at least two classes must remain."""
     names = [str(c) for c in class_names]
     y = np.asarray(labels)
     where = f"condition {condition!r}: " if condition else ""
@@ -70,7 +70,7 @@ def hold_out_classes(labels: Any, class_names: Sequence[str], held_out: Sequence
 
 
 def far_ood_items(donor_splits: Any, donor_name: str = "donor", split: str = "test") -> np.ndarray:
-    """Row indices of the donor task's ``split`` items (its test split, seed 003); all its items when the
+    """Row indices of the donor task's ``split`` items (its test split, the audit paper); all its items when the
     donor has no such split (a data set used only as an OOD source)."""
     splits = np.asarray(donor_splits).astype(str)
     idx = np.flatnonzero(splits == split)

@@ -1,16 +1,16 @@
-"""The two-threshold abstention gate of seed 003 (docs/methods.md#the-abstention-gate), its evaluation, and its export.
+"""The audit paper's two-threshold abstention gate (docs/methods.md#the-abstention-gate), its evaluation and export.
 
 Fitting (:class:`AbstentionGate`):
 
 1. The training split is divided into a fit part and a validation part (:func:`fit_validation_split`): with
    ``validation_fraction = 1/k`` for an integer k (0.2 -> 5) the validation part is the first fold of
    ``StratifiedKFold(k, shuffle=True, random_state)`` over the items, or over the groups (patients / slides,
-   each stratified by its most frequent class) when groups are given: seed 003's ``split_indices``; where every
+   each stratified by its most frequent class) when groups are given: the audit paper's ``split_indices``; where every
    class's items sit in fewer groups than folds (small data) the groups are dealt by ``KFold`` instead. Other
    fractions use :func:`fmaudit.probes.split_train_val` (group-disjoint when groups are given).
 2. The probe (standardised features, multinomial logistic; C chosen by grouped 3-fold CV on log-loss over
-   ``logspace(-6, 0, 7)`` as seed 003, docs/methods.md#heads, or a given C) and the novelty scorer (Mahalanobis with a
-   Ledoit-Wolf pooled covariance by default) are fitted on the fit part.
+   ``logspace(-6, 0, 7)``, the audit paper's, docs/methods.md#heads, or a given C) and the novelty scorer
+   (Mahalanobis with a Ledoit-Wolf pooled covariance by default) are fitted on the fit part.
 3. Novelty threshold: the ``1 - id_reject`` quantile (numpy linear interpolation) of the validation novelty
    scores; an item is rejected as novel when its score *exceeds* it.
 4. Confidence threshold: the ``1 - retain`` quantile of the probe confidence (max softmax) of the validation
@@ -23,7 +23,7 @@ Evaluation (:func:`gate_operating_points`): the gate is fitted on ``n_splits`` f
 (seeds ``random_state + i``), each stratified like the test split (``strata``: PANDA's grade and data provider
 jointly), and applied to the test split and every OOD set. Per set: coverage, rejection rates and, where labels
 exist, the accuracy (and QWK for ordinal tasks) of all / novelty-passing / accepted items. ``value`` is the
-paper's number: the gate of division 0 (seed 003 evaluates one division, seed 0), the exported gate, which
+paper's number: the gate of division 0 (the audit paper evaluates one division, seed 0), the exported gate, which
 applying it reproduces exactly. Beside it, ``mean_over_divisions`` with the percentile interval of the
 bootstrap draws pooled over the divisions (per division ``n_boot`` cluster-bootstrap resamples of the
 evaluated set: groups = patients or slides, else items; ``fmaudit.stats.bootstrap_counts`` with seed
@@ -145,7 +145,7 @@ def _training_hash(X: np.ndarray, y: np.ndarray, groups: Any) -> str:
 # the gate
 # --------------------------------------------------------------------------------------------------
 class AbstentionGate:
-    """Seed 003's two-threshold abstention gate (module doc).
+    """The audit paper's two-threshold abstention gate (module doc).
 
     Parameters: ``id_reject`` (nominal ID reject rate of the novelty threshold), ``retain`` (share of the
     novelty-passing validation items kept by the confidence threshold), ``validation_fraction``,
@@ -421,7 +421,7 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     n_items (a set whose items come from a single group is resampled by item, ``ci_unit`` item). Set
     ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the selected C and the validation
     operating point. ``strata`` (one per training item; default the labels) stratifies every division, as the
-    test split was (seed 003: "stratified in the same way as the test split").
+    test split was (audit paper: "stratified in the same way as the test split").
     """
     params = dict(gate_params or {})
     base_seed = int(params.pop("random_state", 0))

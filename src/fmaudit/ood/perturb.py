@@ -16,7 +16,7 @@ the same artefact whatever the order, batch or worker):
   pixels of the image rescaled so that its shorter side is 224 px**, i.e. ``sigma * min(W, H) / 224``
   source pixels. For an encoder that resizes the shorter side to its input size and centre-crops (every
   registry entry with ``resize_size == input_size``) that is ``sigma * input_size / 224`` pixels of the
-  encoder input: seed 003's convention (sigma in pixels of a 224 px input, scaled for larger inputs), applied
+  encoder input: the audit paper's convention (sigma in pixels of a 224 px input, scaled for larger inputs), applied
   before the resize instead of after it (blur and downscaling commute up to the resampling filter).
 - ``jpeg`` (``quality`` 1..95): JPEG re-encoding at that quality (PIL, 4:2:0 subsampling).
 - ``exposure`` (``factor`` > 0, not 1): pixel values scaled by ``factor`` and clipped (> 1 over-exposed,

@@ -4,13 +4,13 @@ out-of-distribution.
 Feature-space scorers are estimator-style (``fit`` returns self, fitted attributes end in ``_``):
 
 - :class:`Mahalanobis` (``maha``): squared Mahalanobis distance to the nearest class mean under one pooled
-  within-class covariance, ``covariance="ledoit_wolf"`` (seed 003: ``LedoitWolf().fit(Z - mu_y)``) or
+  within-class covariance, ``covariance="ledoit_wolf"`` (audit paper: ``LedoitWolf().fit(Z - mu_y)``) or
   ``"empirical"`` (Lee et al. 2018: ``EmpiricalCovariance``, divides by N, no shrinkage); the inverse is the
   pseudo-inverse (numpy's default cutoff, ``max(D, D) * eps`` relative to the largest eigenvalue), never
   ``inv``. Raw embeddings unless ``normalize=True`` (L2 first).
 - :class:`RelativeMahalanobis` (``relative_maha``, Ren et al. 2021): ``min_k MD_k(z) - MD_0(z)``, MD_0 under
   the global training mean and the global covariance (same estimator). Default estimator ``"empirical"`` as
-  Ren et al.; pass ``covariance="ledoit_wolf"`` for the seed-003 estimator.
+  Ren et al.; pass ``covariance="ledoit_wolf"`` for the audit paper's estimator.
 - :class:`KNNDistance` (``knn``, Sun et al. 2022): L2-normalise bank and queries, score = Euclidean distance
   to the k-th nearest bank embedding (k = 50 by default; a k above the bank size is capped at the bank size
   with a warning). A query that is itself in the bank counts as its own neighbour: score a disjoint set.
@@ -113,7 +113,7 @@ def pooled_within_class_covariance(Z: np.ndarray, y: np.ndarray, estimator: str 
     """(classes, class means (K, D), covariance (D, D)) of the class-centred rows ``Z - mu_y``.
 
     A class with one row still gives a mean; its residual is 0. The estimator sees every residual at once
-    (one shared covariance, seed 003 and Lee et al.).
+    (one shared covariance, the audit paper and Lee et al.).
     """
     classes, codes = np.unique(y, return_inverse=True)
     codes = codes.reshape(-1)

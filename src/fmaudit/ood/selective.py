@@ -6,7 +6,7 @@ from the most to the least confident and tied confidences share their mean corre
 a random order within the tie); after keeping the k most confident predictions, coverage is k/N and risk is
 their error rate. Selective accuracy at coverage c keeps ``max(1, round(c * N))`` predictions. E-AURC
 subtracts the discrete optimum (all correct predictions first); ``eaurc_random`` is the expected E-AURC of a
-ranking independent of correctness (error rate minus the optimum AURC, seed 003). QWK is
+ranking independent of correctness (error rate minus the optimum AURC, the audit paper). QWK is
 ``cohen_kappa_score(weights="quadratic", labels=range(K))``, NaN when undefined.
 
 Intervals: cluster bootstrap (``fmaudit.stats.bootstrap_counts``: groups drawn with replacement, every item of
@@ -187,7 +187,7 @@ def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes
 
 
 def pooled_summary(parts: Sequence[PredictionDraws], alpha: float = 0.05) -> dict[str, Any]:
-    """Seed 003's summary over several train/test splits: each metric's mean over the splits (``n`` the mean
+    """The audit paper's summary over several train/test splits: each metric's mean over the splits (``n`` the mean
     number of test items), and, where the splits were resampled, the percentile interval of the bootstrap draws
     pooled over them (``n_boot`` per split, ``n_boot_pooled`` in all; ``ci_n_units`` the mean number of
     resampled units per split); ``<metric>_sd_over_splits`` (ddof 1) is the spread of the split means."""

@@ -1,9 +1,9 @@
-"""Sensitivity tables (seed 003's ``probe_sensitivity`` and ``scorer_sensitivity``).
+"""Sensitivity tables (the audit paper's ``probe_sensitivity`` and ``scorer_sensitivity``).
 
 - :func:`probe_sensitivity`: the probe with C fixed at each value of a grid, and C selected by cross-
   validation under each protocol (folds grouped by patient/slide or stratified by class only) x (criterion:
   held-out log-loss or accuracy). The scaler is fitted once on the whole training split, outside the folds
-  (seed 003); folds are ``StratifiedGroupKFold`` / ``StratifiedKFold(n_folds, shuffle=True,
+  (audit paper); folds are ``StratifiedGroupKFold`` / ``StratifiedKFold(n_folds, shuffle=True,
   random_state)``; the mean held-out score over folds picks C, ties to the first C of the grid (as
   scikit-learn). Log-loss clips probabilities at float64 eps (``sklearn.metrics.log_loss``).
 - :func:`scorer_sensitivity`: detection AUROC and FPR@95%TPR of the feature-space scorers under alternative
@@ -124,7 +124,7 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
 def scorer_settings(knn_ks: Sequence[int] = DEFAULT_KNN_KS,
                     covariances: Sequence[str] = ("ledoit_wolf", "empirical"),
                     normalize: Sequence[bool] = (False, True)) -> list[tuple[str, str, Any]]:
-    """(scorer, setting, unfitted scorer) triples of the scorer sensitivity analysis (seed 003's sections)."""
+    """(scorer, setting, unfitted scorer) triples of the scorer sensitivity analysis (the audit paper's sections)."""
     out = []
     for flag in normalize:
         out.append(("maha", f"normalize={flag}", Mahalanobis(normalize=flag)))

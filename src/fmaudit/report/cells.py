@@ -1,4 +1,4 @@
-"""The cell branch's report chapter (CellPath-Bench, seed 002): the organ-balanced decodability and CRA tables with
+"""The cell branch's report chapter (CellPath-Bench): the organ-balanced decodability and CRA tables with
 their unit-level forms, CRT, the win matrix, fine-vs-coarse rank consistency, the nested section subsets, the
 CRA-CRT landscape, magnification retention, readouts side by side and the QC overlay thumbnails, formatted from
 :func:`fmaudit.analyses.cell_summary.summarize_cell_runs` (this module computes nothing)."""

@@ -1,5 +1,5 @@
 """The exposure audit in the report: its own table (every evaluated encoder x data set with the evidence), and
-the ``exposure`` column every table that ranks encoders carries beside the encoder (seed 000: report exposure
+the ``exposure`` column every table that ranks encoders carries beside the encoder (hema paper: report exposure
 status rather than assume its effect). Formatting only: the audit comes from :mod:`fmaudit.exposure`."""
 
 from __future__ import annotations

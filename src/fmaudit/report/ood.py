@@ -1,4 +1,4 @@
-"""The OOD chapter of the report (seed 003): novelty detection by tier (categorical and grading tasks apart), the
+"""The OOD chapter of the report (audit paper): novelty detection by tier (categorical and grading tasks apart), the
 abstention gate's operating points, selective prediction, blur curves, slide aggregation, the coarsening
 controls and the sensitivity tables, with three figures (risk-coverage curves, ID-vs-OOD score histograms,
 accuracy against blur sigma). Formatted from :func:`fmaudit.analyses.ood_summary.summarize_ood`; this module
@@ -304,21 +304,21 @@ def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -
         lines += ["### Detection by tier", "", detection_markdown(r["detection_by_tier"], r["detection"]), ""]
     if len(r["gate_summary"]):
         lines += ["### Abstention gate operating points", "",
-                  "Seed 003's two-threshold gate: novelty above the validation quantile rejects as novel, then "
+                  "The audit paper's two-threshold gate: novelty above the validation quantile rejects as novel, then "
                   "confidence below the threshold that keeps the chosen share of the novelty-passing validation "
                   "items rejects as unconfident. The exported gate of each (encoder, task) is in "
                   "`ood/gates/<task>/<encoder>/` (`fmaudit gate apply`).", "", gate_markdown(r["gate_summary"]), ""]
     if len(r["selective"]):
         lines += ["### Selective prediction on the test split", "",
                   f"Intervals: {_units(r['selective'])}; rows `stored` are the stored split (that of detection, blur "
-                  "and the gate), rows `further (n: seeds)` seed 003's probe metrics: the mean over the further "
+                  "and the gate), rows `further (n: seeds)` the audit paper's probe metrics: the mean over the further "
                   "train/test splits with the percentile interval of the bootstrap draws pooled over them.", "",
                   selective_markdown(r["selective"]), ""]
     if len(blur):
         lines += ["### Accuracy against blur", "",
                   f"Paired intervals (one resample shared by every sigma; {_units(blur)}).", "",
                   blur_markdown(blur), ""]
-    further = "; rows `further (n: seeds)` are seed 003's: the mean over the further train/test splits, the " \
+    further = "; rows `further (n: seeds)` are the audit paper's: the mean over the further train/test splits, the " \
               "interval the percentiles of the bootstrap draws pooled over them"
     if len(r["slides"]):
         lines += ["### Slide aggregation", "", f"Intervals: {_units(r['slides'])}{further}; every metric in "

@@ -1,4 +1,4 @@
-"""The class-prior-shift chapter of the report (seed 000's shapes): the mean gain of each label-free method with
+"""The class-prior-shift chapter of the report (the hema paper's shapes): the mean gain of each label-free method with
 its hierarchical-bootstrap interval, the gain per prior with per-target dots (figure), the negative-cell counts
 ("29/270"), the regret of label-free encoder selection, calibration under adaptation, per-class recall, and the
 transfer table with its non-frozen reference row (ResNet-18 from scratch), relative gap and effective
@@ -41,7 +41,7 @@ __all__ = ["FIGURES", "CHAPTER", "TABLES", "gains_figure"]
 
 
 def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> None:
-    """Seed 000's figure 3: per (task, source) panel, the mean macro-F1 gain over no adaptation of each method
+    """The hema paper's figure 3: per (task, source) panel, the mean macro-F1 gain over no adaptation of each method
     (bars, hierarchical-bootstrap interval as whiskers) at each prior, and each target's scenario mean (dots)."""
     panels = list(gains[gains["method"] != "none"].groupby(["task", "source_domain"], sort=False))
     fig, axes = pyplot().subplots(len(panels), 1, figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),

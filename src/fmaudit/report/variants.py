@@ -1,4 +1,4 @@
-"""Declared encoder variants beside their base (seed 000's 224-vs-518 input-resolution check), formatted from
+"""Declared encoder variants beside their base (the hema paper's 224-vs-518 input-resolution check), formatted from
 :func:`fmaudit.analyses.variants.variant_pairs`."""
 
 from __future__ import annotations

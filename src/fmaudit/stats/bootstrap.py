@@ -7,7 +7,7 @@ all resamples and all models at once; AUROC uses a vectorised weighted Mann-Whit
 metrics of :mod:`fmaudit.metrics` fall back to a per-resample loop. Because all models are evaluated on one
 counts matrix, model comparisons are paired.
 
-Resampling follows seed 003: ``rng = np.random.default_rng(random_state)``; each resample draws
+Resampling follows the audit paper: ``rng = np.random.default_rng(random_state)``; each resample draws
 ``rng.integers(0, n, n)`` items, or, with groups, ``rng.integers(0, G, G)`` groups (sorted group ids, as
 ``np.unique``) and takes every item of each drawn group as many times as the group was drawn.
 
@@ -63,7 +63,7 @@ def bootstrap_counts(
 
     Without ``groups`` each row draws ``n_items`` items with replacement. With ``groups`` (one id per item)
     each row draws G groups with replacement and every item of a drawn group gets that group's
-    multiplicity, so groups are kept whole and a resample's size varies. The draws equal seed 003's
+    multiplicity, so groups are kept whole and a resample's size varies. The draws equal the audit paper's
     sequential ``rng.integers`` calls with ``np.random.default_rng(random_state)``.
     """
     if int(n_items) != n_items or n_items < 1:

@@ -1,5 +1,5 @@
 """Structured bootstraps: the two-way (models x hospitals) cluster bootstrap of PRISM's transfer grid and the
-nested (hierarchical) bootstrap of seed 000, level by level (docs/methods.md#hierarchical-bootstrap)."""
+nested (hierarchical) bootstrap of the hema paper, level by level (docs/methods.md#hierarchical-bootstrap)."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def hierarchical_bootstrap_mean(
     alpha: float = 0.05,
 ) -> dict[str, Any]:
     """Nested bootstrap of the mean of ``value``, resampling level by level (docs/methods.md#hierarchical-bootstrap,
-    seed 000).
+    the hema paper).
 
     ``levels`` run from the outermost cluster inwards, e.g. ["encoder", "source_seed", "draw"]: each resample
     draws the units of ``levels[0]`` with replacement (``default_rng(random_state)``), then, within each

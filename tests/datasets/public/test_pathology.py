@@ -99,14 +99,14 @@ def test_nct_without_test_set_and_subsample(tmp_path):
     assert set(raw["split"]) == {"train", "test"}
 
 
-def test_nct_subsample_as_seed_003_drew_it(tmp_path):
+def test_nct_subsample_as_the_audit_paper_drew_it(tmp_path):
     from sklearn.model_selection import train_test_split
 
     make_nct(tmp_path)
     fn = get_preparer("nct_crc_he")
-    raw = fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "seed003", "seed": 42,
+    raw = fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "audit", "seed": 42,
                                "fractions": [0.5, 0.0, 0.5]})
-    # seed 003: files listed class by class (sorted folders), sorted within a class, duplicates removed, then
+    # the audit paper: files listed class by class (sorted folders), sorted within a class, duplicates removed, then
     # train_test_split(train_size=n, stratify=labels, random_state=42)
     listing = [p for cls in NCT for p in sorted((tmp_path / "NCT-CRC-HE-100K-NONORM" / cls).glob("*.tif"))
                if p.name != "TUM-ZCOPY.tif"]
@@ -115,6 +115,8 @@ def test_nct_subsample_as_seed_003_drew_it(tmp_path):
     assert sorted(raw["source"]) == sorted(str(p) for p in kept)
     with pytest.raises(FmauditInputError, match="subsample_method"):
         fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "random"})
+    with pytest.raises(FmauditInputError, match="'seed003' is now called 'audit'"):  # the old name, no alias
+        fn("nct", tmp_path, {"test_set": False, "subsample": 18, "subsample_method": "seed003"})
 
 
 def test_nct_variant_and_param_errors(tmp_path):

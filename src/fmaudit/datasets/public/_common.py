@@ -43,13 +43,13 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "val_fraction": 0.0,  # share of an official train split moved to val (grouped, stratified); 0 keeps it
     "dedup": "bytes",  # exact-duplicate removal: bytes (sha256 of the file), pixels (decoded RGB), none
     "subsample": None,  # class-stratified sample of this many items after duplicate removal (None: all)
-    # how the subsample is drawn: stratified (each class its largest-remainder share, numpy draw) or seed003
-    # (seed 003's train_test_split(train_size=n, stratify=labels, random_state=seed) on its listing order)
+    # how the subsample is drawn: stratified (each class its largest-remainder share, numpy draw) or audit
+    # (the audit paper's train_test_split(train_size=n, stratify=labels, random_state=seed) on its listing order)
     "subsample_method": "stratified",
 }
-SUBSAMPLE_METHODS = ("stratified", "seed003")
+SUBSAMPLE_METHODS = ("stratified", "audit")
 
-# The fixed five-class WBC intersection of seed 000 (basophil, eosinophil, lymphocyte, monocyte, neutrophil).
+# The fixed five-class WBC intersection of the hema paper (basophil, eosinophil, lymphocyte, monocyte, neutrophil).
 WBC5_CLASSES = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrophil")
 
 
@@ -203,6 +203,9 @@ def finish(
         held = (df["split"] == "test").to_numpy() if official_split and "split" in df.columns else np.zeros(len(df), bool)
         method = params.get("subsample_method", "stratified")
         if method == "seed003":
+            raise FmauditInputError(f"{dataset}: subsample_method 'seed003' is now called 'audit' (the audit paper's "
+                                    "stratified draw); write subsample_method: audit")
+        if method == "audit":
             sampled = paper_stratified_sample(df[~held], int(n_sub), int(params.get("seed", 0)))
         elif method == "stratified":
             sampled = stratified_row_sample(df[~held], int(n_sub), int(params.get("seed", 0)), stratify_by=stratify_by)

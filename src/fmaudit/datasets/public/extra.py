@@ -1,4 +1,4 @@
-"""Preparers of the two PRISM (seed 001) tile data sets added after the first batch: LungHist700 and
+"""Preparers of the two PRISM tile data sets added after the first batch: LungHist700 and
 SPIDER-breast.
 
 Both read the release in its published layout under ``data_root`` (see ``resources/datasets.yaml`` for

@@ -1,8 +1,8 @@
-"""Preparers of the single-cell hematology data sets of seed 000 (WBC cross-scanner transfer).
+"""Preparers of the single-cell hematology data sets of the hema paper (WBC cross-scanner transfer).
 
 Domains: Acevedo / PBC (CellaVision DM96; as BloodMNIST@224 or the raw release), Matek-19 / AML-Cytomorphology_LMU
 (M8 scanner), Raabin-WBC (smartphone + Olympus microscope) and MLL23 (Metafer). None of these releases
-identifies patients consistently, so groups are items and splits are image-level (as in seed 000).
+identifies patients consistently, so groups are items and splits are image-level (as in the hema paper).
 ``label_map: wbc5`` maps every data set onto the fixed five-class WBC intersection (:data:`WBC5_CLASSES`,
 same label indices everywhere) and drops the other classes; ``label_map: none`` keeps the native classes.
 """
@@ -58,7 +58,7 @@ WBC5_MAPS: dict[str, dict[str, str]] = {
     "matek": {"BAS": "basophil", "EOS": "eosinophil", "LYT": "lymphocyte", "LYA": "lymphocyte", "MON": "monocyte",
               "NGS": "neutrophil", "NGB": "neutrophil"},
     "raabin": {c: c for c in RAABIN_CLASSES},
-    # Assumption (seed 000 does not list its MLL23 mapping): reactive and large granular lymphocytes are
+    # Assumption (the hema paper does not list its MLL23 mapping): reactive and large granular lymphocytes are
     # lymphocytes, as Matek's atypical (reactive) LYA is; neoplastic lymphocytes, hairy cells and plasma
     # cells are disease-specific and dropped.
     "mll23": {"basophil": "basophil", "eosinophil": "eosinophil", "lymphocyte": "lymphocyte",

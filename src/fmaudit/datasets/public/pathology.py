@@ -111,7 +111,7 @@ NCT_CLASSES = ("ADI", "BACK", "DEB", "LYM", "MUC", "MUS", "NORM", "STR", "TUM")
 @register_preparer("nct_crc_he")
 def prepare_nct_crc_he(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """NCT-CRC-HE-100K (``variant`` NONORM: without stain normalisation, or NORM) as train, and CRC-VAL-HE-7K
-    as the official test set when ``test_set`` is true; otherwise one grouped split of the 100K set (seed 003
+    as the official test set when ``test_set`` is true; otherwise one grouped split of the 100K set (the audit paper
     used the NONORM 100K set alone, sampled to 9000 patches). No patient ids are released."""
     p = resolve_params("nct_crc_he", params, {**COMMON_DEFAULTS, "variant": "NONORM", "test_set": True})
     variant = choice("nct_crc_he", p, "variant", ["NONORM", "NORM"])
@@ -174,7 +174,7 @@ def parse_breakhis_name(name: str) -> dict[str, Any]:
 def prepare_breakhis(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """BreaKHis ``BreaKHis_v1/histology_slides/breast/{benign,malignant}/SOB/<subtype>/<slide>/<mag>X/*.png``.
     ``magnification`` all / 40 / 100 / 200 / 400; ``label`` binary or subtype (8 classes); ``group_by``
-    biopsy (ids differing only in a letter suffix form one group, as seed 003 did) or patient (the id as
+    biopsy (ids differing only in a letter suffix form one group, as the audit paper did) or patient (the id as
     written)."""
     p = resolve_params("breakhis", params, {**COMMON_DEFAULTS, "magnification": "all", "label": "binary",
                                             "group_by": "biopsy"})
@@ -232,7 +232,7 @@ def _pcam_file(raw: Path, name: str, dataset: str, data_root: Path) -> Path:
 @register_preparer("pcam")
 def prepare_pcam(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """PatchCamelyon from its HDF5 release: the patches of ``source_splits`` (default the test split, as
-    seed 003) are written as PNG files ``<png_dir>/<split>/<wsi>__<index>.png`` named after the slide in the
+    the audit paper) are written as PNG files ``<png_dir>/<split>/<wsi>__<index>.png`` named after the slide in the
     meta csv; ``group`` is that slide. ``split_mode`` grouped (slide-disjoint split of the patches) or
     official (PCam's train/valid/test). Duplicates are found on the pixel arrays before anything is written;
     only the kept patches are written."""
@@ -418,7 +418,7 @@ def select_panda_slides(table: pd.DataFrame, n_per_cell: int = 60, seed: int = 4
     return pd.concat(chosen).sort_values(["data_provider", "isup_grade", "image_id"], kind="stable").reset_index(drop=True)
 
 
-#: PANDA's split is stratified by grade and data provider jointly (seed 003); the provider is the manifest's domain.
+#: PANDA's split is stratified by grade and data provider jointly (audit paper); the provider is the manifest's domain.
 PANDA_SPLIT_STRATA = ("label", "domain")
 
 
@@ -428,7 +428,7 @@ def prepare_panda(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
     ``n_per_cell`` per provider x ISUP grade), then tissue tiles per slide with
     :func:`fmaudit.slides.tile_coordinates`. Every tile carries its slide's ISUP grade; ``group`` is the slide
     (PANDA has no patient ids), ``domain`` the data provider; the split is slide-disjoint and stratified by
-    grade and provider jointly. Seed 003 tiled at pyramid level 1 (about 2 µm/px, 4x the ~0.5 µm/px level 0);
+    grade and provider jointly. The audit paper tiled at pyramid level 1 (about 2 µm/px, 4x the ~0.5 µm/px level 0);
     here ``target_mpp`` picks the level and the field of view."""
     from fmaudit import slides
 
