@@ -600,7 +600,7 @@ def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
             raise FmauditInputError(f"{source}: an image sheet needs a 'path' column (it has {list(sheet.columns)})")
         rows = []
         for i, row in enumerate(sheet.itertuples(index=False)):
-            written = getattr(row, "path")
+            written = row.path
             if pd.isna(written) or not str(written).strip():
                 raise FmauditInputError(f"{source}: row {i + 1} has no path")
             path = Path(str(written))

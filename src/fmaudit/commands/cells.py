@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    from fmaudit.cells.prepare import prepare_section, registered_cells_table, SectionSource
+    from fmaudit.cells.prepare import SectionSource, prepare_section, registered_cells_table
     from fmaudit.cells.taxonomy import load_taxonomy
     from fmaudit.io import write_table
 

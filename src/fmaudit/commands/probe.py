@@ -64,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     from fmaudit import grid
     from fmaudit.analyses.probe_suite import run_probe_suite
     from fmaudit.analyses.task_data import from_arrays
-
     from fmaudit.datasets import GROUP_UNITS
 
     if args.group_unit not in (*GROUP_UNITS, "group"):

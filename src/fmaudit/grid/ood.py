@@ -246,7 +246,7 @@ def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, task) of every further-splits job: each OOD shard's task when ``ood.extra_splits.seeds`` is not
     empty (seed 003's five further splits, seeds 0-4)."""
     out: list[tuple[str, str]] = []
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         if not (ood.get("extra_splits") or {}).get("seeds"):
             continue
         shard_tasks = {t for _, t in ood_shards({**part, "studies": {}})}
@@ -260,7 +260,7 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
     label coarsening and the task without some classes (:data:`SPLIT_PARTS`). The stored split stays the one of
     detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it."""
     rows = []
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         seeds = list((ood.get("extra_splits") or {}).get("seeds") or [])
         if not seeds:
             continue
@@ -277,7 +277,7 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 def ood_split_plan(config: Mapping[str, Any], task: str) -> dict[str, Any] | None:
     """What the further-splits job of ``task`` needs beyond the task's OOD settings: ``seeds``,
     ``test_fraction`` and the ``parts`` it evaluates; None when the task has no further splits."""
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         if task not in part["tasks"]:
             continue
         splits = ood.get("extra_splits") or {}

@@ -27,7 +27,15 @@ import pandas as pd
 from fmaudit.analyses.ood_splits import SPLIT_TABLES, run_extra_splits
 from fmaudit.analyses.ood_suite import ProbeSettings
 from fmaudit.analyses.task_data import item_strata
-from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
+from fmaudit.io import (
+    FmauditInputError,
+    dataframe_hash,
+    provenance,
+    read_npz_provenance,
+    read_table,
+    write_json,
+    write_table,
+)
 from fmaudit.jobs.probe import load_task_data
 from fmaudit.logs import setup_logging
 from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes

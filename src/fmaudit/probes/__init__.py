@@ -7,6 +7,7 @@
   row layouts, path and solver in ``_logistic_loss``, ``_row_store``, ``_logistic_path`` and ``_lbfgs``).
 """
 
+from fmaudit.probes._row_store import subset_scaler
 from fmaudit.probes.heads import (
     HEADS,
     CosineCentroidProbe,
@@ -24,7 +25,6 @@ from fmaudit.probes.logistic_batch import (
     BatchLogistic,
     fit_logistic_batch,
     softmax_last_axis,
-    subset_scaler,
 )
 from fmaudit.probes.subsample import label_fraction_subsample, split_train_val
 

@@ -66,7 +66,7 @@ from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
 from fmaudit.probes._logistic_loss import cpu_threads
 from fmaudit.probes._logistic_path import Problems, solve_grouped, solve_shared
-from fmaudit.probes._row_store import grouped_layout_pays, subset_scaler
+from fmaudit.probes._row_store import grouped_layout_pays
 
 # adapt.methods runs its own torch work under the engine's thread settings.
 _cpu_threads = cpu_threads
