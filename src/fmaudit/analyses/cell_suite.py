@@ -51,6 +51,7 @@ from fmaudit.cells.protocols import (
     unit_sections,
 )
 from fmaudit.io import FmauditInputError, PathLike
+from fmaudit.metrics import softmax_last_axis
 from fmaudit.probes import fit_logistic_batch
 
 log = logging.getLogger(__name__)
@@ -76,10 +77,7 @@ def _fold(model, r: int) -> _Probe:
 
 def _softmax_present(z: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Softmax over the present classes; absent classes get probability 0 (the engine's convention)."""
-    z = np.where(present[None, :], z, -np.inf)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(axis=1, keepdims=True)
+    return softmax_last_axis(np.where(present[None, :], z, -np.inf))
 
 
 class _Reader:
