@@ -28,7 +28,7 @@ from fmaudit.encoders.weights import (
     read_checkpoint_meta,
     resolve_weights,
 )
-from fmaudit.io import FmauditInputError
+from fmaudit.io import FmauditInputError, atomic_path
 from fmaudit.registry import check_encoder_usable, get_encoder_spec, readout_dims
 
 __all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "check_network", "describe_network",
@@ -436,8 +436,6 @@ def save_weights(encoder_or_module: nn.Module, path: str | os.PathLike) -> Path:
     Used to produce local weight files for ``source: file`` (and by the tests).
     """
     from safetensors.torch import save_file
-
-    from fmaudit.io import atomic_path
 
     module = encoder_or_module.backbone.model if isinstance(encoder_or_module, Encoder) else encoder_or_module
     path = Path(path)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from fmaudit.grid.studies import parts_with, require_tasks, study_parts, tile_tasks
 from fmaudit.io import FmauditInputError
+from fmaudit.ood.perturb import perturbation_string, perturbation_tag
 
 DERIVED_SEPARATOR = "__"
 
@@ -53,8 +54,6 @@ __all__ = [
 
 def _perturbation(spec: Mapping[str, Any], where: str) -> tuple[str, str]:
     """(tag, canonical spec string) of a perturbation spec; an error names the config key."""
-    from fmaudit.ood.perturb import perturbation_string, perturbation_tag
-
     try:
         return perturbation_tag(spec), perturbation_string(spec)
     except FmauditInputError as err:
