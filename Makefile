@@ -29,7 +29,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# ruff over the Python (rules and per-file ignores in pyproject.toml), then Snakemake's own lint of the workflow
 lint: $(STAMP)
+	$(BIN)/ruff check src tests scripts benchmarks
 	$(BIN)/snakemake --lint
 
 dryrun: $(STAMP)

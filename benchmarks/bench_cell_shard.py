@@ -209,7 +209,6 @@ def baseline(args) -> dict:
     """The engine against scikit-learn at equal accuracy and equal work on the first --baseline-units units'
     runs (benchmarks/cell_baseline.py); prints as it goes and returns the summary."""
     import cell_baseline as cb
-
     from fmaudit.analyses.cell_suite import run_cell_shard
 
     root = Path(args.root)

@@ -37,7 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from workflow_utils import copy_repo, planned_jobs  # noqa: E402
+from workflow_utils import copy_repo, planned_jobs
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 

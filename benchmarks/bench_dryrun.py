@@ -40,8 +40,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from fmaudit import grid  # noqa: E402
-from fmaudit.config import load_config  # noqa: E402
+from fmaudit import grid
+from fmaudit.config import load_config
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 FMAUDIT = str(Path(sys.executable).with_name("fmaudit"))

@@ -54,7 +54,6 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from fmaudit.probes import fit_logistic_batch, softmax_last_axis
-
 from fmaudit.probes import label_fraction_subsample as subsample  # the pipeline's nested label-fraction draw
 
 FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)

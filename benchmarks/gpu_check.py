@@ -37,12 +37,11 @@ from PIL import Image
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import bench_cell_shard  # noqa: E402  (benchmarks/ is not a package: the sibling scripts by path)
-import bench_probe_engine  # noqa: E402
-
-from fmaudit.datasets.manifest import make_manifest  # noqa: E402
-from fmaudit.embed import embed_manifest  # noqa: E402
-from fmaudit.registry import get_encoder_spec  # noqa: E402
+import bench_cell_shard  # (benchmarks/ is not a package: the sibling scripts by path)
+import bench_probe_engine
+from fmaudit.datasets.manifest import make_manifest
+from fmaudit.embed import embed_manifest
+from fmaudit.registry import get_encoder_spec
 
 
 def vit_flops(model, image_size: int) -> float:

@@ -2,8 +2,8 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.probe import aggregate_job  # noqa: E402
+from fmaudit.jobs.probe import aggregate_job
 
-aggregate_job(list(snakemake.input.runs), snakemake.output[0], log=snakemake.log[0])  # noqa: F821
+aggregate_job(list(snakemake.input.runs), snakemake.output[0], log=snakemake.log[0])

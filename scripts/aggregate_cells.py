@@ -2,12 +2,12 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.cells import aggregate_cells_job  # noqa: E402
+from fmaudit.jobs.cells import aggregate_cells_job
 
 aggregate_cells_job(
-    shards=list(snakemake.input.shards),  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    shards=list(snakemake.input.shards),
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -2,12 +2,12 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.ood import AGGREGATE_TABLES, aggregate_ood_job  # noqa: E402
+from fmaudit.jobs.ood import AGGREGATE_TABLES, aggregate_ood_job
 
 aggregate_ood_job(
-    shards={name: list(getattr(snakemake.input, name)) for name in AGGREGATE_TABLES},  # noqa: F821
-    out={name: getattr(snakemake.output, name) for name in AGGREGATE_TABLES},  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    shards={name: list(getattr(snakemake.input, name)) for name in AGGREGATE_TABLES},
+    out={name: getattr(snakemake.output, name) for name in AGGREGATE_TABLES},
+    log=snakemake.log[0],
 )

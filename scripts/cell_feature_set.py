@@ -2,14 +2,14 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.cells import cell_feature_set_job  # noqa: E402
+from fmaudit.jobs.cells import cell_feature_set_job
 
-sections = list(snakemake.params.sections)  # noqa: F821
+sections = list(snakemake.params.sections)
 cell_feature_set_job(
-    features=dict(zip(sections, snakemake.input.features)),  # noqa: F821
-    manifests=dict(zip(sections, snakemake.input.manifests)),  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    features=dict(zip(sections, snakemake.input.features)),
+    manifests=dict(zip(sections, snakemake.input.manifests)),
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -2,17 +2,17 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.cells import cell_shard_job  # noqa: E402
+from fmaudit.jobs.cells import cell_shard_job
 
 cell_shard_job(
-    encoder=snakemake.wildcards.encoder,  # noqa: F821
-    magnification=float(snakemake.wildcards.magnification),  # noqa: F821
-    protocol=snakemake.wildcards.protocol,  # noqa: F821
-    cells=snakemake.params.cells,  # noqa: F821
-    taxonomy_tasks=list(snakemake.params.taxonomy_tasks),  # noqa: F821
-    feature_set=snakemake.input.features,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    encoder=snakemake.wildcards.encoder,
+    magnification=float(snakemake.wildcards.magnification),
+    protocol=snakemake.wildcards.protocol,
+    cells=snakemake.params.cells,
+    taxonomy_tasks=list(snakemake.params.taxonomy_tasks),
+    feature_set=snakemake.input.features,
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -2,15 +2,15 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.ood import derive_manifest_job  # noqa: E402
+from fmaudit.jobs.ood import derive_manifest_job
 
 derive_manifest_job(
-    dataset=snakemake.wildcards.dataset,  # noqa: F821
-    tag=snakemake.wildcards.tag,  # noqa: F821
-    spec=snakemake.params.spec,  # noqa: F821
-    manifest=snakemake.input.manifest,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    dataset=snakemake.wildcards.dataset,
+    tag=snakemake.wildcards.tag,
+    spec=snakemake.params.spec,
+    manifest=snakemake.input.manifest,
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -2,18 +2,18 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.embed import embed_job  # noqa: E402
+from fmaudit.jobs.embed import embed_job
 
 embed_job(
-    encoder=snakemake.wildcards.encoder,  # noqa: F821
-    spec=snakemake.params.encoder,  # noqa: F821
-    manifest=snakemake.input.manifest,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    weights=snakemake.params.weights or None,  # noqa: F821
-    batch_size=snakemake.params.batch_size,  # noqa: F821
-    threads=snakemake.threads,  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
-    key=snakemake.wildcards.key,  # noqa: F821
+    encoder=snakemake.wildcards.encoder,
+    spec=snakemake.params.encoder,
+    manifest=snakemake.input.manifest,
+    out=snakemake.output[0],
+    weights=snakemake.params.weights or None,
+    batch_size=snakemake.params.batch_size,
+    threads=snakemake.threads,
+    log=snakemake.log[0],
+    key=snakemake.wildcards.key,
 )

@@ -2,17 +2,17 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.features import import_features_job  # noqa: E402
+from fmaudit.jobs.features import import_features_job
 
 import_features_job(
-    encoder=snakemake.wildcards.encoder,  # noqa: F821
-    spec=snakemake.params.encoder,  # noqa: F821
-    manifest=snakemake.input.manifest,  # noqa: F821
-    features=snakemake.input.features,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    source=snakemake.params.source,  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
-    key=snakemake.wildcards.key,  # noqa: F821
+    encoder=snakemake.wildcards.encoder,
+    spec=snakemake.params.encoder,
+    manifest=snakemake.input.manifest,
+    features=snakemake.input.features,
+    out=snakemake.output[0],
+    source=snakemake.params.source,
+    log=snakemake.log[0],
+    key=snakemake.wildcards.key,
 )

@@ -2,14 +2,14 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.data import prepare_manifest_job  # noqa: E402
+from fmaudit.jobs.data import prepare_manifest_job
 
 prepare_manifest_job(
-    dataset=snakemake.wildcards.dataset,  # noqa: F821
-    entry=snakemake.params.entry,  # noqa: F821
-    data_root=snakemake.params.data_root,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    dataset=snakemake.wildcards.dataset,
+    entry=snakemake.params.entry,
+    data_root=snakemake.params.data_root,
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -2,12 +2,12 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))  # noqa: F821
+sys.path.insert(0, str(Path(snakemake.scriptdir).resolve().parent / "src"))
 
-from fmaudit.jobs.data import validate_job  # noqa: E402
+from fmaudit.jobs.data import validate_job
 
 validate_job(
-    checks=snakemake.params.checks,  # noqa: F821
-    out=snakemake.output[0],  # noqa: F821
-    log=snakemake.log[0],  # noqa: F821
+    checks=snakemake.params.checks,
+    out=snakemake.output[0],
+    log=snakemake.log[0],
 )

@@ -84,7 +84,7 @@ def write_slide_study(root: Path, seed: int = 0) -> Path:
     rows = []
     rng = np.random.default_rng(seed)
     (root / "slides").mkdir(parents=True, exist_ok=True)
-    for s, site in enumerate(SITES):
+    for site in SITES:
         for c, name in enumerate(SLIDE_CLASSES):
             for p in range(3):
                 slide = f"{site}-{name}-{p}"

@@ -19,7 +19,6 @@ from fmaudit.cluster import (
     GROUP_PATTERNS,
     MEASURED_MARGIN,
     MIN_RUNTIME_MIN,
-    ClusterSettings,
     GpuClass,
     JobRequest,
     RequestPlanner,

@@ -2,10 +2,10 @@
 
 import pytest
 
-from fmaudit.schema import REPO_ROOT
 from fmaudit.exposure import exposure_audit, exposure_matrix, exposure_status
 from fmaudit.io import FmauditInputError
 from fmaudit.registry import load_registry, load_yaml
+from fmaudit.schema import REPO_ROOT
 
 HEMA = ["bloodmnist-wbc5", "matek19-wbc5", "mll23-wbc5", "raabin-wbc"]
 

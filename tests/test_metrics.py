@@ -235,6 +235,26 @@ def test_softmax_rows_sum_to_one_and_temperature_flattens():
     assert metrics.softmax(z, temperature=10).max(1)[0] < p.max(1)[0]
 
 
+def test_softmax_last_axis_is_the_validated_softmax_over_any_batch_in_the_logits_dtype():
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(2, 30, 5)) * 40  # extreme logits: the max is subtracted before exp
+    for temperature in (1.0, 2.5):
+        p = metrics.softmax_last_axis(z, temperature)
+        assert p.shape == z.shape and p.dtype == np.float64
+        for r in range(z.shape[0]):
+            np.testing.assert_allclose(p[r], metrics.softmax(z[r], temperature), rtol=1e-12, atol=1e-300)
+    p32 = metrics.softmax_last_axis(z.astype(np.float32))
+    assert p32.dtype == np.float32  # the batched float32 paths stay float32
+    np.testing.assert_allclose(p32, metrics.softmax_last_axis(z), rtol=1e-5, atol=1e-6)
+    masked = metrics.softmax_last_axis(np.where([True, False, True, True, False], z[0], -np.inf))
+    assert (masked[:, [1, 4]] == 0).all()  # -inf: a class that gets probability 0
+    np.testing.assert_allclose(masked.sum(-1), 1.0, rtol=1e-12)
+    assert metrics.softmax_last_axis(np.array([[1, 2, 3]])).dtype == np.float64  # integer logits
+    assert not np.shares_memory(z, metrics.softmax_last_axis(z))  # the caller's logits are not overwritten
+    with pytest.raises(FmauditInputError, match="temperature"):
+        metrics.softmax_last_axis(z, temperature=0.0)
+
+
 # ----------------------------------------------------------------------------- selective prediction
 def test_aurc_hand_computed_without_ties():
     conf = np.array([0.9, 0.8, 0.7])

@@ -13,8 +13,14 @@ import yaml
 from fmaudit.grid import ANALYSES, Analysis, retried_rules
 from fmaudit.io import FmauditInputError
 from fmaudit.profiles import (
-    PARTITIONS_FILE, UNKNOWN_GPUS_PER_NODE, check_slurm_names, default_template, install_slurm_profile,
-    render_slurm_profile, snakemake_profile_dir, template_retried_rules,
+    PARTITIONS_FILE,
+    UNKNOWN_GPUS_PER_NODE,
+    check_slurm_names,
+    default_template,
+    install_slurm_profile,
+    render_slurm_profile,
+    snakemake_profile_dir,
+    template_retried_rules,
 )
 
 

@@ -4,7 +4,6 @@ without some classes, and the audit paper's pooling of several splits."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 from sklearn.metrics import cohen_kappa_score
@@ -20,7 +19,6 @@ from fmaudit.slide_aggregation import (
     make_bags,
     mean_probability,
     slide_aggregation,
-    slide_aggregation_predictions,
     summarize_splits,
     without_classes,
 )

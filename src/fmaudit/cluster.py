@@ -54,8 +54,18 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.config import dataset_params
-from fmaudit.grid import (cell_plan, derived_datasets, embed_pairs, ood_shard_plan, ood_shards, ood_split_shards,
-                          parts_with, prior_shift_runs, scratch_reference_runs, shards)
+from fmaudit.grid import (
+    cell_plan,
+    derived_datasets,
+    embed_pairs,
+    ood_shard_plan,
+    ood_shards,
+    ood_split_shards,
+    parts_with,
+    prior_shift_runs,
+    scratch_reference_runs,
+    shards,
+)
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.registry import embedding_key
 

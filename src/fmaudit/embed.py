@@ -81,7 +81,9 @@ from fmaudit.io import (
     write_npz,
 )
 from fmaudit.logs import file_handler
+from fmaudit.ood.perturb import apply_perturbation, parse_perturbation
 from fmaudit.registry import embedding_key, encoder_config_hash, get_encoder_spec, readout_dims
+from fmaudit.slides import open_slide, read_tile
 
 # the manifest columns that decide an item's pixels: a chunk is reused only if these are unchanged
 PIXEL_COLUMNS = ["item_id", "source", "x", "y", "level", "size"]
@@ -122,8 +124,6 @@ class ItemDataset(Dataset):
         self._slides: dict[str, Any] = {}
         self.perturbations = [None] * len(self.item_ids)
         if PERTURBATION_COLUMN in manifest.columns:
-            from fmaudit.ood.perturb import parse_perturbation
-
             self.perturbations = [None if pd.isna(v) else str(v) for v in manifest[PERTURBATION_COLUMN]]
             for item, spec in zip(self.item_ids, self.perturbations):
                 if spec is not None:
@@ -140,7 +140,6 @@ class ItemDataset(Dataset):
         image = self._read_image(i)
         if self.perturbations[i] is None:
             return image
-        from fmaudit.ood.perturb import apply_perturbation
 
         return apply_perturbation(image, self.perturbations[i], item_key=self.item_ids[i])
 
@@ -160,8 +159,6 @@ class ItemDataset(Dataset):
             raise FmauditInputError(f"item {item!r}: cannot read image {source} ({e})") from e
 
     def _read_tile(self, i: int):
-        from fmaudit.slides import open_slide, read_tile
-
         item, source = self.item_ids[i], self.sources[i]
         try:
             slide = self._slides.get(source)
@@ -600,7 +597,7 @@ def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
             raise FmauditInputError(f"{source}: an image sheet needs a 'path' column (it has {list(sheet.columns)})")
         rows = []
         for i, row in enumerate(sheet.itertuples(index=False)):
-            written = getattr(row, "path")
+            written = row.path
             if pd.isna(written) or not str(written).strip():
                 raise FmauditInputError(f"{source}: row {i + 1} has no path")
             path = Path(str(written))
@@ -683,8 +680,6 @@ def embedding_inventory(paths: Sequence[PathLike]) -> pd.DataFrame:
     """One row per embedding file (``<encoder>/<key>/<dataset>.npz``), from its provenance alone (the feature
     arrays are not read): items, readouts with their widths, speed, device, the weights it was made with (the
     hub commit they resolved to, every file's sha256) and the hashes that identify it."""
-    from fmaudit.io import read_npz_provenance
-
     rows = []
     for p in map(Path, paths):
         prov = read_npz_provenance(p)

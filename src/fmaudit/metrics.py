@@ -221,6 +221,34 @@ def softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
     return np.exp(log_softmax(logits, temperature))
 
 
+def softmax_last_axis(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Softmax of ``logits / temperature`` over the last axis: a probe's ``predict_proba``.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (..., K)
+        (N, K), (R, N, K) or more; ``-inf`` marks a class that gets probability 0.
+    temperature : float, default 1.0
+
+    Returns
+    -------
+    ndarray of the same shape, in the logits' float dtype
+        Probabilities summing to 1 over the last axis. (:func:`softmax` is the validated float64 (N, K) form,
+        for calibration; this one checks nothing, for the batched paths.)
+    """
+    if not temperature > 0:
+        raise FmauditInputError(f"temperature: must be > 0, got {temperature!r}")
+    z = np.asarray(logits)
+    if z.dtype.kind != "f":
+        z = z.astype(np.float64)
+    if temperature != 1.0:
+        z = z / temperature
+    z = z - z.max(axis=-1, keepdims=True)  # a new array: the exponent and the division below work in place
+    np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    return z
+
+
 def binary_logits_from_decision(decision: Any) -> np.ndarray:
     """Two-class logits ``(-d/2, d/2)`` from a binary decision value d (docs/methods.md#binary-logits, the audit paper
     convention).

@@ -218,7 +218,7 @@ def check_feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[s
                 f"config 'ood': the {derived['tag']} condition re-embeds perturbed images of data set "
                 f"{derived['dataset']!r}, which holds embeddings computed elsewhere (kind: features) and no images; "
                 "keep its task out of ood.blur and ood.image_artefact")
-    for _, part, cells in parts_with(config, "cells"):
+    for _, part, _cells in parts_with(config, "cells"):
         for encoder in part["encoders"]:
             if encoder_registry[encoder].get("loader") == "precomputed":
                 raise FmauditInputError(f"config 'cells': encoder {encoder!r} is known only by its feature files and "

@@ -505,7 +505,7 @@ def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal:
         for a in arms:
             by_arm.setdefault(tuple(sorted(a.key.items())), []).append((int(seed), a))
     rows = []
-    for key, parts in by_arm.items():
+    for parts in by_arm.values():
         draws = [prediction_draws(a.labels, a.predictions, a.confidence, a.n_classes, ordinal=ordinal,
                                   coverages=coverages, n_bins=n_bins, groups=a.groups, n_boot=n_boot,
                                   random_state=int(bootstrap_seed) + seed, unit=a.unit) for seed, a in parts]

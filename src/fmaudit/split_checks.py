@@ -40,6 +40,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fmaudit.cells.protocols import make_partition, mask_excluded, panel_from_manifests, unit_sections
 from fmaudit.io import FmauditInputError
 
 log = logging.getLogger(__name__)
@@ -530,8 +531,6 @@ def validate_cell_panel(
 
     Raises :class:`SplitValidationError` listing every problem; returns the report otherwise (scope:
     ``protocol unit seed taxonomy``)."""
-    from fmaudit.cells.protocols import make_partition, mask_excluded, panel_from_manifests
-
     excluded = dict(excluded or {})
     report = SplitValidationReport()
     tax_names = list(taxonomies)
@@ -611,6 +610,4 @@ def _cell_units(protocol: str, spec: Mapping[str, Any], sections_by_organ: Mappi
 
 def _unit_test_sections(protocol: str, unit: str, sections_by_organ: Mapping[str, Sequence[str]],
                         folds: Mapping[str, Sequence[str]] | None) -> list[str]:
-    from fmaudit.cells.protocols import unit_sections
-
     return unit_sections(protocol, unit, sections_by_organ, folds)[0]

@@ -15,10 +15,9 @@ from fmaudit.adapt.priors import (
     prior_vector,
     resample_target,
 )
-from fmaudit.schema import REPO_ROOT
 from fmaudit.datasets.public import WBC5_CLASSES
 from fmaudit.io import FmauditInputError
-from fmaudit.schema import load_yaml
+from fmaudit.schema import REPO_ROOT, load_yaml
 
 
 def hamilton(shares, n):

@@ -77,7 +77,7 @@ def test_calibration_table_and_shift_summary_name_their_bins(suite_results):
 def test_reliability_curves_count_every_item_once(suite_results):
     _, preds = suite_results
     curves = lb.reliability_curves(preds, n_bins=10)
-    for (enc, part, calib), c in curves.groupby(["encoder", "part", "calibration"]):
+    for _, c in curves.groupby(["encoder", "part", "calibration"]):
         assert len(c) == 10 and c["count"].sum() == c["n_items"].iloc[0]
         # the ECE of the panel is the count-weighted gap of its bins
         filled = c[c["count"] > 0]

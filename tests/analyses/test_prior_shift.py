@@ -8,9 +8,8 @@ from fmaudit import grid, metrics
 from fmaudit.adapt.evaluate import SourceProbe
 from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
 from fmaudit.analyses.prior_shift import run_prior_shift_shard
-from fmaudit.schema import REPO_ROOT
 from fmaudit.io import FmauditInputError
-from fmaudit.schema import load_yaml
+from fmaudit.schema import REPO_ROOT, load_yaml
 
 CLASSES = ["a", "b", "c"]
 PRIORS = {"balanced": {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}, "skewed": {"a": 0.1, "b": 0.2, "c": 0.7}}

@@ -60,7 +60,7 @@ def test_demo_sections_are_real_bundles_with_a_non_trivial_affine(demo):
     out, sections = demo
     assert list(sections) == ["organ-a-1", "organ-b-1", "organ-a-2"]
     assert json.loads((out / "sections.json").read_text()) == sections
-    for sid, spec in sections.items():
+    for spec in sections.values():
         bundle = read_bundle(spec["bundle"])
         assert bundle.pixel_size == 0.2125 and set(bundle.cells["centre_source"]) == {"nucleus_boundaries"}
         assert bundle.cells["cell_id"].str.fullmatch(r"[a-p]{8}-1").all()

@@ -23,7 +23,6 @@ from fmaudit.cells.features import (
 )
 from fmaudit.encoders import ENCODER_CACHE
 from fmaudit.io import FmauditInputError
-
 from slide_utils import TISSUE_RGB
 
 

@@ -28,9 +28,7 @@ from fmaudit.cells.metrics import (
 )
 from fmaudit.io import FmauditInputError
 from fmaudit.report.cells import cra_crt_landscape
-
 from slide_utils import TISSUE_RGB
-
 
 # --------------------------------------------------------------------------------------------------------
 # per run

@@ -120,9 +120,9 @@ def test_resolve_section_finds_the_h_and_e_and_alignment_beside_the_bundle(tmp_p
 
 def test_registry_preparer_and_workflow_step(tmp_path):
     root = tmp_path / "data"
-    a = make_section(root / "xa", n=10, labels=LABELS[:3])
-    b = make_section(root / "xb", n=10, labels=["B cell", "Fibroblast"], id_kind="integer", cells_format=("csv.gz",),
-                     boundaries="csv.gz", label_id=False, seed=3)
+    make_section(root / "xa", n=10, labels=LABELS[:3])
+    make_section(root / "xb", n=10, labels=["B cell", "Fibroblast"], id_kind="integer", cells_format=("csv.gz",),
+                 boundaries="csv.gz", label_id=False, seed=3)
     sections = {
         "sa": {"organ": "breast", "bundle": "xa/outs", "cell_types": "xa/cell_types.csv"},
         "sb": {"organ": "lung", "bundle": "xb/outs", "cell_types": "xb/cell_types.csv"},

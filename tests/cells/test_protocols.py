@@ -218,7 +218,7 @@ def test_engine_never_fits_on_held_out_cells(panel_files, monkeypatch):
     unit computed from the config."""
     manifests, folders = panel_files
     item_of_row = {}
-    for section, folder in folders.items():
+    for folder in folders.values():
         feats = open_cell_features(folder)
         for item, row in zip(feats.item_ids, feats.readout("nuc")):
             item_of_row[row.tobytes()] = item

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from workflow_utils import demo_tile_branches
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from fmaudit.datasets.download import (
-    download_dataset, downloaded_checksums, fetch, gunzip, sha256_sidecar, unpack, verify_file,
+    download_dataset,
+    downloaded_checksums,
+    fetch,
+    gunzip,
+    sha256_sidecar,
+    unpack,
+    verify_file,
 )
 from fmaudit.io import FmauditInputError
 

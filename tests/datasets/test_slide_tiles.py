@@ -20,10 +20,10 @@ def _write_sheet(path, rows, header=SHEET_HEADER):
 
 def test_registry_entry_tiles_the_real_slide(monkeypatch):
     import yaml
-    from slide_utils import REPO_ROOT
 
     from fmaudit.datasets import prepare_dataset
     from fmaudit.datasets.manifest import validate_manifest
+    from slide_utils import REPO_ROOT
 
     monkeypatch.chdir(REPO_ROOT)  # sheet and slide paths are relative to the working directory
     entry = yaml.safe_load((REPO_ROOT / "resources" / "datasets.yaml").read_text())["cmu-small-region"]
@@ -45,9 +45,8 @@ def test_registry_entry_tiles_the_real_slide(monkeypatch):
 
 
 def test_sheet_with_labels_and_mpp_override(tmp_path, monkeypatch, make_pyramid, blob_slide):
-    from slide_utils import TISSUE_RGB
-
     from fmaudit.datasets import prepare_dataset
+    from slide_utils import TISSUE_RGB
 
     img = np.empty((256, 256, 3), dtype=np.uint8)
     img[:] = TISSUE_RGB
@@ -107,11 +106,11 @@ def test_preparer_parameters(tmp_path):
 
 def test_sheet_schema_works_with_snakemake_validate(tmp_path):
     import pandas as pd
-    from slide_utils import REPO_ROOT
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
     from fmaudit.datasets.slide_tiles import SLIDE_SHEET_SCHEMA, read_slide_sheet
+    from slide_utils import REPO_ROOT
 
     assert SLIDE_SHEET_SCHEMA == REPO_ROOT / "resources" / "schemas" / "slides.schema.yaml"
     validate(read_slide_sheet(REPO_ROOT / "resources" / "data" / "slides.tsv"), str(SLIDE_SHEET_SCHEMA))

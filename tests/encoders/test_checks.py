@@ -14,11 +14,10 @@ import pytest
 import yaml
 
 from fmaudit import preflight as preflight_module
-from fmaudit.encoders import checks
 from fmaudit.config import fill_config
-from fmaudit.preflight import check_config
-from fmaudit.encoders import build_encoder, check_encoder_before_embedding, save_weights
+from fmaudit.encoders import build_encoder, check_encoder_before_embedding, checks, save_weights
 from fmaudit.io import FmauditInputError, read_json, sha256_file
+from fmaudit.preflight import check_config
 from fmaudit.registry import embedding_key, get_encoder_spec
 from fmaudit.schema import REPO_ROOT, load_yaml
 

@@ -7,11 +7,8 @@ numpy's global generator and scikit-learn exactly as PRISM calls them.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from fmaudit.io import FmauditInputError

@@ -15,7 +15,6 @@ from fmaudit.report.chapter import ReportWriter
 @pytest.fixture(scope="module")
 def ood_results():
     from analyses.test_ood_suite import make_data
-
     from fmaudit.analyses.ood_suite import run_ood_suite
 
     data, conditions = make_data()

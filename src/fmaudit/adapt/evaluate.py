@@ -53,6 +53,7 @@ from fmaudit.adapt import methods as m
 from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
 from fmaudit.calibration import TemperatureScaler
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics import softmax_last_axis
 from fmaudit.probes import ABSENT_CLASS_LOGIT_GAP, fit_logistic_batch, split_train_val
 from fmaudit.probes.logistic_batch import check_features, check_labels
 
@@ -91,14 +92,6 @@ def _mask_absent(logits: np.ndarray, present: np.ndarray) -> np.ndarray:
         return logits
     floor = np.where(present, logits, np.inf).min(axis=-1, keepdims=True) - ABSENT_CLASS_LOGIT_GAP
     return np.where(present, logits, floor)
-
-
-def _softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    z = logits / temperature
-    z = z - z.max(axis=-1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=-1, keepdims=True)
-    return z
 
 
 class SourceProbe:
@@ -349,7 +342,7 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
     T = probe.temperature_
     y = pool.labels[index]
     L0 = pool.logits[index]
-    P0, P0_t = _softmax(L0), _softmax(L0, T)
+    P0, P0_t = softmax_last_axis(L0), softmax_last_axis(L0, T)
     pseudo = P0.argmax(axis=-1)
     # BBSE's weights of the unadapted predictions also give the label-free accuracy estimate of "none".
     C = probe.confusion_
@@ -381,7 +374,7 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
         del G
         for j, name in enumerate(stat_methods):
             L = _mask_absent(logits[..., j * K:(j + 1) * K], probe.present_)
-            P, P_t = _softmax(L), _softmax(L, T)
+            P, P_t = softmax_last_axis(L), softmax_last_axis(L, T)
             if name == "class_balanced_restandardization":
                 cbr_probs = (P, P_t)
             out[name] = _method_scores(P, P_t, y, n_bins, **stats[name][2])
@@ -393,7 +386,7 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
             head = m.ShotIMHead(**params, present=probe.present_, device=device).fit(G, probe.W_, probe.b_)
             L = np.matmul(G, head.W_.astype(G.dtype)).astype(np.float64) + head.b_[:, None, :]
             L = _mask_absent(L, probe.present_)
-            out[name] = _method_scores(_softmax(L), _softmax(L, T), y, n_bins,
+            out[name] = _method_scores(softmax_last_axis(L), softmax_last_axis(L, T), y, n_bins,
                                        im_loss_final=np.full(R, head.loss_[-1]))
         elif name == "bbse":
             q = m.bbse_target_prior(w, C.sum(axis=0))

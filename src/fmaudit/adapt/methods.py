@@ -31,7 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
+from fmaudit.probes.logistic_batch import _cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -347,9 +349,6 @@ class ShotIMHead:
 
     def fit(self, Z: Any, W: Any, b: Any) -> "ShotIMHead":
         """Tune the head (W (D, K), b (K,)) on target features Z (n, D) or (R, n, D)."""
-        from fmaudit.devices import resolve_device
-        from fmaudit.probes.logistic_batch import _cpu_threads
-
         if self.dtype not in ("float32", "float64"):
             raise FmauditInputError(f"ShotIMHead: dtype must be 'float32' or 'float64', got {self.dtype!r}")
         np_dtype = np.dtype(self.dtype)

@@ -30,8 +30,8 @@ import torch
 
 from fmaudit import metrics
 from fmaudit.calibration import TemperatureScaler
-from fmaudit.io import FmauditInputError
 from fmaudit.devices import resolve_device
+from fmaudit.io import FmauditInputError
 from fmaudit.probes import split_train_val
 
 REFERENCE_NAME = "resnet18-scratch"

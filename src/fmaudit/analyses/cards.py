@@ -1070,7 +1070,7 @@ def front_page(cards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 continue
             best_row, best = (max if higher else min)(vals, key=lambda rv: rv[1]["point"])
             best["best"] = True
-            for r, q in vals:
+            for _, q in vals:
                 q.setdefault("best", False)
                 q["separated"] = bool(
                     q is not best

@@ -31,7 +31,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fmaudit.cells.features import BASE_READOUTS, CellFeatures, base_readouts_of, fuse_readout, needs_cls, open_cell_features
+from fmaudit.cells.features import (
+    BASE_READOUTS,
+    CellFeatures,
+    base_readouts_of,
+    fuse_readout,
+    needs_cls,
+    open_cell_features,
+)
 from fmaudit.cells.metrics import AUROC_CONVENTION, F1_CONVENTION, macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import (
     PanelCells,
@@ -44,6 +51,7 @@ from fmaudit.cells.protocols import (
     unit_sections,
 )
 from fmaudit.io import FmauditInputError, PathLike
+from fmaudit.metrics import softmax_last_axis
 from fmaudit.probes import fit_logistic_batch
 
 log = logging.getLogger(__name__)
@@ -69,10 +77,7 @@ def _fold(model, r: int) -> _Probe:
 
 def _softmax_present(z: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Softmax over the present classes; absent classes get probability 0 (the engine's convention)."""
-    z = np.where(present[None, :], z, -np.inf)
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(axis=1, keepdims=True)
+    return softmax_last_axis(np.where(present[None, :], z, -np.inf))
 
 
 class _Reader:
@@ -217,7 +222,7 @@ def run_cell_shard(
     done = 0
     group: list[tuple[str, dict[int, Partition]]] = []
     group_rows = 0
-    for u, unit in enumerate(units):
+    for unit in units:
         seeds = sorted(set(int(x) for x in run_index.loc[unit_of_run == unit, "seed"]))
         parts = {seed: make_partition(panel, protocol, unit, seed, **settings) for seed in seeds}
         rows = sum(p.train.size + p.val.size for p in parts.values())
@@ -319,7 +324,7 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
             y_fit = np.where(y_all >= 0, y_all, 0)
             model = fit_logistic_batch(X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)),
                                        n_classes=k, **engine)
-            for j, (i, tr, va) in enumerate(todo):
+            for j, (i, _, va) in enumerate(todo):
                 candidates = [_fold(model, j * Cs.size + c) for c in range(Cs.size)]
                 W = np.concatenate([p.W for p in candidates], axis=1)
                 b = np.concatenate([p.b for p in candidates])

@@ -51,6 +51,7 @@ def ci_convention(n_boot: int, alpha: float = 0.05) -> str:
 
 def cell_units(preds: pd.DataFrame) -> dict[str, Any]:
     """``ci_unit``, ``ci_n_units`` and ``ci_resampling`` (``unit=patient, n=43``) of one prediction cell."""
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import interval_resampling
 
     unit = ("+".join(sorted(set(preds["group_unit"].astype(str)))) if "group_unit" in preds.columns

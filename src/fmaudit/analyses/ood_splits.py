@@ -143,7 +143,7 @@ def run_extra_splits(data: TaskData, *, seeds: Sequence[int], test_fraction: flo
     if coarse:
         table = pd.concat(coarse, ignore_index=True)
         out["split_coarsening"] = table[["control"] + [c for c in table.columns if c != "control"]]
-    for name, table in out.items():
+    for table in out.values():
         if len(table):
             table.insert(0, "splits", "further")
             table["test_fraction"] = float(test_fraction)

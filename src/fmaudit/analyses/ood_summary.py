@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
 import pandas as pd
 
 from fmaudit.ood.gate import DIVISION_MEAN

@@ -28,7 +28,7 @@ from fmaudit.analyses.task_data import TaskData
 from fmaudit.calibration import calibration_ladder
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import ece_convention, macro_f1, softmax
-from fmaudit.probes import fit_logistic_batch, make_head, split_train_val, label_fraction_subsample
+from fmaudit.probes import fit_logistic_batch, label_fraction_subsample, make_head, split_train_val
 from fmaudit.probes.subsample import prism_subsample
 from fmaudit.stats import cluster_bootstrap_ci
 

@@ -21,12 +21,17 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-
 from scipy.stats import ConstantInputWarning
 
 from fmaudit.metrics import ece_column, ece_convention
-from fmaudit.stats import (cell_resample_counts, fisher_z_meta, percentile_interval, rank_transfer, seed_mean_bootstrap,
-                           spearman_rows)
+from fmaudit.stats import (
+    cell_resample_counts,
+    fisher_z_meta,
+    percentile_interval,
+    rank_transfer,
+    seed_mean_bootstrap,
+    spearman_rows,
+)
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.cells.registration import he_px_to_xenium_um
-from fmaudit.cells.taxonomy import load_taxonomy, normalise_label
+from fmaudit.cells.taxonomy import DEFAULT_FINE_TABLE, load_taxonomy, normalise_label
 from fmaudit.cells.xenium import cell_id_prefix_suffix, cell_id_strings
 from fmaudit.io import FmauditInputError, atomic_path, write_json, write_table, write_text
 
@@ -111,6 +111,7 @@ def detect_nuclei(rgb: np.ndarray, mpp: float, min_area_um2: float = 8.0, max_ar
     """
     from scipy import ndimage as ndi
 
+    # imported here: PIL loads only when this runs
     from fmaudit.slides import _otsu_threshold
 
     h = ndi.gaussian_filter(hematoxylin_density(rgb), sigma_px)
@@ -273,8 +274,6 @@ def _choose_windows(slide_rgb_small: np.ndarray, factor: int, window_px: int, n:
 def _class_labels() -> list[list[str]]:
     """Annotation labels of each fine class of the default taxonomy, in table order (the 68 types first)."""
     tax = load_taxonomy()
-    from fmaudit.cells.taxonomy import DEFAULT_FINE_TABLE
-
     table = pd.read_csv(DEFAULT_FINE_TABLE, sep="\t", comment="#", dtype=str, keep_default_na=False)
     out: list[list[str]] = [[] for _ in tax.fine_classes]
     for label, cls in zip(table["label"], table["fine"]):

@@ -75,7 +75,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from fmaudit.embed import chunk_path, chunked_loader, reusable_chunk_arrays
+from fmaudit.embed import chunk_path, chunked_loader, resolve_device, reusable_chunk_arrays
+from fmaudit.encoders import ENCODER_CACHE, check_against_hub_config, resolve_data_config
 from fmaudit.io import (
     FmauditInputError,
     PathLike,
@@ -89,6 +90,8 @@ from fmaudit.io import (
     write_npz,
     write_table,
 )
+from fmaudit.registry import encoder_config_hash, get_encoder_spec
+from fmaudit.slides import open_slide, read_tile, slide_mpp
 
 log = logging.getLogger(__name__)
 
@@ -305,8 +308,6 @@ class PatchDataset(Dataset):
 
     def __getitem__(self, i: int):
         from PIL import Image
-
-        from fmaudit.slides import open_slide, read_tile
 
         if self._slide is None:
             self._slide = open_slide(self.slide_path)
@@ -554,11 +555,6 @@ def extract_cell_features(
     be computed. ``keep_chunks``: leave ``<out>.chunks`` in place once the folder is written (the section job
     removes them when all its magnifications are done).
     """
-    from fmaudit.embed import resolve_device
-    from fmaudit.encoders import ENCODER_CACHE, check_against_hub_config, resolve_data_config
-    from fmaudit.registry import encoder_config_hash, get_encoder_spec
-    from fmaudit.slides import open_slide, slide_mpp
-
     logger = logger or log
     previous_threads = torch.get_num_threads()
     try:
@@ -692,10 +688,6 @@ def extract_section_features(
     magnification's records (the job switches its log file there); each magnification's records end with how many
     times this process loaded the encoder for the section. ``kwargs`` go to :func:`extract_cell_features`
     (chunk_size, batch_size, overwrite, ...)."""
-    from fmaudit.embed import resolve_device
-    from fmaudit.encoders import ENCODER_CACHE
-    from fmaudit.registry import get_encoder_spec
-
     if isinstance(spec, str):
         spec = get_encoder_spec(spec)
     if isinstance(manifest, (str, os.PathLike)):

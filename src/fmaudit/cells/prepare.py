@@ -38,12 +38,14 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from fmaudit.cells.demo import write_demo_sections
 from fmaudit.cells.qc import overlay_png, section_eligibility
 from fmaudit.cells.registration import HEImage, he_image, read_alignment, register_cells
 from fmaudit.cells.taxonomy import Taxonomy, attach_labels, load_taxonomy, read_cell_types
 from fmaudit.cells.xenium import CENTRE_SOURCES, EXPERIMENT_FILE, read_bundle
 from fmaudit.datasets import register_preparer
 from fmaudit.io import FmauditInputError, provenance, sha256_file, write_table
+from fmaudit.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -288,8 +290,6 @@ def register_section_step(section: str, spec: Mapping[str, Any], data_root: str 
                           taxonomy_coarse: str | Path | None = None, min_cells_per_class: int = 10,
                           log_path: str | Path | None = None) -> SectionResult:
     """The workflow's per-section step: prepare one section and write its cell manifest (and QC overlay)."""
-    from fmaudit.logs import setup_logging
-
     logger = setup_logging(log_path)
     source = resolve_section(section, spec, data_root)
     result = prepare_section(source, load_taxonomy(taxonomy_fine, taxonomy_coarse), min_cells_per_class, qc_png=qc_png)
@@ -303,6 +303,7 @@ def register_section_step(section: str, spec: Mapping[str, Any], data_root: str 
 
 
 def _missing(dataset: str, source: SectionSource, path: Path, data_root: Path) -> FmauditInputError:
+    # imported here: scikit-learn and scipy load only when this runs
     from fmaudit.datasets.public._common import Source, missing_data_error
 
     how = ("download the section's Xenium output bundle (*_outs.zip) and unzip it so that "
@@ -316,13 +317,12 @@ def _missing(dataset: str, source: SectionSource, path: Path, data_root: Path) -
 @register_preparer("xenium_cells")
 def prepare_xenium_cells(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Every section listed under ``params.sections``, registered and labelled, as one data-set manifest."""
+    # imported here: scikit-learn and scipy load only when this runs
     from fmaudit.datasets.public._common import resolve_params
 
     p = resolve_params("xenium_cells", params, XENIUM_CELLS_DEFAULTS)
     sections = p["sections"] or {}
     if p["demo"]:
-        from fmaudit.cells.demo import write_demo_sections
-
         sections = write_demo_sections(Path(data_root) / dataset, **dict(p["demo"]))
     if not isinstance(sections, Mapping) or not sections:
         raise FmauditInputError(f"{dataset}: params.sections lists no Xenium sections (section id -> organ, bundle, "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fmaudit.config import schema_default
 from fmaudit.io import FmauditInputError, load_feature_array, write_table
 
 HELP = "label-free adaptation (CBR, global standardisation, SHOT-IM, BBSE, EM) of a source probe on your arrays"
@@ -39,16 +40,14 @@ def _floats(text: str) -> list[float]:
 
 def _shot_im_settings() -> dict:
     """SHOT-IM's settings as the workflow's schema defaults them (prior_shift.shot_im)."""
-    from fmaudit.config import schema_default
-
     keys = ("epochs", "lr", "momentum", "weight_decay", "batch_size")
     return {key: schema_default("prior_shift", "shot_im", key) for key in keys}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``adapt`` command to ``fmaudit``'s sub-commands."""
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.evaluate import METHODS
-    from fmaudit.config import schema_default
 
     p = subparsers.add_parser("adapt", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.evaluate import evaluate_draws, summarize_draws
     from fmaudit.adapt.priors import WBC5_CLASS_ORDER, balanced_prior, named_scenario
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    from fmaudit.cells.prepare import prepare_section, registered_cells_table, SectionSource
+    # imported here: PIL and pyarrow load only when this runs
+    from fmaudit.cells.prepare import SectionSource, prepare_section, registered_cells_table
     from fmaudit.cells.taxonomy import load_taxonomy
     from fmaudit.io import write_table
 
@@ -40,6 +41,7 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    # imported here: pyarrow loads only when this runs
     from fmaudit.cells.demo import write_demo_sections
 
     sections = write_demo_sections(args.out, n_sections=args.sections, organs=args.organs.split(","), seed=args.seed,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 
 from fmaudit.config import schema_default
+from fmaudit.datasets.download import download_dataset
+from fmaudit.registry import load_dataset_registry, unknown_name_error
 
 __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from fmaudit.datasets.download import download_dataset
-    from fmaudit.registry import load_dataset_registry, unknown_name_error
-
     registry = load_dataset_registry(args.registry)
     if args.dataset not in registry:
         raise unknown_name_error("dataset", args.dataset, list(registry), args.registry)

@@ -23,6 +23,7 @@ import argparse
 from fmaudit.commands import words
 from fmaudit.config import encoder_from_reference, schema_default
 from fmaudit.io import FmauditInputError
+from fmaudit.jobs.embed import embed_job
 from fmaudit.registry import check_encoder_usable, embedding_spec, load_registry
 
 __all__ = ["register", "run"]
@@ -32,7 +33,6 @@ def run(args: argparse.Namespace) -> int:
     # torch and the model libraries load only when the command runs, not with every `fmaudit` command
     from fmaudit.embed import image_manifest
     from fmaudit.encoders import check_encoder_before_embedding
-    from fmaudit.jobs.embed import embed_job
 
     registry = load_registry(args.encoder_registry)
     slug, entry, override = encoder_from_reference(args.encoder, registry, args.architecture)

@@ -24,6 +24,7 @@ import numpy as np
 
 from fmaudit.datasets.own import FEATURE_ID_KEYS
 from fmaudit.io import FmauditInputError, load_feature_array, write_table
+from fmaudit.ood.gate import AbstentionGate, load_gate, save_gate
 
 READOUT_PREFIX = "feat__"  # an fmaudit embeddings file's readout arrays (fmaudit.embed.FEATURE_PREFIX)
 
@@ -108,8 +109,6 @@ def _encode_labels(labels: np.ndarray, path: str) -> tuple[np.ndarray, list[str]
 
 
 def cmd_gate_export(args: argparse.Namespace) -> int:
-    from fmaudit.ood.gate import AbstentionGate, save_gate
-
     X = _read_features(args.features, args.features_key, args.readout)
     labels, names = _encode_labels(_read_vector(args.labels, "labels", len(X)), args.labels)
     groups = _read_vector(args.groups, "groups", len(X)) if args.groups else None
@@ -131,8 +130,6 @@ def cmd_gate_export(args: argparse.Namespace) -> int:
 
 
 def cmd_gate_apply(args: argparse.Namespace) -> int:
-    from fmaudit.ood.gate import load_gate
-
     gate = load_gate(args.gate)
     X = _read_features(args.features, args.features_key, args.readout)
     table = gate.decide(X, readout=args.readout or gate.readout_)

@@ -26,10 +26,9 @@ import pandas as pd
 import yaml
 
 from fmaudit.commands.check_config import prepare_own_data
-from fmaudit.config import load_config
-from fmaudit.datasets.own import IMAGE_COLUMNS, IMAGE_OPTIONAL, SLIDE_COLUMNS, SLIDE_OPTIONAL
-from fmaudit.config import fill_config
+from fmaudit.config import fill_config, load_config
 from fmaudit.datasets.annotations import read_regions
+from fmaudit.datasets.own import IMAGE_COLUMNS, IMAGE_OPTIONAL, SLIDE_COLUMNS, SLIDE_OPTIONAL
 from fmaudit.datasets.sheets import read_sheet, resolve_paths
 from fmaudit.grid import summarize
 from fmaudit.io import FmauditInputError, write_text

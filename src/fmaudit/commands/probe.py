@@ -14,9 +14,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fmaudit import grid
+from fmaudit.analyses.task_data import from_arrays
 from fmaudit.commands import floats, ints, words
 from fmaudit.config import fill_section, schema_default
+from fmaudit.datasets import GROUP_UNITS
 from fmaudit.io import FmauditInputError, load_feature_array, write_table
+from fmaudit.metrics import summary_metric_keys
+from fmaudit.split_checks import validate_task_splits
 
 __all__ = ["register", "run", "wide_probe_rows"]
 
@@ -36,8 +41,6 @@ def wide_probe_rows(rows: pd.DataFrame, n_bins: int) -> pd.DataFrame:
     binned metrics are named at ``n_bins`` bins (``ece_top_<n_bins>_lohi``; PRISM's ``ece_prism_<n_bins>_fixed``
     when asked for). Every row says how it was made (``subsample``, ``standardize``, ``calibration_mode``) and
     what its intervals resample (``ci_resampling``: ``unit=item, n=...`` without ``--test-groups``)."""
-    from fmaudit.metrics import summary_metric_keys
-
     keys = ["head", "C", "fraction", "seed", "n_train", "n_val", "label_budget", "n_test", "subsample", "standardize",
             "calibration_mode", "source_val_macro_f1", "ci_unit", "ci_n_units", "ci_resampling"]
     keys = [k for k in keys if k in rows.columns]
@@ -61,11 +64,8 @@ def wide_probe_rows(rows: pd.DataFrame, n_bins: int) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fmaudit import grid
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import run_probe_suite
-    from fmaudit.analyses.task_data import from_arrays
-
-    from fmaudit.datasets import GROUP_UNITS
 
     if args.group_unit not in (*GROUP_UNITS, "group"):
         raise FmauditInputError(f"--group-unit {args.group_unit!r}: expected one of {', '.join(GROUP_UNITS)} or group")
@@ -79,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         val_x=xva, val_y=_labels(args.val_labels, len(xva) if xva is not None else None),
         group_unit=args.group_unit,
     )
-    from fmaudit.split_checks import validate_task_splits
 
     validate_task_splits({f"arrays of {args.train_labels} and {args.test_labels}": {
         "item_id": data.item_ids, "label": data.labels, "group": data.groups, "domain": data.domains,

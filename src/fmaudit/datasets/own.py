@@ -440,7 +440,7 @@ def precomputed_encoders(imports: Mapping[tuple[str, str], Mapping[str, Any]],
     else ``cls``) of the files' width (their headers are read). Two files of one name must agree in width and
     readout."""
     out: dict[str, dict[str, Any]] = {}
-    for (encoder, ds), spec in sorted(imports.items()):
+    for (encoder, _), spec in sorted(imports.items()):
         if encoder in encoder_registry:
             continue
         _, shape = read_feature_ids(spec["file"], spec["ids_key"], spec["features_key"])

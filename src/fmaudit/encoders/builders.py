@@ -18,6 +18,7 @@ from torch import nn
 from fmaudit.encoders.readouts import TOKEN_READOUTS, check_readouts, compute_readouts
 from fmaudit.encoders.transforms import NormalizeUint8, create_pixel_transform, create_transform, resolve_data_config
 from fmaudit.encoders.weights import (
+    ResolvedWeights,
     cached_hub_file,
     checkpoint_format,
     extract_state_dict,
@@ -25,10 +26,9 @@ from fmaudit.encoders.weights import (
     load_state_dict_strict,
     read_checkpoint,
     read_checkpoint_meta,
-    ResolvedWeights,
     resolve_weights,
 )
-from fmaudit.io import FmauditInputError
+from fmaudit.io import FmauditInputError, atomic_path
 from fmaudit.registry import check_encoder_usable, get_encoder_spec, readout_dims
 
 __all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "check_network", "describe_network",
@@ -141,7 +141,7 @@ class _OpenClipBackbone(nn.Module):
         visual = model.visual
         self.visual = visual
         self.is_vit = isinstance(visual, VisionTransformer)
-        self.width = int(visual.transformer.width) if self.is_vit else int(getattr(visual, "output_dim"))
+        self.width = int(visual.transformer.width) if self.is_vit else int(visual.output_dim)
         self.num_prefix_tokens = 1 if self.is_vit else 0
         self.pooled_width = int(visual.output_dim)
 
@@ -436,8 +436,6 @@ def save_weights(encoder_or_module: nn.Module, path: str | os.PathLike) -> Path:
     Used to produce local weight files for ``source: file`` (and by the tests).
     """
     from safetensors.torch import save_file
-
-    from fmaudit.io import atomic_path
 
     module = encoder_or_module.backbone.model if isinstance(encoder_or_module, Encoder) else encoder_or_module
     path = Path(path)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from fmaudit.grid.studies import parts_with, require_tasks, study_parts, tile_tasks
 from fmaudit.io import FmauditInputError
+from fmaudit.ood.perturb import perturbation_string, perturbation_tag
 
 DERIVED_SEPARATOR = "__"
 
@@ -53,8 +54,6 @@ __all__ = [
 
 def _perturbation(spec: Mapping[str, Any], where: str) -> tuple[str, str]:
     """(tag, canonical spec string) of a perturbation spec; an error names the config key."""
-    from fmaudit.ood.perturb import perturbation_string, perturbation_tag
-
     try:
         return perturbation_tag(spec), perturbation_string(spec)
     except FmauditInputError as err:
@@ -246,7 +245,7 @@ def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, task) of every further-splits job: each OOD shard's task when ``ood.extra_splits.seeds`` is not
     empty (the audit paper's five further splits, seeds 0-4)."""
     out: list[tuple[str, str]] = []
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         if not (ood.get("extra_splits") or {}).get("seeds"):
             continue
         shard_tasks = {t for _, t in ood_shards({**part, "studies": {}})}
@@ -260,7 +259,7 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
     label coarsening and the task without some classes (:data:`SPLIT_PARTS`). The stored split stays the one of
     detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it."""
     rows = []
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         seeds = list((ood.get("extra_splits") or {}).get("seeds") or [])
         if not seeds:
             continue
@@ -277,7 +276,7 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 def ood_split_plan(config: Mapping[str, Any], task: str) -> dict[str, Any] | None:
     """What the further-splits job of ``task`` needs beyond the task's OOD settings: ``seeds``,
     ``test_fraction`` and the ``parts`` it evaluates; None when the task has no further splits."""
-    for where, part, ood in parts_with(config, "ood"):
+    for _, part, ood in parts_with(config, "ood"):
         if task not in part["tasks"]:
             continue
         splits = ood.get("extra_splits") or {}

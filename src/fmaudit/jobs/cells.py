@@ -16,9 +16,23 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from fmaudit.cells.demo import demo_section_specs, write_demo_section
+from fmaudit.cells.prepare import XENIUM_CELLS_DEFAULTS, prepare_section, resolve_section, write_cell_manifest
+from fmaudit.cells.protocols import make_fold_manifest, mask_excluded, read_fold_manifest, unit_sections
 from fmaudit.cells.table import prepare_table_section
-from fmaudit.io import FmauditInputError, provenance, read_provenance, read_table, write_table
+from fmaudit.cells.taxonomy import load_taxonomy
+from fmaudit.grid import cell_runs
+from fmaudit.io import (
+    FmauditInputError,
+    dataframe_hash,
+    provenance,
+    read_provenance,
+    read_table,
+    write_json,
+    write_table,
+)
 from fmaudit.logs import setup_logging, switch_log_file
+from fmaudit.split_checks import SplitValidationError, validate_cell_panel
 
 __all__ = ["aggregate_cells_job", "cell_feature_set_job", "cell_features_job", "cell_shard_job", "excluded_sections", "prepare_section_job",
            "section_source_spec", "shard_runs", "validate_cells_job"]
@@ -36,8 +50,6 @@ def section_source_spec(section: str, organ: str, dataset: str, params: Mapping[
     specification). Errors name the config key to fill."""
     demo = params.get("demo")
     if demo:
-        from fmaudit.cells.demo import demo_section_specs, write_demo_section
-
         specs = {s.section: s for s in demo_section_specs(**dict(demo))}
         if section not in specs:
             raise FmauditInputError(f"data set {dataset!r}: the demo sections (params.demo) are {sorted(specs)}, "
@@ -65,9 +77,6 @@ def prepare_section_job(section: str, organ: str, dataset: str, params: Mapping[
     data set: :func:`fmaudit.cells.table.prepare_table_section`) into its cell manifest ``out`` (parquet with
     provenance: counts, alignment, eligibility) and its QC overlay ``qc_png``. A section with fewer than two
     valid classes is written, marked ineligible, and the reason is logged (WARNING)."""
-    from fmaudit.cells.prepare import XENIUM_CELLS_DEFAULTS, prepare_section, resolve_section, write_cell_manifest
-    from fmaudit.cells.taxonomy import load_taxonomy
-
     logger = setup_logging(log)
     if kind == "cell_table":
         result = prepare_table_section(section, organ, dataset, params, out, qc_png)
@@ -96,8 +105,6 @@ def excluded_sections(manifests: Mapping[str, str]) -> dict[str, str]:
 
 
 def _folds(cells: Mapping[str, Any]) -> dict[str, list[str]] | None:
-    from fmaudit.cells.protocols import make_fold_manifest, read_fold_manifest
-
     spec = (cells.get("protocols") or {}).get("MOCV")
     if not spec:
         return None
@@ -111,8 +118,6 @@ def validate_cells_job(manifests: Mapping[str, str], cells: Mapping[str, Any],
     prepared and before the first feature job: excluded sections, leakage of every partition, two classes in
     training, every test class in training. Writes the report (task, check, scope, status, detail) when
     nothing is wrong; otherwise logs every check and raises the error listing each problem."""
-    from fmaudit.split_checks import SplitValidationError, validate_cell_panel
-
     logger = setup_logging(log)
     frames = {s: read_table(p) for s, p in manifests.items()}
     excluded = excluded_sections(manifests)
@@ -145,6 +150,7 @@ def cell_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, magn
     patches, with the encoder loaded once for all of them (and not at all when every chunk is reused). Each
     magnification's records go to its own log (``logs``, same order: a failure's exception lands in the log of
     the magnification it failed on), and every log ends with the process's count of encoder loads."""
+    # imported here: torch loads only when this runs
     from fmaudit.cells.features import extract_section_features
     from fmaudit.devices import resolve_device
 
@@ -175,8 +181,8 @@ def cell_feature_set_job(features: Mapping[str, str], manifests: Mapping[str, st
     ``{"encoder", "magnification", "sections": {section: {"features", "manifest", "n_cells"}}}``. Each folder
     must have been computed from its section's current manifest (``manifest_hash`` of its ``meta.json``), all
     of one encoder and magnification: a stale folder is an error naming it."""
+    # imported here: torch loads only when this runs
     from fmaudit.cells.features import open_cell_features
-    from fmaudit.io import dataframe_hash, write_json
 
     logger = setup_logging(log)
     if set(features) != set(manifests):
@@ -208,8 +214,6 @@ def shard_runs(encoder: str, magnification: float, protocol: str, cells: Mapping
                taxonomy_tasks: Sequence[str]) -> pd.DataFrame:
     """The runs of one (encoder, magnification, protocol) job, exactly as :func:`fmaudit.grid.cell_runs`
     declares them for the config (the job's slice of the grid)."""
-    from fmaudit.grid import cell_runs
-
     one = {**dict(cells), "magnifications": [magnification],
            "protocols": {protocol: cells["protocols"][protocol]}}
     config = {"encoders": [encoder], "tasks": {t: {} for t in taxonomy_tasks}, "cells": one}
@@ -226,8 +230,8 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
     read are ``cells["read_sections"]`` when given (IOCD: organs with enough sections), else all of it."""
     import json
 
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.cell_suite import run_cell_shard, shard_settings
-    from fmaudit.cells.protocols import mask_excluded, unit_sections
 
     logger = setup_logging(log)
     listed = json.loads(Path(feature_set).read_text())["sections"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from fmaudit.datasets import dataset_group_unit, prepare_dataset
+from fmaudit.datasets.download import download_dataset, downloaded_checksums
 from fmaudit.io import dataframe_hash, provenance, write_json, write_table
 from fmaudit.logs import setup_logging
 from fmaudit.preflight import FILE_CHECKS, DataChecks, check_data
@@ -61,8 +62,6 @@ def validate_job(checks: Mapping[str, Any], out: str, log: str | None = None) ->
 def download_job(dataset: str, entry: Mapping[str, Any], data_root: str, done: str, log: str | None = None) -> None:
     """Fetch and unpack the data set's files under ``data_root``; ``done`` records what was fetched, with the
     sha256 of every file (published, or recorded at its first download when the source publishes none)."""
-    from fmaudit.datasets.download import download_dataset, downloaded_checksums
-
     logger = setup_logging(log)
     download_dataset(dataset, entry, data_root)
     checksums = downloaded_checksums(dataset, entry, data_root)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from fmaudit.io import FmauditInputError, read_table
 from fmaudit.logs import setup_logging
+from fmaudit.registry import embedding_key
 
 __all__ = ["embed_job"]
 
@@ -23,9 +24,9 @@ def embed_job(encoder: str, spec: Mapping[str, Any], manifest: str | pd.DataFram
     in ``out``'s path, checked against ``spec`` and ``weights`` so that a file never lies under another key's
     folder. ``overwrite``: replace an output of other provenance (the workflow reruns a job only when what
     decides its numbers changed; ``fmaudit embed`` refuses unless asked). Returns the output's provenance."""
+    # imported here: torch and PIL load only when this runs
     from fmaudit.devices import resolve_device
     from fmaudit.embed import embed_manifest
-    from fmaudit.registry import embedding_key
 
     logger = setup_logging(log)
     spec = dict(spec)

@@ -25,11 +25,23 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.analyses.ood_splits import SPLIT_TABLES, run_extra_splits
-from fmaudit.analyses.ood_suite import ProbeSettings
+from fmaudit.analyses.ood_suite import OODCondition, ProbeSettings, run_ood_suite
 from fmaudit.analyses.task_data import item_strata
-from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_json, write_table
+from fmaudit.io import (
+    FmauditInputError,
+    dataframe_hash,
+    provenance,
+    read_npz_provenance,
+    read_table,
+    write_json,
+    write_table,
+)
 from fmaudit.jobs.probe import load_task_data
 from fmaudit.logs import setup_logging
+from fmaudit.ood.conditions import align_perturbed, far_ood_items
+from fmaudit.ood.gate import save_gate
+from fmaudit.ood.perturb import derive_manifest, perturbation_tag
+from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
 from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes
 
 #: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each).
@@ -48,8 +60,6 @@ __all__ = ["AGGREGATE_TABLES", "NO_GATE_CARD", "SHARD_TABLES", "SPLIT_TABLES", "
 def derive_manifest_job(dataset: str, tag: str, spec: str, manifest: str, out: str, log: str | None = None) -> None:
     """The perturbed copy of ``dataset``'s test split: its manifest with the perturbation ``spec`` on every row
     (:func:`fmaudit.ood.perturb.derive_manifest`), embedded next by the embedding rule."""
-    from fmaudit.ood.perturb import derive_manifest, perturbation_tag
-
     logger = setup_logging(log)
     if perturbation_tag(spec) != tag:
         raise FmauditInputError(f"derived data set {dataset}__{tag}: the spec {spec} makes {perturbation_tag(spec)!r}")
@@ -67,6 +77,7 @@ def derive_manifest_job(dataset: str, tag: str, spec: str, manifest: str, out: s
 def _items(manifests: Sequence[pd.DataFrame], embeddings: Sequence[str], readout: str, where: str
            ) -> tuple[pd.DataFrame, np.ndarray]:
     """Every row of the manifests with its features (matched by item id), in manifest order."""
+    # imported here: torchvision and PIL load only when this runs
     from fmaudit.embed import read_embeddings
 
     rows, feats = [], []
@@ -84,9 +95,6 @@ def _items(manifests: Sequence[pd.DataFrame], embeddings: Sequence[str], readout
 
 def _far_condition(cond: Mapping[str, Any], manifests: Sequence[str], embeddings: Sequence[str], readout: str,
                    task_domains: Sequence[str] | None):
-    from fmaudit.analyses.ood_suite import OODCondition
-    from fmaudit.ood.conditions import far_ood_items
-
     donor = cond["donor"]
     mans = [read_table(p) for p in manifests]
     if donor["kind"] == "task":  # the donor task's labelled items, in its domains
@@ -100,9 +108,8 @@ def _far_condition(cond: Mapping[str, Any], manifests: Sequence[str], embeddings
 
 def _perturbed_condition(cond: Mapping[str, Any], derived_embeddings: Mapping[str, str], test_ids: np.ndarray,
                          readout: str):
-    from fmaudit.analyses.ood_suite import OODCondition
+    # imported here: torchvision and PIL load only when this runs
     from fmaudit.embed import read_embeddings
-    from fmaudit.ood.conditions import align_perturbed
 
     ids, feats = [], []
     for name in cond["derived"]:
@@ -144,8 +151,6 @@ def _neural_params(section: Mapping[str, Any]) -> dict[str, Any]:
 def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: bool, manifests: Sequence[pd.DataFrame],
             n_boot: int, seed: int, ece_bins: int, logger) -> dict[str, pd.DataFrame]:
     """The sensitivity tables, slide aggregation and the coarsening controls the section declares for the task."""
-    from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
-
     out = {name: pd.DataFrame() for name in ("probe_sensitivity", "scorer_sensitivity", "slides", "coarsening")}
     X, y, groups = data.features, data.labels, data.groups
     train = np.isin(data.splits, ["train", "val"])
@@ -222,10 +227,6 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.
     An ungated task's ``gate_dir`` holds only ``no_gate.json``, saying so.
     """
-    from fmaudit.analyses.ood_suite import OODCondition, ProbeSettings, run_ood_suite
-    from fmaudit.jobs.probe import load_task_data
-    from fmaudit.ood.gate import save_gate
-
     logger = setup_logging(log)
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]

@@ -20,7 +20,9 @@ import numpy as np
 import pandas as pd
 
 from fmaudit import grid
+from fmaudit.datasets.manifest import label_names
 from fmaudit.io import FmauditInputError, dataframe_hash, provenance, read_npz_provenance, read_table, write_table
+from fmaudit.jobs.probe import load_task_data
 from fmaudit.logs import setup_logging
 
 __all__ = ["SOURCE_SPLITS", "aggregate_prior_shift_job", "pool_index", "prior_shift_shard_job", "scratch_reference_job"]
@@ -68,8 +70,8 @@ def prior_shift_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any],
     ``task_spec``: the task's config entry with resolved domains; ``prior_shift``: the task's filled
     ``prior_shift`` section; ``calibration``: its calibration section (``ece_bins``); ``readout``: the
     embedding readout (the probe grid's, resolved for this encoder)."""
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.prior_shift import run_prior_shift_job
-    from fmaudit.jobs.probe import load_task_data
 
     logger = setup_logging(log)
     runs = _job_runs(encoder, task, task_spec, prior_shift, source_domain, target_domain)
@@ -133,6 +135,7 @@ def read_images(manifest: pd.DataFrame, rows: np.ndarray, size: int) -> np.ndarr
     ``size`` x ``size`` (bilinear, whole image), as one (N, size, size, 3) uint8 array."""
     from PIL import Image
 
+    # imported here: torch and PIL load only when this runs
     from fmaudit.embed import ItemDataset
 
     items = ItemDataset(manifest.iloc[rows].reset_index(drop=True), transform=None)
@@ -154,8 +157,8 @@ def scratch_reference_job(task: str, task_spec: Mapping[str, Any], source_domain
     target pool of each of ``target_domains``. ``settings``: ``prior_shift.scratch_reference``."""
     import torch
 
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.scratch import evaluate_scratch
-    from fmaudit.datasets.manifest import label_names
 
     logger = setup_logging(log)
     torch.set_num_threads(max(1, int(threads)))

@@ -18,6 +18,7 @@ def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[
                    embeddings: Sequence[str], readout: str) -> TaskData:
     """A task's manifests and one encoder's embeddings of them (checked by ``read_embeddings``) as a TaskData,
     split as the task says (``task_spec["split"]``)."""
+    # imported here: torch and PIL load only when this runs
     from fmaudit.embed import read_embeddings
 
     feats = [read_embeddings(p, readout) for p in embeddings]
@@ -31,6 +32,7 @@ def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manif
     """Every probe run of one (encoder, task): ``task_spec`` is the task's config entry with its resolved
     domains; ``probe``, ``calibration``, ``bootstrap`` are the task's (filled) config sections, the probe's
     ``readout`` resolved to a readout of the encoder."""
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import run_probe_suite
 
     logger = setup_logging(log)

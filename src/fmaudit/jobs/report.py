@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from fmaudit.adapt.summary import BOOTSTRAP_LEVELS, gain_intervals
-from fmaudit.analyses.cards import build_cards, card_encoders, front_page
 from fmaudit.analyses.advice import ECE_MARGIN
+from fmaudit.analyses.cards import build_cards, card_encoders, front_page
 from fmaudit.analyses.cell_summary import summarize_cell_runs
 from fmaudit.analyses.ood_summary import summarize_ood
 from fmaudit.analyses.prior_shift_summary import summarize_prior_shift

@@ -98,6 +98,7 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
         raise FmauditInputError(f"strata: {strata.shape} for {y.size} labels")
     k = 1.0 / fraction
     if abs(k - round(k)) > 1e-9:
+        # imported here: torch and scikit-learn load only when this runs
         from fmaudit.probes import split_train_val
 
         return split_train_val(y, groups=groups, val_fraction=fraction, random_state=random_state)
@@ -194,6 +195,7 @@ class AbstentionGate:
             raise FmauditInputError(f"C={self.C!r}: must be > 0")
 
     def _make_probe(self, n_classes: int):
+        # imported here: torch and scikit-learn load only when this runs
         from fmaudit.probes import LogisticCVProbe, LogisticProbe
 
         if self.C is not None:
@@ -543,6 +545,7 @@ def load_gate(directory: PathLike) -> AbstentionGate:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.probes import LogisticProbe
 
     directory = Path(directory)

@@ -42,6 +42,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fmaudit.datasets.manifest import validate_manifest
 from fmaudit.io import FmauditInputError
 
 PERTURBATION_COLUMN = "perturbation"
@@ -312,8 +313,6 @@ def derive_manifest(manifest: pd.DataFrame, condition: Mapping[str, Any] | str,
     canonical spec string), ``source_item_id`` (the unperturbed item) and ``condition`` (the tag). Rows that
     already carry a perturbation are refused (perturbations do not stack).
     """
-    from fmaudit.datasets.manifest import validate_manifest
-
     validate_manifest(manifest)
     spec = perturbation_string(condition)
     tag = perturbation_tag(spec)

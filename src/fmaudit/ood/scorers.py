@@ -33,7 +33,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import binary_logits_from_decision, float_array, reject_missing_labels, validate_logits
+from fmaudit.metrics import (
+    binary_logits_from_decision,
+    float_array,
+    reject_missing_labels,
+    softmax_last_axis,
+    validate_logits,
+)
 
 FEATURE_SCORERS = ("maha", "relative_maha", "knn")
 LOGIT_SCORERS = ("energy", "msp")
@@ -368,10 +374,7 @@ def energy_score(logits: Any, T: float = 1.0) -> np.ndarray:
 
 def max_softmax(logits: Any) -> np.ndarray:
     """(N,) maximum softmax probability: the probe's confidence."""
-    z = as_logits(logits)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return (e / e.sum(axis=1, keepdims=True)).max(axis=1)
+    return softmax_last_axis(as_logits(logits)).max(axis=1)
 
 
 def msp_score(logits: Any) -> np.ndarray:

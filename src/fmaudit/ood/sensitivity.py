@@ -51,6 +51,7 @@ def select_C_by_cv(X: Any, y: Any, groups: Any = None, *, Cs: Sequence[float] = 
                    tol: float = 1e-6, device: str | None = None) -> tuple[float, np.ndarray]:
     """(selected C, (n_folds, n_Cs) held-out scores, higher = better) of an L2 logistic probe on
     standardised features; ``groups=None`` gives class-stratified folds (module doc)."""
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.probes import fit_logistic_batch, subset_scaler
     from fmaudit.probes.logistic_batch import check_features, check_labels
 
@@ -91,6 +92,7 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
     :func:`fmaudit.ood.selective.prediction_summary` (accuracy, QWK for ordinal tasks, ECE, mean confidence,
     AURC, E-AURC, selective accuracy).
     """
+    # imported here: torch and scikit-learn load only when this runs
     from fmaudit.probes import LogisticProbe, fit_logistic_batch
 
     Xtr, Xte = np.asarray(X_train, np.float64), np.asarray(X_test, np.float64)

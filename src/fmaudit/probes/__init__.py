@@ -7,6 +7,8 @@
   row layouts, path and solver in ``_logistic_loss``, ``_row_store``, ``_logistic_path`` and ``_lbfgs``).
 """
 
+from fmaudit.metrics import softmax_last_axis  # the probes' predict_proba, exported here too
+from fmaudit.probes._row_store import subset_scaler
 from fmaudit.probes.heads import (
     HEADS,
     CosineCentroidProbe,
@@ -23,8 +25,6 @@ from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     BatchLogistic,
     fit_logistic_batch,
-    softmax_last_axis,
-    subset_scaler,
 )
 from fmaudit.probes.subsample import label_fraction_subsample, split_train_val
 

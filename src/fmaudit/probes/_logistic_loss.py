@@ -17,6 +17,7 @@ from threadpoolctl import threadpool_limits
 
 from fmaudit.probes._row_store import block_cost
 
+
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     # On CPU the skinny (N x D) @ (D x K) products go through numpy: the OpenBLAS that numpy ships ran them
     # 1.5-6x faster than the MKL of torch's CPU wheels on the AMD machines this was measured on

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-
 # Rows sharing a problem set form their own blocks when there are at least this many of them; rows of
 # rarer membership patterns are chunked (build_blocks). Blocks are cut at _MAX_BLOCK_ROWS rows so that a
 # block's rows stay in cache between its two products and its temporaries stay small.

@@ -27,20 +27,18 @@ Conventions
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from fmaudit.io import FmauditInputError
-from fmaudit.metrics import reject_missing_labels
+from fmaudit.metrics import reject_missing_labels, softmax_last_axis
+from fmaudit.probes._row_store import subset_scaler
 from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     check_features,
     check_labels,
     fit_logistic_batch,
-    softmax_last_axis,
-    subset_scaler,
 )
 
 DEFAULT_CV_CS = np.logspace(-6, 0, 7)

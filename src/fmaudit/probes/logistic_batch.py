@@ -64,34 +64,15 @@ import torch
 
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics import softmax_last_axis
 from fmaudit.probes._logistic_loss import cpu_threads
 from fmaudit.probes._logistic_path import Problems, solve_grouped, solve_shared
-from fmaudit.probes._row_store import grouped_layout_pays, subset_scaler
+from fmaudit.probes._row_store import grouped_layout_pays
 
 # adapt.methods runs its own torch work under the engine's thread settings.
 _cpu_threads = cpu_threads
 
 ABSENT_CLASS_LOGIT_GAP = 1e4
-
-
-
-def softmax_last_axis(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis: a probe's ``predict_proba``.
-
-    Parameters
-    ----------
-    logits : ndarray of shape (..., K)
-        (N, K) or (R, N, K) logits.
-
-    Returns
-    -------
-    ndarray of the same shape
-        Probabilities summing to 1 over the last axis. (:func:`fmaudit.metrics.softmax` is the validated
-        (N, K) form with a temperature, for calibration.)
-    """
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def check_features(X, name: str = "X") -> np.ndarray:

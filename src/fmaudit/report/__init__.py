@@ -21,7 +21,7 @@ import pandas as pd
 
 from fmaudit.io import write_text
 from fmaudit.report import cards, cells, cost, embeddings, exposure, ood, paper_check, prior_shift, probe, variants
-from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.formatting import TABLE_FORMATS
 from fmaudit.report.html import markdown_to_html, page
 

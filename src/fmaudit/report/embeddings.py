@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.formatting import fill_missing
 
 __all__ = ["CHAPTER"]

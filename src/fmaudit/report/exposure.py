@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.chapter import Chapter, ReportWriter
 
 __all__ = ["CHAPTER", "exposure_labels", "with_exposure"]
 

@@ -94,8 +94,8 @@ def reliability_figure(curves: pd.DataFrame, path: Path) -> None:
     accuracy per confidence bin with the gap to perfect calibration shaded, the item count per bin underneath,
     the bins' ECE in the corner. Data: :func:`fmaudit.analyses.leaderboard.reliability_curves`."""
     plt, sns = pyplot(), _seaborn()
-    from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     rows = _rows(curves, "encoder")
     ncol = len(_RELIABILITY_COLUMNS)

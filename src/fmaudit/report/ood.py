@@ -13,11 +13,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from fmaudit.ood.gate import DIVISION_MEAN
 from fmaudit.io import dataframe_to_markdown
+from fmaudit.ood.gate import DIVISION_MEAN
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.formatting import fmt_ci, guarded
-from fmaudit.report.chapter import ReportWriter, Chapter
 
 DETECTION, GATE, SELECTIVE, SLIDES, SENSITIVITY = ("OOD detection", "Abstention gate", "Selective prediction",
                                                    "Slides and grades", "OOD sensitivity")
@@ -156,7 +156,7 @@ def slides_markdown(slides: pd.DataFrame) -> str:
     metric = "qwk" if "qwk" in slides.columns and np.isfinite(slides["qwk"].astype(float)).any() else "accuracy"
     rows = []
     keys = [c for c in ("task", "encoder", "splits") if c in slides.columns]
-    for key, part in slides.groupby(keys, sort=False):
+    for _, part in slides.groupby(keys, sort=False):
         r0 = part.iloc[0].to_dict()
         row = {"task": r0["task"], "encoder": r0["encoder"], "splits": _splits(r0)}
         for r in part.to_dict("records"):

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
-from fmaudit.report.figures import note_figure, pyplot, save_figure
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.exposure import with_exposure
+from fmaudit.report.figures import note_figure, pyplot, save_figure
 from fmaudit.report.formatting import fmt_ci
-from fmaudit.report.chapter import ReportWriter, Chapter
 
 PRIOR_SHIFT = "Class-prior shift"
 #: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.

@@ -9,10 +9,18 @@ import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
 from fmaudit.report import figures
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.exposure import with_exposure
-from fmaudit.report.formatting import (MIN_UNITS, ece_columns, fill_missing, fmt_ci, guarded, integer_columns,
-                                       settings_text, table_or_note)
-from fmaudit.report.chapter import ReportWriter, Chapter
+from fmaudit.report.formatting import (
+    MIN_UNITS,
+    ece_columns,
+    fill_missing,
+    fmt_ci,
+    guarded,
+    integer_columns,
+    settings_text,
+    table_or_note,
+)
 
 ACCURACY, CALIBRATION, COMPOSITE, RANKS = "Accuracy under shift", "Calibration", "Composite reliability", "Rank transfer"
 #: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.

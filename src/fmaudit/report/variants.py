@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from fmaudit.io import dataframe_to_markdown
+from fmaudit.report.chapter import Chapter, ReportWriter
 from fmaudit.report.formatting import fmt_ci
-from fmaudit.report.chapter import ReportWriter, Chapter
 
 __all__ = ["CHAPTER"]
 

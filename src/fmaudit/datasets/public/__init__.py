@@ -6,8 +6,8 @@ Each reads its release in the published layout under ``data_root``; a missing da
 :class:`~fmaudit.io.FmauditInputError` saying where it was expected and where to get it.
 """
 
-from fmaudit.datasets.public import hematology, pathology  # noqa: F401  (registers the preparers)
-from fmaudit.datasets.public import extra  # noqa: F401  (lunghist700, spider_breast)
+# registers the preparers (extra: lunghist700, spider_breast)
+from fmaudit.datasets.public import extra, hematology, pathology  # noqa: F401
 from fmaudit.datasets.public._common import WBC5_CLASSES, missing_data_error, safe_id
 from fmaudit.datasets.public._xlsx import read_table_any, read_xlsx_stdlib
 from fmaudit.datasets.public.hematology import WBC5_MAPS

@@ -30,7 +30,7 @@ from fmaudit.datasets.splits import (
     remove_exact_duplicates,
     stratified_row_sample,
 )
-from fmaudit.io import FmauditInputError
+from fmaudit.io import FmauditInputError, atomic_path
 
 log = logging.getLogger("fmaudit.datasets.public")
 
@@ -257,8 +257,6 @@ def first_missing(paths: Iterable[str | Path]) -> tuple[int, str | None]:
 def png_write(array: np.ndarray, path: Path) -> None:
     """Write an RGB uint8 array as PNG atomically; an existing file is left alone (idempotent preparers)."""
     from PIL import Image
-
-    from fmaudit.io import atomic_path
 
     if path.exists():
         return

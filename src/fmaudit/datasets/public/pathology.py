@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fmaudit.datasets import register_preparer
+from fmaudit.datasets.download import gunzip
 from fmaudit.datasets.public._common import (
     COMMON_DEFAULTS,
     Source,
@@ -222,8 +223,6 @@ def _pcam_file(raw: Path, name: str, dataset: str, data_root: Path) -> Path:
         return path
     gz = raw / f"{name}.gz"
     if gz.exists():
-        from fmaudit.datasets.download import gunzip
-
         log.info("%s: decompressing %s", dataset, gz)
         return gunzip(gz)
     raise missing_data_error(dataset, SOURCES["pcam"], path, data_root)
@@ -430,6 +429,7 @@ def prepare_panda(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
     (PANDA has no patient ids), ``domain`` the data provider; the split is slide-disjoint and stratified by
     grade and provider jointly. The audit paper tiled at pyramid level 1 (about 2 µm/px, 4x the ~0.5 µm/px level 0);
     here ``target_mpp`` picks the level and the field of view."""
+    # imported here: PIL loads only when this runs
     from fmaudit import slides
 
     p = resolve_params("panda", params, _PANDA_DEFAULTS)
