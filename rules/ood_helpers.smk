@@ -5,9 +5,9 @@ import copy
 
 from fmaudit.datasets import preparer_split_strata
 from fmaudit.grid import derived_datasets, ood_shard_plan, ood_shards, ood_split_plan, ood_split_shards
-from fmaudit.jobs.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
-from fmaudit.jobs.ood import SHARD_TABLES as OOD_TABLES
-from fmaudit.jobs.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
+from fmaudit.grid.ood import AGGREGATE_TABLES as OOD_AGGREGATE_TABLES
+from fmaudit.grid.ood import SHARD_TABLES as OOD_TABLES
+from fmaudit.grid.ood import SPLIT_TABLES as OOD_SPLIT_TABLES
 
 # (encoder, task) of every OOD shard, and every perturbed copy of a test split (`<dataset>__<tag>`, blur
 # sigmas and image artefacts) the shards need: derived data sets, embedded by the `embed` rule.

@@ -2,6 +2,9 @@
 src/ imports snakemake."""
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,17 @@ def test_no_import_cycles_function_local_imports_included():
         if name not in state:
             visit(name, [])
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_modules_the_rules_import_load_no_torch():
+    """Snakemake parses every rules file on every run, a dry run included: what they import must not load torch
+    or the encoder libraries (seconds per run; the jobs import them themselves)."""
+    rules = Path(__file__).resolve().parents[1] / "rules"
+    modules = sorted({m for p in rules.glob("*.smk") for m in re.findall(r"^from (fmaudit[\w.]*) import",
+                                                                          p.read_text(), re.MULTILINE)})
+    assert "fmaudit.grid.ood" in modules and "fmaudit.preflight" in modules
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(sorted(k for k in ('torch', 'torchvision', 'timm', 'transformers', 'open_clip') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

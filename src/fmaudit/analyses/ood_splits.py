@@ -22,6 +22,7 @@ import pandas as pd
 
 from fmaudit.analyses.ood_suite import ProbeSettings
 from fmaudit.analyses.task_data import TaskData
+from fmaudit.grid.ood import SPLIT_TABLES
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import DEFAULT_N_BINS
 from fmaudit.ood.gate import fit_validation_split
@@ -36,8 +37,6 @@ from fmaudit.slide_aggregation import (
 
 log = logging.getLogger(__name__)
 
-#: The tables of a further-splits job: the probe metrics, slide aggregation, the coarsening controls.
-SPLIT_TABLES = ("split_selective", "split_slides", "split_coarsening")
 
 __all__ = ["SPLIT_TABLES", "draw_split", "run_extra_splits"]
 

@@ -33,7 +33,17 @@ from fmaudit.ood.perturb import perturbation_string, perturbation_tag
 
 DERIVED_SEPARATOR = "__"
 
+#: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each). Declared
+#: here, with the plan, so that the workflow's rules name them without importing the jobs (and torch).
+SHARD_TABLES = ("detection", "selective", "curves", "blur", "gate", "histograms", "probe_sensitivity",
+                "scorer_sensitivity", "slides", "coarsening")
+#: The tables of a further-splits job: the probe metrics, slide aggregation, the coarsening controls.
+SPLIT_TABLES = ("split_selective", "split_slides", "split_coarsening")
+#: Every aggregated OOD table: the stored split's shard tables, then the further splits'.
+AGGREGATE_TABLES = SHARD_TABLES + SPLIT_TABLES
+
 __all__ = [
+    "AGGREGATE_TABLES",
     "DERIVED_SEPARATOR",
     "EXTRA_KEYS",
     "TIER_KEYS",
@@ -47,8 +57,10 @@ __all__ = [
     "ood_split_plan",
     "ood_split_runs",
     "ood_split_shards",
+    "SHARD_TABLES",
     "SPLIT_KEYS",
     "SPLIT_PARTS",
+    "SPLIT_TABLES",
 ]
 
 

@@ -24,9 +24,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fmaudit.analyses.ood_splits import SPLIT_TABLES, run_extra_splits
+from fmaudit.analyses.ood_splits import run_extra_splits
 from fmaudit.analyses.ood_suite import OODCondition, ProbeSettings, run_ood_suite
 from fmaudit.analyses.task_data import item_strata
+from fmaudit.grid.ood import AGGREGATE_TABLES, SHARD_TABLES, SPLIT_TABLES
 from fmaudit.io import (
     FmauditInputError,
     dataframe_hash,
@@ -44,11 +45,6 @@ from fmaudit.ood.perturb import derive_manifest, perturbation_tag
 from fmaudit.ood.sensitivity import probe_sensitivity, scorer_sensitivity
 from fmaudit.slide_aggregation import label_coarsening, slide_aggregation, without_classes
 
-#: The tables of one OOD shard, each one parquet file (aggregated across shards into one file each).
-SHARD_TABLES = ("detection", "selective", "curves", "blur", "gate", "histograms", "probe_sensitivity",
-                "scorer_sensitivity", "slides", "coarsening")
-#: Every aggregated OOD table: the stored split's shard tables, then the further splits' (fmaudit.analyses.ood_splits).
-AGGREGATE_TABLES = SHARD_TABLES + SPLIT_TABLES
 NO_GATE_CARD = "no_gate.json"
 PROTOCOL_NAMES = {"grouped_log_loss": ("grouped", "log_loss"), "grouped_accuracy": ("grouped", "accuracy"),
                   "ungrouped_log_loss": ("ungrouped", "log_loss"), "ungrouped_accuracy": ("ungrouped", "accuracy")}
@@ -295,7 +291,7 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
                         log: str | None = None) -> None:
     """The audit paper's further train/test splits of one (encoder, task)
     (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
-    :data:`~fmaudit.analyses.ood_splits.SPLIT_TABLES` (``out[name]``).
+    :data:`~fmaudit.grid.ood.SPLIT_TABLES` (``out[name]``).
 
     ``plan``: :func:`fmaudit.grid.ood_split_plan` of the task (``seeds``, ``test_fraction``, ``parts``);
     ``task_spec``, ``settings``, ``bootstrap``, ``ece_bins``: as :func:`ood_shard_job`'s (the splits are
