@@ -2,7 +2,7 @@
 # cell_table: the user's own cells, fmaudit.cells.table), checked, embedded at
 # their nuclei per (encoder, section) at every magnification, probed per (encoder, magnification, protocol) shard,
 # aggregated for the report. Planned from CELL_PLAN (rules/cells_helpers.smk, fmaudit.grid.cell_plan); nothing here
-# when the config has no `cells` section.
+# when the config has no `cells` block.
 
 
 include: "cells_helpers.smk"

@@ -109,7 +109,7 @@ def load_config(path: PathLike) -> dict[str, Any]:
 def _section_schema(name: str) -> dict[str, Any]:
     schema = load_schema(CONFIG_SCHEMA)
     if name not in schema["properties"]:
-        raise FmauditInputError(f"unknown config section {name!r}")
+        raise FmauditInputError(f"unknown config block {name!r}")
     return {"$schema": schema["$schema"], "$defs": schema.get("$defs", {}), **schema["properties"][name]}
 
 

@@ -256,7 +256,7 @@ def run_cell_shard(
 
 
 def shard_settings(cells: Mapping[str, Any], protocol: str) -> dict[str, Any]:
-    """:func:`run_cell_shard`'s keyword arguments from a validated config's ``cells`` section (defaults filled
+    """:func:`run_cell_shard`'s keyword arguments from a validated config's ``cells`` block (defaults filled
     by the config schema, their one home) for one protocol."""
     probe = cells["probe"]
     spec = cells["protocols"][protocol]

@@ -99,7 +99,7 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
                     transfer: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run every probe run of ``runs`` (rows of :func:`fmaudit.grid.probe_runs` for one encoder and task).
 
-    ``probe_cfg``, ``calibration_cfg`` and ``bootstrap_cfg`` are the task's filled config sections. Returns
+    ``probe_cfg``, ``calibration_cfg`` and ``bootstrap_cfg`` are the task's filled config blocks. Returns
     (metrics rows, predictions). Metric rows: one per run × target domain × ladder stage. Predictions: one per
     run × target item, with the raw logits and the source temperature.
     """

@@ -80,7 +80,7 @@ def summarize_probe_suite(runs: pd.DataFrame, preds: pd.DataFrame, calibration: 
                           bootstrap: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The tables of :data:`TABLES` and :data:`FIGURE_DATA` by name, plus ``settings``: the list of
     (settings, tasks) groups they were computed with. ``calibration`` and ``bootstrap`` map each task to its
-    config section. None when there are no runs (a config whose analyses have no rules yet)."""
+    config block. None when there are no runs (a config whose analyses have no rules yet)."""
     if len(runs) == 0:
         return None
     groups = settings_groups(list(dict.fromkeys(runs["task"])), calibration, bootstrap)

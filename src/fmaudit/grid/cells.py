@@ -20,7 +20,7 @@ __all__ = ["CELL_PROTOCOLS", "CellPlan", "cell_feature_runs", "cell_plan", "cell
 
 def _cell_units(cells: Mapping[str, Any], protocol: str, spec: Mapping[str, Any],
                 where: str) -> tuple[list[str], list[str]]:
-    """(units, organ of each unit) of one cell protocol; see the cells section of the config schema."""
+    """(units, organ of each unit) of one cell protocol; see the cells block of the config schema."""
     sections = cells["sections"]
     if protocol == "IS":
         units = [(s, organ) for organ, secs in sections.items() for s in secs]

@@ -7,7 +7,7 @@ One module per family of rules: :mod:`~fmaudit.jobs.data` (manifests, downloads)
 :mod:`~fmaudit.jobs.probe` (probe shards and their aggregation), :mod:`~fmaudit.jobs.report`. A new family of
 rules adds its own module (``jobs/cells.py``, ``jobs/ood.py``, ``jobs/prior_shift.py``).
 
-Settings reach a job as explicit arguments: the rule's ``params`` are sections of the config, which was filled
+Settings reach a job as explicit arguments: the rule's ``params`` are blocks of the config, which was filled
 from ``resources/schemas/config.schema.yaml`` once when the workflow loaded it (:func:`fmaudit.config.fill_config`);
 a job never completes a setting with a default of its own.
 """

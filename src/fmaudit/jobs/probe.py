@@ -30,7 +30,7 @@ def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manif
                     embeddings: Sequence[str], probe: Mapping[str, Any], calibration: Mapping[str, Any],
                     bootstrap: Mapping[str, Any], out_runs: str, out_predictions: str, log: str | None = None) -> None:
     """Every probe run of one (encoder, task): ``task_spec`` is the task's config entry with its resolved
-    domains; ``probe``, ``calibration``, ``bootstrap`` are the task's (filled) config sections, the probe's
+    domains; ``probe``, ``calibration``, ``bootstrap`` are the task's (filled) config blocks, the probe's
     ``readout`` resolved to a readout of the encoder."""
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import run_probe_suite
