@@ -10,6 +10,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
+from tests.cells.test_metrics import fixed_runs
 
 from fmaudit.analyses import advice
 from fmaudit.analyses.cards import (
@@ -24,6 +25,7 @@ from fmaudit.analyses.cards import (
     prior_shift_section,
     recommended_fix,
 )
+from fmaudit.cells.metrics import crt_table
 from fmaudit.stats import wilcoxon_smallest_p
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "resources" / "schemas" / "card.schema.json").read_text())
@@ -600,3 +602,14 @@ def test_a_source_temperature_worse_by_less_than_the_margin_is_not_advice():
         "enc-a", {"calibration": ladder("enc-a", raw=0.10, source=0.11, oracle=0.03, kshot={4: 0.04})}
     )
     assert "calibration.source_temperature_worsens" not in _rules(close)
+
+
+def test_the_crt_row_reads_the_crt_table_as_the_cell_chapter_writes_it():
+    crt = crt_table(fixed_runs(), 20)
+    section = cells_section("enc-b", {"crt": crt})
+    assert section["available"]
+    row = next(r for r in section["rows"] if "crt" in r["values"])
+    mine = crt[(crt["encoder"] == "enc-b") & (crt["taxonomy"] == row["context"]["taxonomy"])].iloc[0]
+    assert row["values"]["crt"]["point"] == pytest.approx(mine["crt"])  # mean significant wins over protocols
+    assert row["values"]["crt_relative_pp"]["point"] == pytest.approx(mine["crt_relative_pp"])
+    assert row["values"]["crt_rank"]["point"] == mine["rank"]

@@ -721,7 +721,7 @@ def prior_shift_section(
 # ------------------------------------------------------------------------------------------------------- cells
 def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 0.05) -> dict[str, Any]:
     cra, crt = _table(cells, "cra"), _table(cells, "crt")
-    if not _has(cra, "encoder", "cra_mean_pp") and not _has(crt, "encoder", "crt_pp"):
+    if not _has(cra, "encoder", "cra_mean_pp") and not _has(crt, "encoder", "crt"):
         return _unavailable("no cell-level runs in this study (config block cells)")
     rows, facts, limits = [], [], []
     for r in cra[cra["encoder"] == encoder].to_dict("records") if len(cra) else []:
@@ -784,13 +784,21 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
                 "context": {"taxonomy": str(r["taxonomy"]), "magnification": _num(r.get("magnification"))},
                 "values": {
                     "crt": quantity(
-                        r["crt_pp"],
-                        measure="CRT: macro-F1 relative to the median encoder "
-                        "(pp), mean over the transfer protocols' units",
+                        r["crt"],
+                        measure="CRT: significant wins against the other encoders (paired Wilcoxon over "
+                        "(unit, seed) runs), mean over the transfer protocols",
+                        unit="protocol unit",
+                        n_units=r.get("n_units"),
+                        note=f"of {_int(r.get('n_opponents'))} other encoders; a count, no interval",
+                    ),
+                    "crt_relative_pp": quantity(
+                        r.get("crt_relative_pp"),
+                        measure="macro-F1 relative to the median encoder (pp), mean over the transfer protocols' "
+                        "units",
                         kind="signed",
                         unit="protocol unit",
                         n_units=r.get("n_units"),
-                        note="provisional definition; no interval",
+                        note="no interval",
                     ),
                     "crt_rank": quantity(r.get("rank"), measure="CRT rank (1 = best)", kind="integer"),
                 },
@@ -800,14 +808,15 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
         return _unavailable("this encoder has no cell runs")
     caption = (
         "CellPath readouts: CRA is the Nuc minus Mean macro-F1 (percentage points) within sections (IS), "
-        "mean over sections; CRT the transfer protocols' macro-F1 relative to the median encoder, with ranks "
-        "among the study's encoders."
+        "mean over sections; CRT the mean over the transfer protocols of the encoder's significant wins against "
+        "the others, beside its macro-F1 relative to the median encoder, with ranks among the study's encoders."
     )
     columns = [
         ("cra", "CRA (pp)"),
         ("nuc_beats_mean", "Nuc beats Mean"),
         ("cra_rank", "CRA rank"),
-        ("crt", "CRT (pp)"),
+        ("crt", "CRT (wins)"),
+        ("crt_relative_pp", "CRT relative (pp)"),
         ("crt_rank", "CRT rank"),
     ]
     return _section(caption, columns, rows, {"cra": facts}, "cells", limits)
