@@ -221,7 +221,7 @@ def read_npz(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
             prov = json.loads(str(z["provenance"])) if "provenance" in z.files else {}
     except (OSError, ValueError, EOFError) as e:  # zipfile.BadZipFile subclasses OSError? no: handle below
         raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
-    except Exception as e:  # noqa: BLE001 - zipfile.BadZipFile and friends
+    except Exception as e:  # zipfile.BadZipFile and friends
         raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
     return arrays, prov
 
@@ -234,7 +234,7 @@ def read_npz_provenance(path: PathLike) -> dict[str, Any]:
     try:
         with np.load(path, allow_pickle=False) as z:  # members load lazily, on access
             return json.loads(str(z["provenance"])) if "provenance" in z.files else {}
-    except Exception as e:  # noqa: BLE001 - zipfile.BadZipFile and friends
+    except Exception as e:  # zipfile.BadZipFile and friends
         raise FmauditInputError(f"{path}: unreadable npz ({e})") from e
 
 

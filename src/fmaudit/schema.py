@@ -45,7 +45,7 @@ __all__ = [
 class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml parses ~10x faster
     """SafeLoader that rejects a key repeated within one mapping (merge keys excepted)."""
 
-    def construct_mapping(self, node, deep=False):  # noqa: D102 - yaml hook
+    def construct_mapping(self, node, deep=False):  # yaml hook
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
@@ -74,7 +74,7 @@ def load_yaml(path: PathLike) -> Any:
         raise FileNotFoundError(f"{path}: no such file")
     try:
         with open(path) as fh:
-            return yaml.load(fh, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            return yaml.load(fh, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         raise FmauditInputError(f"{path}: invalid YAML: {e}") from e
 

@@ -11,8 +11,8 @@ import pandas as pd
 from fmaudit.datasets.manifest import label_names as manifest_label_names
 from fmaudit.io import FmauditInputError
 
-#: The task splits a config can choose (config schema ``tasks.<name>.split``) -> the manifest column they read.
-from fmaudit.split_checks import SPLIT_COLUMNS  # noqa: E402  (one home: task split setting -> manifest column)
+# the task splits a config can choose (config schema ``tasks.<name>.split``) -> the manifest column they read
+from fmaudit.split_checks import SPLIT_COLUMNS
 
 #: The unit of groups nobody declared (hand-made manifests, arrays with groups and no ``group_unit``).
 UNDECLARED_UNIT = "group"

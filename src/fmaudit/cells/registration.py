@@ -224,7 +224,7 @@ def he_image(path: str | Path, mpp_override: float | None = None, matrix: np.nda
                     value = _tiff_resolution_mpp(tf.series[0].levels[0].pages[0])
                     if value is not None:
                         metadata_mpp, meta_source = value, "tiff_resolution"
-        except Exception as e:  # noqa: BLE001 - tifffile raises many kinds on corrupt files
+        except Exception as e:  # tifffile raises many kinds on corrupt files
             if width is None:
                 raise FmauditInputError(f"{path}: unreadable H&E image, neither openslide nor tifffile can open it ({e})") from e
     alignment_mpp = None

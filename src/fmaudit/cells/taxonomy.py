@@ -133,7 +133,7 @@ def read_cell_types(path: str | Path, id_column: str = "cell_id", label_column: 
     sep = "\t" if path.suffix.lower() in (".tsv", ".txt") or path.name.endswith(".tsv.gz") else ","
     try:
         df = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise FmauditInputError(f"{path}: unreadable annotation table ({type(e).__name__}: {e})") from e
     df.columns = [c.strip() for c in df.columns]
     missing = [c for c in (id_column, label_column) if c not in df.columns]

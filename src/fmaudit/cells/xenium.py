@@ -190,7 +190,7 @@ def _read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
         df = pd.read_csv(path, dtype={"cell_id": str})
     except FmauditInputError:
         raise
-    except Exception as e:  # noqa: BLE001 - pyarrow / gzip / csv errors of a corrupt file
+    except Exception as e:  # pyarrow / gzip / csv errors of a corrupt file
         raise FmauditInputError(f"{path}: unreadable table ({type(e).__name__}: {e})") from e
     if columns is not None:
         missing = [c for c in columns if c not in df.columns]
@@ -269,12 +269,12 @@ def read_nucleus_centres(path: str | Path) -> pd.DataFrame:
 
         try:
             names = pq.read_schema(path).names
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise FmauditInputError(f"{path}: unreadable table ({type(e).__name__}: {e})") from e
     else:
         try:
             names = list(pd.read_csv(path, nrows=0).columns)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise FmauditInputError(f"{path}: unreadable table ({type(e).__name__}: {e})") from e
     cols = ["cell_id", "vertex_x", "vertex_y"] + (["label_id"] if "label_id" in names else [])
     df = _read_table(path, cols)
@@ -309,7 +309,7 @@ def _open_zarr_group(path: Path):
     try:
         store = zarr.storage.ZipStore(str(path), mode="r")
         return zarr.open_group(store=store, mode="r"), store
-    except Exception as e:  # noqa: BLE001 - zipfile / zarr metadata errors
+    except Exception as e:  # zipfile / zarr metadata errors
         raise FmauditInputError(f"{path}: unreadable Xenium zarr file ({type(e).__name__}: {e})") from e
 
 

@@ -15,10 +15,10 @@ Every public name is re-exported here: ``from fmaudit.stats import bootstrap_cou
 
 # Each submodule's __all__ is the one list of its public names; the package re-exports them all.
 from fmaudit.stats import bootstrap, hierarchical, intervals, meta, ranking
-from fmaudit.stats.bootstrap import *  # noqa: F401,F403
-from fmaudit.stats.hierarchical import *  # noqa: F401,F403
-from fmaudit.stats.intervals import *  # noqa: F401,F403
-from fmaudit.stats.meta import *  # noqa: F401,F403
-from fmaudit.stats.ranking import *  # noqa: F401,F403
+from fmaudit.stats.bootstrap import *
+from fmaudit.stats.hierarchical import *
+from fmaudit.stats.intervals import *
+from fmaudit.stats.meta import *
+from fmaudit.stats.ranking import *
 
 __all__ = sorted([*bootstrap.__all__, *hierarchical.__all__, *intervals.__all__, *meta.__all__, *ranking.__all__])

@@ -7,7 +7,7 @@ Each reads its release in the published layout under ``data_root``; a missing da
 """
 
 # registers the preparers (extra: lunghist700, spider_breast)
-from fmaudit.datasets.public import extra, hematology, pathology  # noqa: F401
+from fmaudit.datasets.public import extra, hematology, pathology
 from fmaudit.datasets.public._common import WBC5_CLASSES, missing_data_error, safe_id
 from fmaudit.datasets.public._xlsx import read_table_any, read_xlsx_stdlib
 from fmaudit.datasets.public.hematology import WBC5_MAPS

@@ -8,6 +8,7 @@ read as their cached values; dates are not converted (none of the tables read he
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -27,9 +28,7 @@ def read_table_any(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if path.suffix.lower() == ".csv":
         return pd.read_csv(path)
-    try:
-        import openpyxl  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("openpyxl") is None:  # pandas reads xlsx through openpyxl only
         return read_xlsx_stdlib(path)
     return pd.read_excel(path)
 
