@@ -152,6 +152,13 @@ def test_planned_units_count_the_demo_grid():
     embed = planned[planned["rule"] == "embed"]
     assert (embed.loc[embed["dataset"] == "demo-tiles", "units"] == 750).all()
     assert embed.loc[embed["dataset"] != "demo-tiles", "units"].isna().all()  # not counted yet
+    # a cell-feature job embeds its section at every magnification: two magnifications, twice the work, same jobs
+    features = planned[planned["rule"] == "cell_features"]
+    assert (features["units"] == 1).all() and (features["unit"] == "magnification").all()
+    config["cells"]["magnifications"] = [10, 20]
+    twice = costs.planned_units(config, datasets, {"demo-tiles": 750})
+    assert len(twice[twice["rule"] == "cell_features"]) == len(features)
+    assert (twice.loc[twice["rule"] == "cell_features", "units"] == 2).all()
 
 
 def test_estimate_scales_measured_rates_and_says_where_they_come_from():

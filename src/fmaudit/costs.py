@@ -381,7 +381,8 @@ def planned_units(
     config: Mapping[str, Any], dataset_registry: Mapping[str, Any], n_items: Mapping[str, int] | None = None
 ) -> pd.DataFrame:
     """:func:`planned_jobs` with the work of each job: ``units`` and ``unit`` (images for ``embed``, from
-    ``n_items``: data set -> items, NaN where unknown; runs for the shards, from the grid; 1 job otherwise)."""
+    ``n_items``: data set -> items, NaN where unknown; runs for the shards, from the grid; the magnifications a
+    cell-feature job embeds its section at; 1 job otherwise)."""
     jobs = planned_jobs(config, dataset_registry)
     tables = enumerate_runs(config, dataset_registry)
     counts: dict[str, pd.Series] = {}
@@ -400,12 +401,15 @@ def planned_units(
     if len(cells):
         cells = cells.assign(magnification=[f"{float(m):g}" for m in cells["magnification"]])
     counts["cell_shard"] = per_job(cells, ["encoder", "magnification", "protocol"])
+    # a cell-feature job embeds its section at every magnification: its work is its magnifications
+    counts["cell_features"] = per_job(tables["cell_features"], ["encoder", "section"])
     keys = {
         "probe_shard": ["encoder", "task"],
         "ood_shard": ["encoder", "task"],
         "ood_split_shard": ["encoder", "task"],
         "prior_shift_shard": ["task", "encoder", "source_domain", "target_domain"],
         "cell_shard": ["encoder", "magnification", "protocol"],
+        "cell_features": ["encoder", "section"],
     }
     units, unit = [], []
     for r in jobs.to_dict("records"):
@@ -416,7 +420,7 @@ def planned_units(
         elif rule in counts:
             key = tuple(f"{float(r[k]):g}" if k == "magnification" else str(r[k]) for k in keys[rule])
             units.append(float(counts[rule].get(key if len(key) > 1 else key[0], 0)))
-            unit.append("run")
+            unit.append("magnification" if rule == "cell_features" else "run")
         else:
             units.append(1.0)
             unit.append("job")
