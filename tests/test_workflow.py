@@ -926,8 +926,9 @@ def variant_run(demo_run, tmp_path_factory):
 
 def test_a_variant_plans_its_embeddings_and_probe_shard_and_the_reference_its_jobs(variant_run):
     _, cfg, planned = variant_run
-    # the config has the tile data sets and tasks only (demo_tile_branches): the variant is probed, not OOD/cells
-    assert planned == {"embed": len(cfg["datasets"]), "probe_shard": len(cfg["tasks"]),
+    # the config has the tile data sets and tasks only (demo_tile_branches): the variant is probed, not OOD/cells;
+    # the data checks run again (the config names other data sets and classes: no ood block), and only they
+    assert planned == {"validate": 1, "embed": len(cfg["datasets"]), "probe_shard": len(cfg["tasks"]),
                        "scratch_reference": len(cfg["prior_shift"]["seeds"]), "aggregate_probe": 1,
                        "aggregate_prior_shift": 1, "report": 1, "all": 1}, planned
 
@@ -1161,6 +1162,9 @@ DEMO_EDITS = {
     "cells.probe.max_val_cells": 50,
     "cells.protocols.IS.seeds": [0, 1],
     "cells.protocols.LOOO.seeds": [1],
+    "cells.subsets.lists": {"S2": ["organ-a-1", "organ-b-1"], "S3": ["organ-a-1", "organ-b-1", "organ-a-2"]},
+    "ood.extra_splits.seeds": [0],
+    "claims": [],
 }
 #: Lists of what the study holds; adding or removing one plans its own jobs (test_adding_an_encoder_plans_only_its_jobs,
 #: test_removing_an_encoder_reaggregates_only, test_adding_an_ood_tier_embeds_only_its_copies ...).

@@ -199,6 +199,8 @@ def test_taxonomy_rank_consistency_against_scipy():
         assert out.loc[p, "spearman_rho"] == pytest.approx(sps.spearmanr(f[ENCODERS], c[ENCODERS]).statistic)
     two = taxonomy_rank_consistency(runs[runs["encoder"] != "enc-c"], 20)
     assert two["spearman_rho"].isna().all() and two["note"].str.contains("need 3").all()
+    n = len(ENCODERS)  # defined, but over fewer than 5 encoders: the note says so, and it is never blank
+    assert (out["note"] == f"over {n} encoders: uninformative (rho takes few values; at least 5 are needed)").all()
 
 
 def test_nested_subsets_and_their_summary():

@@ -356,10 +356,16 @@ def crt_table(runs: pd.DataFrame, magnification: float | None = 20, readout: str
     return out.sort_values(["taxonomy", "rank"], kind="stable").reset_index(drop=True)
 
 
+#: Encoders below which a rank correlation takes too few values to say anything (as the probe chapter's rank
+#: transfer says).
+RHO_MIN_ENCODERS = 5
+
+
 def taxonomy_rank_consistency(runs: pd.DataFrame, magnification: float | None = 20, readout: str = "nuc",
                               fine: str = "fine", coarse: str = "coarse") -> pd.DataFrame:
     """Per protocol: Spearman rho (and Kendall tau-b) between the encoders' mean macro-F1 rankings under the
-    fine and the coarse taxonomy (means over units). Undefined (NaN, with the reason) below 3 encoders."""
+    fine and the coarse taxonomy (means over units). Undefined (NaN, with the reason) below 3 encoders; ``note``
+    says over how many encoders, and that below :data:`RHO_MIN_ENCODERS` the value is uninformative."""
     means = _select(unit_means(runs, "macro_f1"), magnification=magnification, readout=readout)
     rows = []
     for protocol, group in means.groupby("protocol", sort=False):
@@ -373,6 +379,9 @@ def taxonomy_rank_consistency(runs: pd.DataFrame, magnification: float | None = 
         else:
             res = rank_transfer({e: scores[fine][e] for e in common}, {e: scores[coarse][e] for e in common})
             row.update(spearman_rho=res["spearman_rho"], spearman_p=res["spearman_p"], kendall_tau_b=res["kendall_tau_b"])
+            row["note"] = (f"over {len(common)} encoders: uninformative (rho takes few values; at least "
+                           f"{RHO_MIN_ENCODERS} are needed)" if len(common) < RHO_MIN_ENCODERS
+                           else f"over {len(common)} encoders")
         rows.append(row)
     return pd.DataFrame(rows)
 
