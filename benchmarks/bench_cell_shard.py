@@ -128,7 +128,8 @@ def job_runs(protocol: str, units: int = 0):
 def shard_kwargs(args) -> dict:
     cfg = preset_cells()["cells"]
     return dict(Cs=CS, roi_fraction=0.5, val_fraction=0.2, max_train_cells=args.max_train_cells or None,
-                max_val_cells=args.max_val_cells or None, fold_manifest=FOLDS, n_folds=cfg["protocols"]["MOCV"]["folds"],
+                max_val_cells=args.max_val_cells or None, fold_manifest=FOLDS,
+                n_folds=cfg["protocols"]["MOCV"]["folds"],
                 n_classes={"fine": K_FINE, "coarse": 3}, tol=args.tol, device=args.device)
 
 
@@ -200,8 +201,10 @@ def child_shard(args) -> None:
               "peak_anon_mib": memory.peak["RssAnon"] / 1024, "peak_file_mib": memory.peak["RssFile"] / 1024}
     if out is not None:
         result["n_ok"] = int((out["status"] == "ok").sum())
-        result["macro_f1_nuc_fine"] = float(out.loc[(out["readout"] == "nuc") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
-        result["macro_f1_mean_fine"] = float(out.loc[(out["readout"] == "mean") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
+        result["macro_f1_nuc_fine"] = float(
+            out.loc[(out["readout"] == "nuc") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
+        result["macro_f1_mean_fine"] = float(
+            out.loc[(out["readout"] == "mean") & (out["taxonomy"] == "fine"), "macro_f1"].mean())
     print("RESULT " + json.dumps(result))
 
 
@@ -266,7 +269,8 @@ def print_baseline(b: dict, args) -> None:
           f"{os.getloadavg()}")
     if "ceiling" in b:
         c = b["ceiling"]
-        print(f"ceiling: the engine's own iterations at tol {b['engine_tol']:g} are {c['gflop']:.1f} GFLOP of products; "
+        print(f"ceiling: the engine's own iterations at tol {b['engine_tol']:g} are {c['gflop']:.1f} GFLOP of "
+              "products; "
               f"at this machine's float32 product speed on {args.threads} thread(s) they take >= "
               f"{c['seconds']['narrow']:.2f} s one problem wide, >= {c['seconds']['wide']:.2f} s a subset's C values "
               f"wide: a ratio of at most {c['ratio']['narrow']:.1f}x / {c['ratio']['wide']:.1f}x against the strongest "
@@ -362,7 +366,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (medians)")
     parser.add_argument("--threads", type=int, default=2, help="engine threads")
     parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
-    parser.add_argument("--ceiling", action="store_true", help="also print the bound any L-BFGS engine's ratio has here")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tol", type=float, default=1e-4, help="the shard's engine tol (the preset's default 1e-4)")
@@ -419,7 +424,8 @@ def main(argv=None) -> None:
         scope = f"first {args.units} unit(s) of the " if args.units else ""
         if s["n_ok"] == 0:
             raise SystemExit(f"{args.protocol} shard: none of its {s['runs']} runs succeeded; no speed to report")
-        print(f"\n{scope}{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) in {s['wall_s']:.0f} s "
+        print(f"\n{scope}{args.protocol} shard (1 encoder x 20x): {s['runs']} runs ({s['n_ok']} ok) "
+              f"in {s['wall_s']:.0f} s "
               f"-> {s['runs'] / s['wall_s']:.2f} runs/s" + ("" if s["n_ok"] == s["runs"] else
                                                              " (runs that did not succeed count here too)"))
         print(f"peak RSS: shard process {s['peak_rss_mib']:.0f} MiB; floor (imports + manifests + memory maps) "

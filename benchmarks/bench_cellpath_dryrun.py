@@ -120,7 +120,8 @@ rule features:
 
 rule feature_set:
     input:
-        expand(f"{{R}}/cells/features/{{{{{{{{encoder}}}}}}}}/key/{{{{{{{{magnification}}}}}}}}x/{{{{section}}}}", section=SEC),
+        expand(f"{{R}}/cells/features/{{{{{{{{encoder}}}}}}}}/key/{{{{{{{{magnification}}}}}}}}x/{{{{section}}}}",
+               section=SEC),
     output:
         f"{{R}}/cells/features/{{{{encoder}}}}/key/{{{{magnification}}}}x.json",
     log:
@@ -229,10 +230,12 @@ def main() -> None:
     print(f"preset: {args.preset}")
     print(f"jobs planned: {sum(jobs.values())} " + ", ".join(f"{k}={v}" for k, v in jobs.items()))
     print(f"snakemake --version: median {base_s:.2f} s over {args.repeats} ({', '.join(f'{t:.2f}' for t in base)})")
-    print(f"snakemake -n       : median {dry_s:.2f} s over {args.repeats} ({', '.join(f'{t:.2f}' for t in times['preset'])})")
+    print(f"snakemake -n       : median {dry_s:.2f} s over {args.repeats} "
+          f"({', '.join(f'{t:.2f}' for t in times['preset'])})")
     print(f"first snakemake -n in the fresh copy (creates .snakemake/): {first_s:.2f} s")
     print(f"ratio dry-run / --version: {dry_s / base_s:.2f}x; target: dry-run <= 10 s")
-    print(f"peak RSS of the dry-run: {peak_kib / 1024:.0f} MiB (--version's children peaked at {rss_before / 1024:.0f} MiB);"
+    print(f"peak RSS of the dry-run: {peak_kib / 1024:.0f} MiB "
+          f"(--version's children peaked at {rss_before / 1024:.0f} MiB);"
           " target <= 1024 MiB")
     print(f"floor (the same {floor_jobs} jobs, static, no fmaudit code): snakemake -n median {med['floor']:.2f} s "
           f"({', '.join(f'{t:.2f}' for t in times['floor'])}); -n -q: preset {med['preset -q']:.2f} s, floor "

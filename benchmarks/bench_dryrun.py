@@ -154,7 +154,8 @@ def main() -> int:
             print(f"baseline  demo dry-run ({n_demo:4d} jobs)   {t_demo:6.2f} s")
             print()
             if t_start > 5:
-                print("note: snakemake's own startup is slow here. Its slurm executor plugin runs `scontrol show config`\n"
+                print("note: snakemake's own startup is slow here. Its slurm executor plugin runs "
+                      "`scontrol show config`\n"
                       "      at import when sacct is installed, and waits ~9 s when no slurm controller answers; the\n"
                       "      'own s' column is the dry-run minus that startup.\n")
             header = (f"{'config':<10} {'planned':>7} {'declared':>8} {'dry-run s':>9} {'own s':>6} {'x demo':>7}"

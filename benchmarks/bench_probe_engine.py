@@ -283,7 +283,8 @@ def main(argv=None) -> None:
 
     engine_tol, _ = pick_tol("engine", args.engine_tol, lambda t: error(engine_fit(t).predict_proba(X_test)))
     first = baselines[modes[0]]
-    sk_tol, _ = pick_tol("sklearn", args.sklearn_tol, lambda t: error(sklearn_proba(first.fit(t), X_test, args.classes)))
+    sk_tol, _ = pick_tol("sklearn", args.sklearn_tol,
+                         lambda t: error(sklearn_proba(first.fit(t), X_test, args.classes)))
     print(f"tol: engine {engine_tol:g}, sklearn {sk_tol:g} (largest reaching max |dP| <= {args.target:g})")
 
     times = {"engine": []} | {mode: [] for mode in modes}

@@ -173,7 +173,8 @@ def main(argv=None) -> int:
         forward = forward_sweep(args, device)
         embedding_path(args, device, forward, Path(tmp))
         engines(args, device, Path(tmp))
-    print(f"gpu_check: done in {time.perf_counter() - start:.0f} s" + (" (dry run: toy sizes, CPU)" if args.dry else ""))
+    print(f"gpu_check: done in {time.perf_counter() - start:.0f} s"
+          + (" (dry run: toy sizes, CPU)" if args.dry else ""))
     return 0
 
 

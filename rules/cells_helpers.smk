@@ -91,7 +91,8 @@ def validated_cells():
 def cell_section(wildcards):
     """What a section's preparation depends on: its id, organ, data set and the data set's parameters."""
     if CELL_PLAN is None or wildcards.section not in CELL_PLAN.organ_of:
-        raise unknown_name_error("section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [], "config 'cells.sections'")
+        raise unknown_name_error("section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [],
+                                 "config 'cells.sections'")
     dataset = CELL_PLAN.dataset_of[wildcards.section]
     entry = {"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
              "params": dataset_params(config, DATASETS, dataset)}
@@ -122,7 +123,8 @@ def cell_section_manifests(wildcards):
 
 def cell_taxonomies(wildcards):
     """taxonomy name -> its task and the class names the task allows to be missing from training."""
-    return canonical({name: {"task": task, "allow_missing_classes": list(config["tasks"][task].get("allow_missing_classes") or [])}
+    return canonical({name: {"task": task,
+                             "allow_missing_classes": list(config["tasks"][task].get("allow_missing_classes") or [])}
                       for name, task in CELL_PLAN.taxonomy_tasks.items()})
 
 

@@ -7,8 +7,8 @@ from fmaudit.preflight import data_checks
 
 def dataset_entry(wildcards):
     """What a data set's preparation depends on: its preparer, its group unit and the registry's parameters with
-    the config's overrides (params of prepare_manifest). Its description, licence or citation are left out, so editing them
-    rebuilds no manifest (and no embedding after it)."""
+    the config's overrides (params of prepare_manifest). Its description, licence or citation are left out, so
+    editing them rebuilds no manifest (and no embedding after it)."""
     dataset = config_name("dataset", wildcards.dataset, "datasets")
     entry = {"preparer": DATASETS[dataset]["preparer"], "params": dataset_params(config, DATASETS, dataset)}
     if "group_unit" in DATASETS[dataset]:  # what the group column is: the manifest records it for every interval

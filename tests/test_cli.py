@@ -61,7 +61,8 @@ def test_a_command_imports_only_its_own_module():
     probe = ("import sys, contextlib, io\nfrom fmaudit import cli\n"
              "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
              "    cli.main(['grid', '--help'])\n"
-             "print(sorted(m for m in ('torch', 'fmaudit.commands.adapt', 'fmaudit.commands.probe') if m in sys.modules))")
+             "print(sorted(m for m in ('torch', 'fmaudit.commands.adapt', 'fmaudit.commands.probe') "
+             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -67,7 +67,8 @@ def test_a_larger_encoder_asks_for_more_time_and_memory():
     assert large.flops_per_image > 30 * small.flops_per_image
     assert large.gpu_memory_mb(64) > 2 * small.gpu_memory_mb(64) and large.load_s > small.load_s
     planner = RequestPlanner({n: spec(n) for n in ("kaiko-vits16", "h-optimus-0")})
-    a, b = (planner.cell_features(n, "missing.parquet", [40, 20, 10], threads=8) for n in ("kaiko-vits16", "h-optimus-0"))
+    a, b = (planner.cell_features(n, "missing.parquet", [40, 20, 10], threads=8)
+            for n in ("kaiko-vits16", "h-optimus-0"))
     assert b.mem_mb > a.mem_mb and b.runtime_min > a.runtime_min and a.gpus == b.gpus == 1
     assert a.basis == b.basis == "default"  # no manifest: the stated default section
     assert a.items == sum(section_patches(DEFAULT_SECTION, m, 224) for m in (40, 20, 10))

@@ -48,7 +48,8 @@ def test_imports_run_downwards(path):
         assert not module.startswith("snakemake"), f"{rel} imports {module}"
         top = _top(module)
         if top and top in LEVEL:
-            assert LEVEL[top] >= LEVEL[own], f"{rel} ({LAYERS[LEVEL[own]][0]}) imports {module} ({LAYERS[LEVEL[top]][0]})"
+            assert LEVEL[top] >= LEVEL[own], (f"{rel} ({LAYERS[LEVEL[own]][0]}) imports {module} "
+                                              f"({LAYERS[LEVEL[top]][0]})")
 
 
 def test_foundations_import_only_foundations():
@@ -121,6 +122,7 @@ def test_the_modules_the_rules_import_load_no_torch():
     assert "fmaudit.grid.ood" in modules and "fmaudit.preflight" in modules
     code = ("import importlib, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
-            "print(sorted(k for k in ('torch', 'torchvision', 'timm', 'transformers', 'open_clip') if k in sys.modules))")
+            "print(sorted(k for k in ('torch', 'torchvision', 'timm', 'transformers', 'open_clip') "
+            "if k in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

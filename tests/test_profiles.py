@@ -119,7 +119,8 @@ def test_plugin_routes_gpu_jobs_to_the_gpu_partition(config_home, tmp_path, monk
         debug = warning = info
 
     def job(**resources):
-        return SimpleNamespace(name="j", threads=1, resources=SimpleNamespace(get=lambda k, d=None: resources.get(k, d)))
+        return SimpleNamespace(name="j", threads=1,
+                               resources=SimpleNamespace(get=lambda k, d=None: resources.get(k, d)))
 
     assert get_best_partition(partitions, job(gpu=1, mem_mb=16000, runtime=240), Logger()) == "gpu"
     assert get_best_partition(partitions, job(mem_mb=4000, runtime=60), Logger()) == "cpu"
@@ -148,7 +149,8 @@ def test_gpu_partition_without_gpus_is_a_warning(tmp_path, monkeypatch):
 
 
 def test_names_are_not_checked_where_the_commands_cannot_answer(tmp_path, monkeypatch):
-    fake_commands(tmp_path, monkeypatch, sinfo="echo 'slurm_load_partitions: Unable to contact slurm controller' >&2; exit 1",
+    fake_commands(tmp_path, monkeypatch,
+                  sinfo="echo 'slurm_load_partitions: Unable to contact slurm controller' >&2; exit 1",
                   sacctmgr="echo 'You are not running a supported accounting_storage plugin' >&2; exit 1",
                   sshare="exit 0")
     checks, gpus = check_slurm_names("cpu", "gpu", "lab")

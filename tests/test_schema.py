@@ -61,7 +61,8 @@ def test_the_dataset_registry_matches_its_schema():
     (lambda r: r["demo-tiles"].pop("preparer"), "demo-tiles: 'preparer' is a required property"),
     (lambda r: r["demo-tiles"].update(kind="movies"), "demo-tiles/kind: 'movies' is not one of"),
     (lambda r: r["demo-tiles"].update(licence_typo="CC0"), "'licence_typo' was unexpected"),
-    (lambda r: r["nct-crc-he-100k"]["files"][0].update(sha256="abc"), "nct-crc-he-100k/files/0/sha256: 'abc' does not match"),
+    (lambda r: r["nct-crc-he-100k"]["files"][0].update(sha256="abc"),
+     "nct-crc-he-100k/files/0/sha256: 'abc' does not match"),
     (lambda r: r["nct-crc-he-100k"]["files"][0].update(url="ftp://x"), "files/0/url: 'ftp://x' does not match"),
     (lambda r: r.update({"Bad Slug": r["demo-tiles"]}), "'Bad Slug' does not match"),
 ])

@@ -93,7 +93,8 @@ def test_slide_aggregation_table():
     assert slide_rows["accuracy"].max() > 0.6
     assert np.isfinite(table["qwk"]).all() and (table["aurc"] >= 0).all()
     with pytest.raises(FmauditInputError, match="both sides"):
-        slide_aggregation(X, y, slides, X[test], y[test], slides[test], n_classes=3, aggregators=["majority_vote"], n_boot=0)
+        slide_aggregation(X, y, slides, X[test], y[test], slides[test], n_classes=3, aggregators=["majority_vote"],
+                          n_boot=0)
     with pytest.raises(FmauditInputError, match="unknown aggregator"):
         slide_aggregation(X[~test], y[~test], slides[~test], X[test], y[test], slides[test], n_classes=3,
                           aggregators=["transformer"], n_boot=0)  # the paper's name; fmaudit's is transformer_mil
@@ -122,7 +123,8 @@ def test_label_coarsening_and_without_benign():
         np.r_[[np.flatnonzero(slides == s)[0] for s in np.unique(slides)]]]  # one tile carries the slide grade
     patients = np.char.add("p", (np.char.lstrip(slides, "s").astype(int) // 2).astype(str))
     is_test = np.char.lstrip(slides, "s").astype(int) >= 36
-    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, neural_params=SMALL, probe_C=1.0, n_boot=0)
+    table = label_coarsening(X, region, slides, patients, is_test, n_classes=3, neural_params=SMALL, probe_C=1.0,
+                             n_boot=0)
     assert list(zip(table["arm"], table["evaluation"])) == [("patch", "patch_labels"), ("slide", "slide_labels"),
                                                             ("slide", "patch_labels"), ("slide_mil", "slide_labels")]
     assert table["relabelled_share"].iloc[0] == pytest.approx((coarsen_to_slide(region, slides) != region).mean())

@@ -57,7 +57,8 @@ def test_a_clean_manifest_passes_and_reports_every_check():
 
 def test_missing_column_names_the_file():
     df = manifest().drop(columns=["group"])
-    with pytest.raises(SplitValidationError, match=r"manifest m\.parquet \(dataset 'ds'\): missing column\(s\) \['group'\]"):
+    with pytest.raises(SplitValidationError,
+                       match=r"manifest m\.parquet \(dataset 'ds'\): missing column\(s\) \['group'\]"):
         validate_task_splits({"ds": df}, task(), files={"ds": "m.parquet"})
 
 

@@ -693,7 +693,8 @@ def test_a_failing_rerun_keeps_the_earlier_embeddings(failed_rerun):
 
 def test_a_failing_jobs_log_holds_its_full_exception(failed_rerun):
     work, _, proc = failed_rerun
-    logs = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log") if "Traceback" in p.read_text()]
+    logs = [p for p in (work / DEMO / "logs" / "embed" / "demo-vit-tiny").rglob("*.log")
+            if "Traceback" in p.read_text()]
     assert logs  # every failed embedding of the new key (the data sets and the OOD copies), each with its traceback
     text = logs[0].read_text()
     assert "CRITICAL fmaudit: the job failed: FmauditInputError: encoder 'demo-vit-tiny' produced non-finite" in text
@@ -875,7 +876,8 @@ def test_adding_an_ood_tier_embeds_only_its_copies(demo_run):
     cfg = yaml.safe_load((work / "config.yaml").read_text())
     n_enc = len(cfg["encoders"])
     for name, change in (("sigma", lambda c: c["ood"]["blur"]["sigmas"].append(8.0)),
-                         ("jpeg", lambda c: c["ood"]["image_artefact"]["specs"].append({"kind": "jpeg", "quality": 20}))):
+                         ("jpeg",
+                          lambda c: c["ood"]["image_artefact"]["specs"].append({"kind": "jpeg", "quality": 20}))):
         more = yaml.safe_load((work / "config.yaml").read_text())
         change(more)
         (work / f"ood-{name}.yaml").write_text(yaml.safe_dump(more))
@@ -993,7 +995,8 @@ def test_the_demo_cell_branch_runs_end_to_end_and_nuc_beats_mean(demo_run):
     assert set(runs["protocol"]) == set(cells["protocols"]) and set(runs["encoder"]) == set(cfg["encoders"])
     units = {"IS": len(sections), "IOCD": len(sections), "LOOO": len(cells["sections"])}  # two sections per organ
     n_expected = sum(units[p] * len(spec["seeds"]) for p, spec in cells["protocols"].items())
-    n_expected *= len(cfg["encoders"]) * len(cells["magnifications"]) * len(cells["taxonomies"]) * len(cells["readouts"])
+    n_expected *= (len(cfg["encoders"]) * len(cells["magnifications"]) * len(cells["taxonomies"])
+                   * len(cells["readouts"]))
     assert len(runs) == n_expected
     convnet = runs[runs["encoder"] == "demo-convnet"]  # no class token: Cls and its fusions are skipped
     assert convnet.loc[convnet["readout"].str.contains("cls"), "status"].str.startswith("skipped").all()

@@ -38,7 +38,8 @@ def reduced_config(work: Path, study: str, encoders: list[str] = (ENCODER,)) -> 
 
 def embedding_target(work: Path, configfile: str, encoder: str = ENCODER) -> str:
     """The embedding file of the demo tiles, as the workflow names it (its key from the config)."""
-    code = ("import sys; from fmaudit.config import load_config; from fmaudit.preflight import check_config; from fmaudit.registry import "
+    code = ("import sys; from fmaudit.config import load_config; from fmaudit.preflight import check_config; "
+            "from fmaudit.registry import "
             "embedding_key; c = load_config(sys.argv[1]); e, _ = check_config(c); "
             "print(f\"results/{c['study']}/embeddings/{sys.argv[2]}/{embedding_key(e[sys.argv[2]])}/demo-tiles.npz\")")
     out = subprocess.run([sys.executable, "-c", code, configfile, encoder], cwd=work, capture_output=True,

@@ -29,7 +29,8 @@ def snakemake(workdir: Path, *args: str, timeout: int = 1200, check: bool = True
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc
 
 

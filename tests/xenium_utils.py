@@ -60,7 +60,8 @@ class Section:
     he_image: Path
     alignment: Path
     matrix: np.ndarray
-    truth: pd.DataFrame  # cell_id, painted_x, painted_y (H&E px), nucleus_x_um, nucleus_y_um, cell_x_um, cell_y_um, label
+    # cell_id, painted_x, painted_y (H&E px), nucleus_x_um, nucleus_y_um, cell_x_um, cell_y_um, label
+    truth: pd.DataFrame
     cell_types: Path | None = None
     extra: dict = field(default_factory=dict)
 
@@ -111,7 +112,8 @@ def write_cells_zarr(path: Path, ids: list[str], columns: dict[str, np.ndarray],
 
 
 def make_section(folder: Path, n: int = 24, he_size: tuple[int, int] = (480, 360), mpp: float = 0.5,
-                 matrix: np.ndarray | None = None, id_kind: str = "string", cells_format: tuple[str, ...] = ("parquet",),
+                 matrix: np.ndarray | None = None, id_kind: str = "string",
+                 cells_format: tuple[str, ...] = ("parquet",),
                  boundaries: str | None = "parquet", label_id: bool = True, zarr: bool = False,
                  labels: list[str] | None = None, radius: float = 5.0, seed: int = 0,
                  tiled: bool = True) -> Section:

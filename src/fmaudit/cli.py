@@ -61,7 +61,8 @@ def command_module(name: str) -> ModuleType:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``only`` every other subcommand is listed by its help without importing its module."""
-    p = argparse.ArgumentParser(prog="fmaudit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="fmaudit", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name, (_, help_text) in COMMANDS.items():
         if only is None or name == only:

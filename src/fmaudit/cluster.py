@@ -313,7 +313,8 @@ def parse_gpu_classes(text: str | None) -> tuple[GpuClass, ...]:
             gb = float(memory)
         except ValueError:
             gb = float("nan")
-        if not sep or not math.isfinite(gb) or gb <= 0 or not re.fullmatch(r"[A-Za-z0-9_.|&\[\]*-]*", constraint.strip()):
+        if (not sep or not math.isfinite(gb) or gb <= 0
+                or not re.fullmatch(r"[A-Za-z0-9_.|&\[\]*-]*", constraint.strip())):
             raise FmauditInputError(f"gpu_classes {text!r}: {item.strip()!r} is not '<GPU memory in GB>:<constraint>' "
                                     "(e.g. 80:a100_80g; an empty constraint means any GPU)")
         classes.append(GpuClass(gb, constraint.strip()))
@@ -672,7 +673,8 @@ def planned_requests(config: Mapping[str, Any], encoders: Mapping[str, Mapping[s
     if len(prior):
         for task, encoder, source, target in (prior[["task", "encoder", "source_domain", "target_domain"]]
                                               .astype(str).drop_duplicates().itertuples(index=False)):
-            add("prior_shift_shard", encoder, f"{task}/{source}/{target}", planner.shard("prior_shift_shard", encoder), 1)
+            add("prior_shift_shard", encoder, f"{task}/{source}/{target}",
+                planner.shard("prior_shift_shard", encoder), 1)
     scratch = scratch_reference_runs(config, datasets)
     if len(scratch):
         gpu_of = {ps["task"]: bool(ps["scratch_reference"]["gpu"]) for _, _, ps in parts_with(config, "prior_shift")}

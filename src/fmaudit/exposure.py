@@ -77,7 +77,8 @@ def exposure_audit(encoders: Sequence[str], datasets: Sequence[str], encoder_reg
     for kind, names, registry in (("encoder", encoders, encoder_registry), ("dataset", datasets, dataset_registry)):
         unknown = [n for n in names if n not in registry]
         if unknown:
-            raise FmauditInputError(f"exposure audit: unknown {kind}(s) {unknown}; known: {', '.join(sorted(registry))}")
+            raise FmauditInputError(f"exposure audit: unknown {kind}(s) {unknown}; "
+                                    f"known: {', '.join(sorted(registry))}")
     rows = []
     for enc in encoders:
         for ds in datasets:

@@ -728,7 +728,8 @@ def _novelty_scores(values: Any, name: str) -> np.ndarray:
         raise FmauditInputError(f"{name}: no scores (an empty set cannot be scored)")
     bad = ~np.isfinite(arr)
     if bad.any():
-        raise FmauditInputError(f"{name}: {int(bad.sum())} non-finite score(s), first at position {int(np.argmax(bad))}")
+        raise FmauditInputError(f"{name}: {int(bad.sum())} non-finite score(s), "
+                                f"first at position {int(np.argmax(bad))}")
     return arr
 
 

@@ -303,7 +303,8 @@ def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
         for name, entry in inline.items():
             if hub_name_of_slug(name):
                 raise FmauditInputError(f"{source}: encoder {name!r}: slugs starting with timm-- or hf-- stand for "
-                                        f"encoders named by their hub repo ({hub_name_of_slug(name)}); rename the entry")
+                                        f"encoders named by their hub repo ({hub_name_of_slug(name)}); "
+                                        "rename the entry")
             check_encoder_entry(name, entry, source=source)
         parts.append((source, inline))
     return merge_registries("encoder", parts)
@@ -336,8 +337,9 @@ def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "enc
     An entry with ``trust_remote_code: true`` runs Python code from its hub repo, so it must pin the commit
     of that code: ``weights.revision: null`` (no published commit known) stops here, naming the key to set:
     ``config_key`` (the config's ``encoder_revisions.<name>``) when given, and the registry's
-    ``weights.revision`` (entries without an ``hf_hub_id`` fetch no code). The workflow calls it for every encoder it is about to embed, before the first job,
-    and the encoder builder calls it before building a network with remote code.
+    ``weights.revision`` (entries without an ``hf_hub_id`` fetch no code). The workflow calls it for every
+    encoder it is about to embed, before the first job, and the encoder builder calls it before building a
+    network with remote code.
     """
     weights = entry.get("weights") or {}
     # only code fetched from a hub repo is someone else's: random-init and local weights run no downloaded code

@@ -105,9 +105,11 @@ def _validator(schema: Mapping[str, Any], fill_defaults: bool):
     return cls(schema)
 
 
-def schema_violations(data: Any, schema: Mapping[str, Any], fill_defaults: bool = False) -> Iterator[tuple[list[str], str]]:
+def schema_violations(data: Any, schema: Mapping[str, Any],
+                      fill_defaults: bool = False) -> Iterator[tuple[list[str], str]]:
     """``(key path, message)`` of every violation, in key order; fills defaults into ``data`` when asked."""
-    errors = sorted(_validator(schema, fill_defaults).iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(_validator(schema, fill_defaults).iter_errors(data),
+                    key=lambda e: [str(p) for p in e.absolute_path])
     for err in errors:
         leaf = err
         while leaf.context:

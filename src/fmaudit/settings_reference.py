@@ -214,7 +214,8 @@ def settings_reference(schema: Mapping[str, Any] | None = None) -> str:
         if setting.block != block:
             block = setting.block
             if block == TOP_LEVEL:
-                title, about = "Top-level keys", "What the study runs on: its name, data, encoders, data sets and tasks."
+                title, about = ("Top-level keys",
+                                "What the study runs on: its name, data, encoders, data sets and tasks.")
             else:
                 title, about = f"`{block}`", _node_description(schema, block)
             lines += [f"### {title}", "", _cell(about), "",

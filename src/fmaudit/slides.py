@@ -93,7 +93,8 @@ def slide_mpp(slide, mpp_override: float | None = None) -> float:
     if mpp_override is not None:
         mpp = float(mpp_override)
         if not np.isfinite(mpp) or mpp <= 0:
-            raise FmauditInputError(f"{_slide_name(slide)}: mpp override must be a positive number, got {mpp_override!r}")
+            raise FmauditInputError(f"{_slide_name(slide)}: mpp override must be a positive number, "
+                                    f"got {mpp_override!r}")
         return mpp
     import openslide
 

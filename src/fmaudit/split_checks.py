@@ -306,7 +306,8 @@ class _TaskCodes:
     splits: list[str]
 
 
-def _task_rows(spec: Mapping[str, Any], frames: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[str], list[str]]:
+def _task_rows(spec: Mapping[str, Any],
+               frames: Mapping[str, pd.DataFrame]) -> tuple[pd.DataFrame, list[str], list[str]]:
     """Labelled rows of the task (with a ``dataset`` column and the task's ``domain``), its domains, problems."""
     parts = []
     for dataset, df in frames.items():
@@ -398,7 +399,8 @@ def _check_task(report: SplitValidationReport, task: str, spec: Mapping[str, Any
         scope = f"source domain {source!r}"
         train = classes(source, "train")
         if train is None:
-            report.add(task, "training_classes", scope, [f"no labelled items on the train split of domain {source!r}"], "")
+            report.add(task, "training_classes", scope,
+                       [f"no labelled items on the train split of domain {source!r}"], "")
             continue
         if len(train) < 2:
             report.add(task, "training_classes", scope, [
@@ -563,7 +565,8 @@ def validate_cell_panel(
                     report.checks.append(SplitCheck("cells", "partition_leakage", scope, "error", str(e)))
                     continue
                 report.checks.append(SplitCheck("cells", "partition_leakage", scope, "ok",
-                                                f"{part.train.size} train, {part.val.size} val, {part.test.size} test cells"))
+                                                f"{part.train.size} train, {part.val.size} val, "
+                                                f"{part.test.size} test cells"))
                 for tax in tax_names:
                     task = str(taxonomies[tax]["task"])
                     allowed_names = set(taxonomies[tax].get("allow_missing_classes") or ())
@@ -602,7 +605,8 @@ def _cell_units(protocol: str, spec: Mapping[str, Any], sections_by_organ: Mappi
     if protocol == "IS":
         return [s for secs in sections_by_organ.values() for s in secs]
     if protocol == "IOCD":
-        return [s for secs in sections_by_organ.values() if len(secs) >= int(spec["min_sections_per_organ"]) for s in secs]
+        return [s for secs in sections_by_organ.values() if len(secs) >= int(spec["min_sections_per_organ"])
+                for s in secs]
     if protocol == "MOCV":
         return [f"fold{i}" for i in range(int(spec["folds"]))]
     return list(sections_by_organ)

@@ -47,7 +47,8 @@ def test_source_probe_is_the_standardised_logistic_probe():
     probe = SourceProbe(random_state=1).fit(xs, ys, n_classes=5)
     train, val = probe.train_index_, probe.val_index_
     assert np.intersect1d(train, val).size == 0 and train.size + val.size == ys.size
-    ref = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000)).fit(xs[train], ys[train])
+    ref = make_pipeline(StandardScaler(),
+                        LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000)).fit(xs[train], ys[train])
     np.testing.assert_allclose(metrics.softmax(probe.decision_logits(xt)), ref.predict_proba(xt), atol=1e-4)
     assert probe.temperature_ == pytest.approx(fit_temperature(probe.decision_logits(xs[val]), ys[val]), rel=1e-6)
     np.testing.assert_allclose(probe.source_prior_, np.bincount(ys[train], minlength=5) / train.size)

@@ -108,7 +108,8 @@ def test_each_draw_is_reproducible_from_its_recorded_seed_alone():
     labels = _pool()
     seeds = [draw_seed(3, "raabin", "peripheral-blood", d) for d in range(5)]
     assert len(set(seeds)) == 5 and seeds == [draw_seed(3, "raabin", "peripheral-blood", d) for d in range(5)]
-    assert draw_seed(3, "raabin", "balanced", 0) != seeds[0] and draw_seed(4, "raabin", "peripheral-blood", 0) != seeds[0]
+    assert (draw_seed(3, "raabin", "balanced", 0) != seeds[0]
+            and draw_seed(4, "raabin", "peripheral-blood", 0) != seeds[0])
     all_draws = resample_target(labels, [0.5, 0.1, 0.4], 40, seeds)
     one = resample_target(labels, [0.5, 0.1, 0.4], 40, seeds[3:4])
     np.testing.assert_array_equal(one.index[0], all_draws.index[3])

@@ -27,7 +27,8 @@ def rows(seed=0):
             gain -= 0.05
         for method, g in (("none", 0.0), ("cbr", gain)):
             out.append({"encoder": enc, "target_domain": t, "prior": p, "seed": sd, "draw": d, "method": method,
-                        "gain_macro_f1": g, "macro_f1": 0.6 + g, "in_domain_macro_f1": 0.97 + 0.01 * ENCODERS.index(enc),
+                        "gain_macro_f1": g, "macro_f1": 0.6 + g,
+                        "in_domain_macro_f1": 0.97 + 0.01 * ENCODERS.index(enc),
                         "ece_raw": 0.3 - g, "ece_source_t": 0.25 - g, "delta_ece_raw": -g, "delta_ece_source_t": -g,
                         "recall_a": 0.5 + g, "recall_b": np.nan if d == 0 else 0.7})
     return pd.DataFrame(out)

@@ -39,7 +39,8 @@ BOOT = fill_section("bootstrap", {"n_boot": 50, "seed": 0})
 
 
 def runs_for(encoder: str, probe: dict) -> pd.DataFrame:
-    cfg = {"encoders": [encoder], "tasks": {"t": {"datasets": ["d"], "domains": DOMAINS, "transfer": True}}, "probe": probe}
+    cfg = {"encoders": [encoder], "tasks": {"t": {"datasets": ["d"], "domains": DOMAINS, "transfer": True}},
+           "probe": probe}
     return grid.probe_runs(cfg)
 
 

@@ -127,7 +127,8 @@ def test_the_reference_is_chosen_on_validation_not_on_the_evaluated_test_set(sui
     no_val = rigged.assign(source_val_macro_f1=np.nan)
     chosen, words = lb.reference_encoder(no_val[ind])
     assert words.startswith("macro-F1 on the source training subset")
-    assert chosen == no_val[ind].sort_values(["source_train_macro_f1", "encoder"], ascending=[False, True])["encoder"].iloc[0]
+    assert chosen == no_val[ind].sort_values(["source_train_macro_f1", "encoder"],
+                                             ascending=[False, True])["encoder"].iloc[0]
     assert lb.reference_encoder(no_val[ind].drop(columns=["source_train_macro_f1"])) is None
 
 

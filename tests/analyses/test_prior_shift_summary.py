@@ -56,7 +56,8 @@ def test_every_table_and_the_seeds_counts():
     lo, hi = summary.loc["cbr", ["ci_lo", "ci_hi"]]
     assert lo <= summary.loc["cbr", "mean"] <= hi
     gains = out["prior_shift_gains"].set_index(["method", "prior"])
-    assert gains.loc[("global_standardization", "skewed"), "mean_gain"] < 0 < gains.loc[("global_standardization", "balanced"), "mean_gain"]
+    assert (gains.loc[("global_standardization", "skewed"), "mean_gain"] < 0
+            < gains.loc[("global_standardization", "balanced"), "mean_gain"])
     assert (gains["n_targets"] == 2).all()
     assert len(out["prior_shift_scenarios"]) == len(METHODS) * len(PRIORS) * len(TARGETS)
     by_enc = out["prior_shift_negative_cells"].set_index(["method", "encoder"])

@@ -225,7 +225,8 @@ def test_prism_subsample_draws_prisms_subsets():
     rows, _ = run_probe_suite(data, runs_for("e", probe), probe, CALIB, BOOT)
     assert (rows["subsample"] == "prism").all()
     train = data.domain_split("a", "train")
-    assert rows.loc[rows["source_domain"] == "a", "n_train"].iloc[0] == len(prism_subsample(data.labels[train], 0.25, 42))
+    assert rows.loc[rows["source_domain"] == "a", "n_train"].iloc[0] == len(
+        prism_subsample(data.labels[train], 0.25, 42))
     with pytest.raises(FmauditInputError, match="probe.subsample"):
         bad = {**probe, "subsample": "random"}
         run_probe_suite(data, runs_for("e", bad), bad, CALIB, BOOT)

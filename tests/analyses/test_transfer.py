@@ -123,7 +123,8 @@ def test_rank_transfer_interval_resamples_test_patients_of_both_domains(suite_re
     rho = np.array(rho)[np.isfinite(rho)]
     lo, hi = np.percentile(rho, [2.5, 97.5])
     assert r["rho_n_valid"] == len(rho)
-    assert r["spearman_rho_ci_lo"] == pytest.approx(lo, abs=1e-9) and r["spearman_rho_ci_hi"] == pytest.approx(hi, abs=1e-9)
+    assert (r["spearman_rho_ci_lo"] == pytest.approx(lo, abs=1e-9)
+            and r["spearman_rho_ci_hi"] == pytest.approx(hi, abs=1e-9))
 
 
 def test_cri_leaves_bound_source_temperatures_out_of_the_ece_and_counts_them(suite_results):
@@ -155,5 +156,6 @@ def test_cri_by_split_puts_the_leaky_split_beside_the_grouped_one(suite_results)
     assert set(table["task_split"]) == {"manifest", "patch (leaky, as published)"}
     assert len(table) == 2 * 4 * 2  # two tasks x four encoders x two fractions
     pair = table[(table["encoder"] == "enc0") & (table["fraction"] == 1.0)].set_index("task_split")
-    assert pair.loc["manifest", "ood_stability"] == pytest.approx(pair.loc["patch (leaky, as published)", "ood_stability"])
+    assert pair.loc["manifest", "ood_stability"] == pytest.approx(
+        pair.loc["patch (leaky, as published)", "ood_stability"])
     assert len(transfer.cri_by_split(transfer.cri_table(rows, 15))) == 0  # one split only: nothing to compare

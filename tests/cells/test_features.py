@@ -220,7 +220,8 @@ def test_float16_memmap_round_trip(tmp_path):
     np.testing.assert_array_equal(feats.nuc, nuc.astype(np.float16))
     np.testing.assert_array_equal(feats.readout("mean"), mean.astype(np.float16).astype(np.float32)[patch])
     np.testing.assert_array_equal(feats.readout("nuc_add_cls", np.array([3, 5])),
-                                  (nuc.astype(np.float16).astype(np.float32) + cls.astype(np.float16).astype(np.float32)[patch])[[3, 5]])
+                                  (nuc.astype(np.float16).astype(np.float32)
+                                   + cls.astype(np.float16).astype(np.float32)[patch])[[3, 5]])
     # seven readouts, but one per-cell array (Nuc) and two per-patch arrays on disk
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == [
         "cells.parquet", "meta.json", "nuc.npy", "patch_cls.npy", "patch_mean.npy", "patches.parquet"]

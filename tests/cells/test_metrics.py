@@ -79,10 +79,12 @@ def fixed_runs(seed: int = 0) -> pd.DataFrame:
                              unit=sec, organ=ORGAN_OF[sec], status="ok", macro_f1=value,
                              macro_auroc=min(1.0, value + 0.2)))
     for enc, (protocol, units), tax, s in itertools.product(
-            ENCODERS, (("IOCD", SECTIONS[:6]), ("MOCV", ["fold0", "fold1", "fold2"]), ("LOOO", ["o1", "o2", "o3", "o4"])),
+            ENCODERS,
+            (("IOCD", SECTIONS[:6]), ("MOCV", ["fold0", "fold1", "fold2"]), ("LOOO", ["o1", "o2", "o3", "o4"])),
             ("fine", "coarse"), (0, 1, 2)):
         for u in units:
-            value = quality[enc] - 0.1 + (0.2 if tax == "coarse" else 0) + 0.01 * hash(u) % 3 / 100 + rng.normal(scale=0.02)
+            value = (quality[enc] - 0.1 + (0.2 if tax == "coarse" else 0) + 0.01 * hash(u) % 3 / 100
+                     + rng.normal(scale=0.02))
             rows.append(dict(protocol=protocol, encoder=enc, magnification=20, taxonomy=tax, readout="nuc", seed=s,
                              unit=u, organ="", status="ok", macro_f1=value, macro_auroc=value + 0.2))
     return pd.DataFrame(rows)
@@ -310,7 +312,8 @@ def test_planted_nucleus_labels_nuc_beats_mean(make_pyramid, tmp_path):
         manifests[name] = painted_section(make_pyramid, name, seed=i)
         folders[name] = tmp_path / "f" / name
         extract_cell_features(manifests[name], "demo-vit-tiny", 20, folders[name], device="cpu", batch_size=64)
-    cfg = {"encoders": ["demo-vit-tiny"], "datasets": ["x"], "tasks": {"cf": {"datasets": ["x"]}, "cc": {"datasets": ["x"]}},
+    cfg = {"encoders": ["demo-vit-tiny"], "datasets": ["x"],
+           "tasks": {"cf": {"datasets": ["x"]}, "cc": {"datasets": ["x"]}},
            "cells": {"taxonomies": {"fine": "cf", "coarse": "cc"}, "sections": sections, "magnifications": [20],
                      "readouts": ["nuc", "mean"], "protocols": {"IS": {"seeds": [0, 1, 2]}}}}
     runs = grid.cell_runs(cfg)

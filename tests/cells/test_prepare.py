@@ -44,7 +44,8 @@ def test_cell_manifest_columns_values_and_provenance(tmp_path, caplog):
         result = prepare_section(_source(sec), min_cells_per_class=2, qc_png=tmp_path / "qc.png")
     man = result.manifest
     assert list(man.columns) == list(CELL_MANIFEST_COLUMNS)
-    assert {c: str(t) for c, t in man.dtypes.items()} == {c: str(pd.Series(dtype=t).dtype) for c, t in CELL_MANIFEST_COLUMNS.items()}
+    assert {c: str(t) for c, t in man.dtypes.items()} == {c: str(pd.Series(dtype=t).dtype)
+                                                          for c, t in CELL_MANIFEST_COLUMNS.items()}
     truth = sec.truth.set_index("cell_id")
     inside = truth.index[truth["painted_x"] < 300]
     assert man["cell_id"].tolist() == list(inside)  # the cells table's order, outside cells dropped
@@ -56,7 +57,8 @@ def test_cell_manifest_columns_values_and_provenance(tmp_path, caplog):
     assert np.hypot(man["he_x"] - t["painted_x"].to_numpy(), man["he_y"] - t["painted_y"].to_numpy()).max() < 1.0
     # labels through the default taxonomy; Unassigned and unknown labels are NA
     fine = dict(zip(t["label"], man["label_fine_name"]))
-    assert fine["Fibroblast"] == "fibroblast" and fine["CD8+ T cell"] == "t_nk_cell" and fine["Invasive_Tumor"] == "tumour"
+    assert (fine["Fibroblast"] == "fibroblast" and fine["CD8+ T cell"] == "t_nk_cell"
+            and fine["Invasive_Tumor"] == "tumour")
     assert pd.isna(fine["Unassigned"]) and pd.isna(fine["Mystery cell"])
     assert set(man["label_coarse"].dropna()) == {0, 1, 2}
     # provenance: hashes, the matrix, the counts dropped and by source

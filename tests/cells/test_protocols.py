@@ -44,7 +44,8 @@ def shard(runs, panel_files, **over):
 # --------------------------------------------------------------------------------------------------------
 
 def partition_kwargs():
-    return dict(sections_by_organ=SECTIONS, folds=read_fold_manifest(make_fold_manifest(SECTIONS, FOLDS), SECTIONS, FOLDS),
+    return dict(sections_by_organ=SECTIONS,
+                folds=read_fold_manifest(make_fold_manifest(SECTIONS, FOLDS), SECTIONS, FOLDS),
                 taxonomies=["fine", "coarse"], roi_fraction=0.5, val_fraction=0.25, max_train_cells=None,
                 max_val_cells=None)
 

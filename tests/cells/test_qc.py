@@ -44,7 +44,8 @@ def test_overlay_draws_centres_on_the_crops(tmp_path):
     rgb = paint_image(200, 150, centres, 5)
     path = tmp_path / "he.ome.tif"
     write_ome_tiff(path, rgb, 0.5)
-    cells = pd.DataFrame({"he_x": centres[:, 0], "he_y": centres[:, 1], "label_coarse": pd.array([0, None], dtype="Int64")})
+    cells = pd.DataFrame({"he_x": centres[:, 0], "he_y": centres[:, 1],
+                          "label_coarse": pd.array([0, None], dtype="Int64")})
     out = overlay_png(cells, path, tmp_path / "qc.png", mpp=0.5, n_regions=2, region_um=40, tile_px=80, title="t",
                       coarse_classes=["a", "b"])
     img = np.asarray(Image.open(out).convert("RGB"))

@@ -75,7 +75,8 @@ def _boundaries(tmp_path, rows, name="nucleus_boundaries.parquet"):
 
 
 def _ring_rows(cell_id, ring, label_id=None):
-    return [dict(cell_id=cell_id, vertex_x=x, vertex_y=y, **({"label_id": label_id} if label_id else {})) for x, y in ring]
+    return [dict(cell_id=cell_id, vertex_x=x, vertex_y=y, **({"label_id": label_id} if label_id else {}))
+            for x, y in ring]
 
 
 def test_multinucleate_cells_take_their_largest_nucleus_and_merged_rings_their_union(tmp_path):
@@ -137,7 +138,8 @@ def test_fallback_to_the_cell_centroid_and_per_cell_sources(tmp_path):
     assert set(got["centre_source"]) == {"cell_centroid"}
     np.testing.assert_allclose(got["x_um"], sec.truth["cell_x_um"])
 
-    # polygons for the first 3 cells, zarr nuclei for cells 3-5 (cell 5 without a nucleus: area 0), fallback for the rest
+    # polygons for the first 3 cells, zarr nuclei for cells 3-5 (cell 5 without a nucleus: area 0), fallback for
+    # the rest
     sec = make_section(tmp_path / "mixed", n=8, boundaries="parquet")
     b = sec.bundle / "nucleus_boundaries.parquet"
     poly = pd.read_parquet(b)

@@ -114,7 +114,8 @@ def test_a_class_name_the_prepared_manifests_lack_stops_the_check_naming_the_key
     monkeypatch.chdir(tmp_path)
     config = _demo(tmp_path, datasets=["demo-tiles"], dataset_params={}, study="mine", prior_shift=None,
                    preflight={"read_files": False},  # the tiny manifest's files are made up
-                   tasks={"demo-tissue": {"datasets": ["demo-tiles"], "domains": ["scanner-a", "scanner-b", "scanner-c"],
+                   tasks={"demo-tissue": {"datasets": ["demo-tiles"],
+                                          "domains": ["scanner-a", "scanner-b", "scanner-c"],
                                           "allow_missing_classes": ["c3"]}})
     write_table(tmp_path / "results" / "mine" / "manifests" / "demo-tiles.parquet", _tiny_manifest(leak=False))
     assert main(["check-config", "--configfile", config]) == 2

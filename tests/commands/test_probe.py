@@ -91,7 +91,8 @@ def test_option_defaults_are_the_config_schema_defaults():
 
     args = build_parser().parse_args(["probe", "--train-features", "a", "--train-labels", "b", "--test-features", "c",
                                       "--test-labels", "d", "--out", "e"])
-    probe, calibration, bootstrap = fill_section("probe", {}), fill_section("calibration", {}), fill_section("bootstrap", {})
+    probe, calibration, bootstrap = (fill_section("probe", {}), fill_section("calibration", {}),
+                                     fill_section("bootstrap", {}))
     assert args.fractions == probe["fractions"] and args.seeds == probe["seeds"] and args.heads == probe["heads"]
     assert args.standardize == probe["standardize"] and args.subsample == probe["subsample"]
     assert args.validation_labels == calibration["validation_labels"]
@@ -123,7 +124,8 @@ def test_probe_stops_on_groups_on_both_sides_unless_allowed(arrays, capsys, capl
                       str(arrays / "g_test.npy"), "--out", str(out))
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "1 group(s) of the pooled domains are on more than one split (leakage): 'p9' on test (10 items) and train (6 items)" in err
+    assert ("1 group(s) of the pooled domains are on more than one split (leakage): 'p9' on test (10 items) "
+            "and train (6 items)") in err
     assert not out.exists()
     assert main(args + ["--allow-group-overlap"]) == 0
     assert "'p9' on test (10 items) and train (6 items) (allowed by allow_group_overlap)" in caplog.text

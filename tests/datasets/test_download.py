@@ -253,7 +253,8 @@ def test_download_dataset_from_registry_entry(tmp_path):
     csv.write_bytes(b"Image Name,Majority Vote Label,Partition\n")
     entry = {"files": [
         {"url": z.as_uri(), "sha256": sha(z.read_bytes()), "unpack": True},
-        {"url": csv.as_uri(), "name": "annotations.csv", "into": "MHIST", "md5": hashlib.md5(csv.read_bytes()).hexdigest()},
+        {"url": csv.as_uri(), "name": "annotations.csv", "into": "MHIST",
+         "md5": hashlib.md5(csv.read_bytes()).hexdigest()},
     ]}
     root = tmp_path / "data"
     download_dataset("mhist", entry, root)
@@ -303,7 +304,8 @@ def test_redownload_of_an_unchecksummed_file_is_checked_against_the_record(tmp_p
     assert recorded == sha(src.read_bytes())
     dest.unlink()  # e.g. removed to save space; the record stays
     src.write_bytes(b"a,b\n1,3\n")  # and the source changed meanwhile
-    with pytest.raises(FmauditInputError, match=r"sha256 .* does not match the expected .*recorded in .* at an earlier"):
+    with pytest.raises(FmauditInputError,
+                       match=r"sha256 .* does not match the expected .*recorded in .* at an earlier"):
         fetch(src.as_uri(), dest)
     assert not dest.exists() and not dest.with_name("annotations.csv.part").exists()
 

@@ -1,4 +1,5 @@
-"""Slide sheets (validated against their schema, errors naming the row and key) and the slide_tiles preparer on the real slide."""
+"""Slide sheets (validated against their schema, errors naming the row and key) and the slide_tiles preparer on the
+real slide."""
 
 from __future__ import annotations
 

@@ -141,7 +141,8 @@ def test_remove_exact_duplicates_keeps_first_in_sorted_order(tmp_path):
     _png(tmp_path / "a_orig.png", a)
     _png(tmp_path / "c_other.png", b)
     _png(tmp_path / "d_same_pixels.png", a, compress_level=0)  # other bytes, same picture
-    df = pd.DataFrame({"source": [str(tmp_path / n) for n in ("d_same_pixels.png", "c_other.png", "b_copy.png", "a_orig.png")]})
+    df = pd.DataFrame({"source": [str(tmp_path / n)
+                                  for n in ("d_same_pixels.png", "c_other.png", "b_copy.png", "a_orig.png")]})
     kept, n = remove_exact_duplicates(df)
     assert n == 1
     assert [p.split("/")[-1] for p in kept["source"]] == ["a_orig.png", "c_other.png", "d_same_pixels.png"]
@@ -172,7 +173,8 @@ def test_paper_stratified_sample_reproduces_seed_003():
     # the audit paper: files listed class by class, sorted within a class, then train_test_split(train_size=n, stratify)
     listing = sorted(manifest["source"], key=lambda p: (classes.index(p.split("/")[3]), p))
     labels = [classes.index(p.split("/")[3]) for p in listing]
-    kept, _ = train_test_split(np.array(listing), np.array(labels), train_size=900, random_state=42, stratify=labels)[::2]
+    kept, _ = train_test_split(np.array(listing), np.array(labels), train_size=900, random_state=42,
+                               stratify=labels)[::2]
     assert set(sample["source"]) == set(kept) and len(sample) == 900
     assert sample.index.is_monotonic_increasing  # manifest order kept
     shares = sample["label"].value_counts(normalize=True).sort_index()

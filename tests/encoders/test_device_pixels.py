@@ -58,7 +58,8 @@ def test_device_preprocessing_matches_the_worker_path(crop):
 
 def test_mixed_sizes_are_collated_as_a_list_and_cast_to_the_model_dtype():
     cfg = config()
-    images = [DecodeOnly()(smooth_image(36, 36)), DecodeOnly()(smooth_image(48, 40, 1)), DecodeOnly()(smooth_image(36, 36, 2))]
+    images = [DecodeOnly()(smooth_image(36, 36)), DecodeOnly()(smooth_image(48, 40, 1)),
+              DecodeOnly()(smooth_image(36, 36, 2))]
     index, batch = collate_pixels(list(enumerate(images)))
     assert index.tolist() == [0, 1, 2] and isinstance(batch, list)
     out = DevicePreprocess(cfg, torch.bfloat16)(batch)

@@ -1,4 +1,5 @@
-"""Weights: local files with sha256, overrides, strict loading, torch and pickle checkpoints, a pre-populated hub cache."""
+"""Weights: local files with sha256, overrides, strict loading, torch and pickle checkpoints, a pre-populated hub
+cache."""
 
 from __future__ import annotations
 

@@ -54,7 +54,8 @@ def test_demo_plans_every_tier_and_its_copies():
         "demo-tiles__blur_s4": {"dataset": "demo-tiles", "tag": "blur_s4",
                                 "spec": '{"kind":"blur","sigma":4.0}'},
         "demo-tiles__pen_seed0": {"dataset": "demo-tiles", "tag": "pen_seed0",
-                                  "spec": '{"color":"green","kind":"pen","opacity":0.75,"seed":0,"strokes":2,"width":0.04}'},
+                                  "spec": '{"color":"green","kind":"pen","opacity":0.75,"seed":0,'
+                                          '"strokes":2,"width":0.04}'},
     }
     assert grid.ood_shards(config) == [(e, "demo-tissue") for e in config["encoders"]]
     summary = grid.summarize(config)

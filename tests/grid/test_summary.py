@@ -67,7 +67,8 @@ def test_counted_runs_and_jobs_are_the_enumerated_ones_on_the_demo_and_every_pre
             assert counted["runs"].sum() == len(table), (name, analysis)
             expected = grid.jobs(table, analysis)
             keys = list(grid.JOB_KEYS[analysis])
-            assert counted[keys].astype(str).values.tolist() == expected[keys].astype(str).values.tolist(), (name, analysis)
+            assert (counted[keys].astype(str).values.tolist()
+                    == expected[keys].astype(str).values.tolist()), (name, analysis)
             if len(table):
                 per_job = table.groupby(keys, sort=False, observed=True).size().to_numpy()
                 assert counted["runs"].tolist() == per_job.tolist(), (name, analysis)
@@ -79,4 +80,5 @@ def test_the_printed_table_says_why_its_jobs_are_fewer_than_snakemakes(capsys):
 
     assert cli.main(["grid", "--configfile", str(REPO_ROOT / "resources" / "presets" / "cellpath.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "304920" in out and "1110" in out and grid.JOBS_NOTE in out  # 750 feature jobs (encoder x section) + 360 shards
+    # 750 feature jobs (encoder x section) + 360 shards
+    assert "304920" in out and "1110" in out and grid.JOBS_NOTE in out

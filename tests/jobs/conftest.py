@@ -52,7 +52,8 @@ def job_chain(tmp_path_factory):
         probe_shard_job(encoder, "demo", TASK, [str(paths["manifest"])], [str(emb)], PROBE, CALIBRATION,
                         BOOTSTRAP, str(out_runs), str(out_preds), log=str(root / "logs" / f"{encoder}.log"))
         runs.append(out_runs)
-        paths[f"embeddings_{encoder}"], paths[f"runs_{encoder}"], paths[f"predictions_{encoder}"] = emb, out_runs, out_preds
+        paths[f"embeddings_{encoder}"], paths[f"runs_{encoder}"], paths[f"predictions_{encoder}"] = (
+            emb, out_runs, out_preds)
     paths["aggregate"] = root / "aggregate" / "probe_runs.parquet"
     aggregate_job([str(p) for p in runs], str(paths["aggregate"]), log=str(root / "logs" / "aggregate.log"))
     paths["report"] = root / "report"

@@ -26,7 +26,8 @@ from fmaudit.jobs.cells import (
 )
 from fmaudit.split_checks import SplitValidationError
 
-TAXONOMIES = {"fine": {"task": "cf", "allow_missing_classes": []}, "coarse": {"task": "cc", "allow_missing_classes": []}}
+TAXONOMIES = {"fine": {"task": "cf", "allow_missing_classes": []},
+              "coarse": {"task": "cc", "allow_missing_classes": []}}
 
 
 def filled_cells(protocols=None, sections=SECTIONS):

@@ -70,7 +70,8 @@ def ood_chain(job_chain, tmp_path_factory):
     task_spec = dict(config["tasks"]["demo"])
     out = {name: str(root / "shard" / f"{name}.parquet") for name in SHARD_TABLES}
     bootstrap = {"n_boot": 20, "seed": 0}
-    kwargs = dict(encoder="enc-a", task="demo", task_spec=task_spec, settings=settings, bootstrap=bootstrap, ece_bins=10,
+    kwargs = dict(encoder="enc-a", task="demo", task_spec=task_spec, settings=settings, bootstrap=bootstrap,
+                  ece_bins=10,
                   manifests=[str(job_chain["manifest"])], embeddings=[str(emb)], far_manifests=[str(donor_man)],
                   far_embeddings=[str(donor_emb)], derived_embeddings=derived)
     ood_shard_job(plan={"conditions": plan["conditions"], "gate": plan["gate"]}, out=out,

@@ -118,7 +118,8 @@ def test_report_shows_prior_shift_tables_with_exposure(prior_chain):
     tables = report / "tables"
     summary = pd.read_csv(tables / "prior_shift_summary.csv")
     assert set(summary["method"]) == set(PRIOR_SHIFT["methods"])
-    assert summary["unit"].str.contains("encoder > seed > draw").all() and (summary["n_boot"] == BOOTSTRAP["n_boot"]).all()
+    assert (summary["unit"].str.contains("encoder > seed > draw").all()
+            and (summary["n_boot"] == BOOTSTRAP["n_boot"]).all())
     assert summary["negative_cells"].str.fullmatch(r"\d+/4").all()  # 2 encoders x 1 target x 2 priors
     cells = pd.read_csv(tables / "prior_shift_negative_cells.csv")
     assert cells.set_index("encoder")["exposure"].to_dict() == {"enc-a": "yes: demo-tiles", "enc-b": "no: demo-tiles"}
@@ -127,7 +128,8 @@ def test_report_shows_prior_shift_tables_with_exposure(prior_chain):
     ref = pd.read_csv(tables / "transfer_reference.csv")
     assert set(ref["model"]) == {"enc-a", "enc-b", "resnet18-scratch"}
     scratch = ref[ref["model"] == "resnet18-scratch"]
-    assert scratch["rank_on_target"].isna().all() and (scratch["exposure"] == "no pretraining (trained on the source)").all()
+    assert (scratch["rank_on_target"].isna().all()
+            and (scratch["exposure"] == "no pretraining (trained on the source)").all())
     regret = pd.read_csv(tables / "prior_shift_regret.csv")
     assert set(regret["rule"]) == set(PRIOR_SHIFT["model_selection"]) and (regret["n_encoders"] == 2).all()
     audit = pd.read_csv(tables / "exposure_audit.csv")

@@ -47,7 +47,8 @@ def test_aggregate_stacks_every_shard(job_chain):
     agg = read_table(job_chain["aggregate"])
     parts = [read_table(job_chain[f"runs_{e}"]) for e in ("enc-a", "enc-b")]
     assert len(agg) == sum(len(p) for p in parts)
-    assert read_provenance(job_chain["aggregate"])["shards"] == [str(job_chain[f"runs_{e}"]) for e in ("enc-a", "enc-b")]
+    assert read_provenance(job_chain["aggregate"])["shards"] == [str(job_chain[f"runs_{e}"])
+                                                                 for e in ("enc-a", "enc-b")]
 
 
 def test_shard_with_embeddings_of_another_manifest_names_the_file(job_chain, tmp_path):

@@ -144,7 +144,8 @@ def test_loaded_gate_refuses_other_dimensions_and_readouts(fitted, task, tmp_pat
     save_gate(gate, tmp_path / "g")
     loaded = load_gate(tmp_path / "g")
     Xt = task["test"][0]
-    with pytest.raises(FmauditInputError, match=r"9 features, but the gate \(encoder 'enc', readout 'cls'\) was fitted on 10"):
+    with pytest.raises(FmauditInputError,
+                       match=r"9 features, but the gate \(encoder 'enc', readout 'cls'\) was fitted on 10"):
         loaded.decide(Xt[:, :9])
     with pytest.raises(FmauditInputError, match="fitted on readout 'cls'.*readout 'mean'"):
         loaded.decide(Xt, readout="mean")

@@ -47,7 +47,8 @@ def test_scorer_sensitivity_table(task):
     assert len(table) == 2 * (2 + 2 + 2 + 2) and set(table["readout"]) == {"cls"}
     by = table.set_index(["condition", "scorer", "setting"])
     # identical settings, fitted once, agree
-    assert by.loc[("far", "maha", "normalize=False"), "auroc"] == by.loc[("far", "maha", "covariance=ledoit_wolf"), "auroc"]
+    assert (by.loc[("far", "maha", "normalize=False"), "auroc"]
+            == by.loc[("far", "maha", "covariance=ledoit_wolf"), "auroc"])
     direct = KNNDistance(k=10).fit(X[keep])
     ref = detection_auroc(direct.score(Xt[yt < 3]), direct.score(Xt[yt == 3]))
     assert by.loc[("holdout_3", "knn", "k=10"), "auroc"] == pytest.approx(ref)

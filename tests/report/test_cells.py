@@ -29,7 +29,8 @@ def synthetic_runs(seed: int = 0) -> pd.DataFrame:
                         for s in (0, 1):
                             base = 0.5 - loss + rng.normal(scale=0.01)
                             for readout, f1 in (("nuc", base + adv), ("mean", base), ("cls", base - 0.02)):
-                                rows.append({"protocol": protocol, "encoder": enc, "magnification": mag, "taxonomy": tax,
+                                rows.append({"protocol": protocol, "encoder": enc, "magnification": mag,
+                                             "taxonomy": tax,
                                              "readout": readout, "seed": s, "unit": unit, "organ": organ,
                                              "status": "ok", "macro_f1": f1, "macro_auroc": 0.5 + f1 / 2})
     rows.append({**rows[0], "status": "skipped: fewer than 2 classes among the training cells", "macro_f1": np.nan})

@@ -127,7 +127,8 @@ class SourceProbe:
         self._check_fitted()
         X = check_features(X)
         if X.shape[1] != self.W_.shape[0]:
-            raise FmauditInputError(f"X has {X.shape[1]} features but the source probe was fitted on {self.W_.shape[0]}")
+            raise FmauditInputError(f"X has {X.shape[1]} features but the source probe was fitted on "
+                                    f"{self.W_.shape[0]}")
         return (X - self.mean_) / self.scale_
 
     def logits_standardized(self, Z: np.ndarray) -> np.ndarray:

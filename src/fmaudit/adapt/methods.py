@@ -69,7 +69,8 @@ def _class_indices(labels: Any, shape: tuple[int, ...], n_classes: int, name: st
 def _probabilities(P: Any, name: str = "P") -> np.ndarray:
     P = np.asarray(P, dtype=np.float64)
     if P.ndim < 2 or P.shape[-1] < 2 or P.shape[-2] == 0:
-        raise FmauditInputError(f"{name}: expected probabilities of shape (..., n_items, n_classes >= 2), got {P.shape}")
+        raise FmauditInputError(f"{name}: expected probabilities of shape (..., n_items, n_classes >= 2), "
+                                f"got {P.shape}")
     if not np.isfinite(P).all() or (P < 0).any():
         raise FmauditInputError(f"{name}: probabilities must be finite and >= 0")
     if not np.allclose(P.sum(axis=-1), 1.0, atol=1e-6):
@@ -93,7 +94,8 @@ def global_standardize(Z: Any, eps: float | np.ndarray = STD_EPS) -> np.ndarray:
     return (np.asarray(Z, dtype=np.float64) - mean[..., None, :]) / (std[..., None, :] + eps)
 
 
-def class_balanced_statistics(Z: Any, labels: Any, n_classes: int, fallback_std: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def class_balanced_statistics(Z: Any, labels: Any, n_classes: int,
+                              fallback_std: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, std, n_per_class) of the class-balanced statistics of ``labels`` (see :func:`cbr_standardize`).
 
     Shapes: mean and std (..., D), n_per_class (..., K). ``fallback_std`` (D,) or (..., D) is the std of a batch
@@ -236,7 +238,8 @@ def _saerens_em(P: np.ndarray, source_prior: np.ndarray, tol: float, max_iter: i
     unnorm = P2 * (q * inv_ps)[:, None, :]
     total = unnorm.sum(axis=-1, keepdims=True)
     post = np.where(total > 0, unnorm / np.where(total > 0, total, 1.0), P2)
-    return q.reshape(*batch_shape, K), post.reshape(P.shape), n_iter.reshape(batch_shape), converged.reshape(batch_shape)
+    return (q.reshape(*batch_shape, K), post.reshape(P.shape), n_iter.reshape(batch_shape),
+            converged.reshape(batch_shape))
 
 
 def saerens_em(P_target: Any, source_prior: Any, tol: float = EM_TOL,

@@ -178,8 +178,9 @@ def _scores(logits: np.ndarray, y: np.ndarray, temperature: float, class_names: 
     P = metrics.softmax(logits)
     cm = metrics.confusion_counts(y, P.argmax(axis=1), P.shape[1])
     true = cm.sum(axis=1)
-    row = {"n_items": int(y.size), "macro_f1": metrics.macro_f1(P, y), "balanced_accuracy": metrics.balanced_accuracy(P, y),
-           "ece_raw": metrics.ece(P, y, n_bins), "ece_source_t": metrics.ece(metrics.softmax(logits, temperature), y, n_bins)}
+    row = {"n_items": int(y.size), "macro_f1": metrics.macro_f1(P, y),
+           "balanced_accuracy": metrics.balanced_accuracy(P, y), "ece_raw": metrics.ece(P, y, n_bins),
+           "ece_source_t": metrics.ece(metrics.softmax(logits, temperature), y, n_bins)}
     for k, name in enumerate(class_names):
         row[f"recall_{name}"] = cm[k, k] / true[k] if true[k] else np.nan
     return row
@@ -200,7 +201,8 @@ def evaluate_scratch(source_images: Any, source_labels: Any, targets: Mapping[st
     k = len(class_names)
     train, val = split_train_val(y, groups=source_groups, val_fraction=val_fraction, random_state=random_state)
     if val.size == 0:
-        raise FmauditInputError("source: the hold-out split is empty; the in-domain row and source temperature need one")
+        raise FmauditInputError("source: the hold-out split is empty; the in-domain row and source temperature "
+                                "need one")
     model = ScratchResNet18(random_state=random_state, **model_params).fit(images[train], y[train], n_classes=k)
     val_logits = model.decision_logits(images[val])
     temperature = TemperatureScaler().fit(val_logits, y[val]).temperature_
@@ -210,8 +212,10 @@ def evaluate_scratch(source_images: Any, source_labels: Any, targets: Mapping[st
         tlab = np.asarray(tlab)
         logits = model.decision_logits(_images(timg, f"target {name} images"))
         if tlab.shape != (logits.shape[0],):
-            raise FmauditInputError(f"target {name}: {tlab.shape[0] if tlab.ndim else 0} labels for {logits.shape[0]} images")
-        rows.append({"target_domain": name, "in_domain": False, **_scores(logits, tlab, temperature, class_names, n_bins)})
+            raise FmauditInputError(f"target {name}: {tlab.shape[0] if tlab.ndim else 0} labels for "
+                                    f"{logits.shape[0]} images")
+        rows.append({"target_domain": name, "in_domain": False,
+                     **_scores(logits, tlab, temperature, class_names, n_bins)})
     out = pd.DataFrame(rows)
     out.insert(0, "source_domain", source_domain)
     out.insert(0, "frozen", False)

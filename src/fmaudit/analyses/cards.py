@@ -755,7 +755,8 @@ def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 
         }
         if not possible:
             limits.append(
-                f"{n_test} (section, seed) runs: a two-sided Wilcoxon test cannot reach p < {alpha:g} (smallest possible "
+                f"{n_test} (section, seed) runs: a two-sided Wilcoxon test cannot reach p < {alpha:g} "
+                "(smallest possible "
                 f"p = {wilcoxon_smallest_p(n_test):.3g}), so whether Nuc beats Mean is undecided, not false."
             )
         facts.append(

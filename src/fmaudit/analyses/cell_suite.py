@@ -299,7 +299,8 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
             y_all = panel.labels[tax][fit_rows].astype(np.int64)
             k = panel.n_classes[tax]
             todo: list[tuple[int, np.ndarray, np.ndarray]] = []
-            for i, run in runs[(runs["readout"].astype(str) == readout) & (runs["taxonomy"].astype(str) == tax)].iterrows():
+            for i, run in runs[(runs["readout"].astype(str) == readout)
+                               & (runs["taxonomy"].astype(str) == tax)].iterrows():
                 part = partitions[(str(run.unit), int(run.seed))]
                 tr, va = position[(str(run.unit), int(run.seed))]
                 tr, va = tr[y_all[tr] >= 0], va[y_all[va] >= 0]
@@ -308,7 +309,8 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
                     test_rows[key] = part.test[panel.labels[tax][part.test] >= 0]
                 test = test_rows[key]
                 results[i].update(n_train=tr.size, n_val=va.size, n_test=test.size,
-                                  n_test_sections=len(part.test_sections), n_classes_train=int(np.unique(y_all[tr]).size))
+                                  n_test_sections=len(part.test_sections),
+                                  n_classes_train=int(np.unique(y_all[tr]).size))
                 if np.unique(y_all[tr]).size < 2:
                     results[i]["status"] = "skipped: fewer than 2 classes among the training cells"
                 elif va.size == 0:

@@ -151,7 +151,8 @@ def bound_temperature_rule(include_bound_temperatures: bool) -> str:
             else "temperatures at a bound left out of the means (counted in n_at_bound)")
 
 
-def exclude_bound_temperatures(runs: pd.DataFrame, metrics: list[str], include_bound_temperatures: bool) -> pd.DataFrame:
+def exclude_bound_temperatures(runs: pd.DataFrame, metrics: list[str],
+                               include_bound_temperatures: bool) -> pd.DataFrame:
     """``runs`` with ``metrics`` set to NaN on single-temperature rows (source_ts, oracle_ts) whose temperature
     sits at a bound, unless ``include_bound_temperatures``; K-shot rows already average only the draws the
     setting keeps (:func:`fmaudit.calibration.calibration_ladder`)."""

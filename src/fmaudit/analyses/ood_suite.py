@@ -132,7 +132,8 @@ def _detection_row(s_id: np.ndarray, s_ood: np.ndarray, g_id: np.ndarray, g_ood:
                            "n_id": int(s_id.size), "n_ood": int(s_ood.size)}
     if n_boot > 0:
         units = np.r_[g_id, g_ood]
-        draws = bootstrap_detection_auroc(s_id, s_ood, bootstrap_counts(units.size, units, n_boot=n_boot, random_state=seed))
+        draws = bootstrap_detection_auroc(s_id, s_ood,
+                                          bootstrap_counts(units.size, units, n_boot=n_boot, random_state=seed))
         row["auroc_ci_lo"], row["auroc_ci_hi"], row["n_valid"] = percentile_interval(draws, alpha)
         row["ci_unit"], row["ci_n_units"], row["n_boot"] = unit, int(np.unique(units).size), int(n_boot)
     return row
@@ -221,7 +222,8 @@ def _check_scorers(scorers: Sequence[str]) -> list[str]:
     unknown = [s for s in scorers if s not in FEATURE_SCORERS + LOGIT_SCORERS]
     if unknown:
         hint = " (ViM is not implemented)" if "vim" in unknown else ""
-        raise FmauditInputError(f"unknown OOD scorer(s) {unknown}{hint}; known: {list(FEATURE_SCORERS + LOGIT_SCORERS)}")
+        raise FmauditInputError(f"unknown OOD scorer(s) {unknown}{hint}; "
+                                f"known: {list(FEATURE_SCORERS + LOGIT_SCORERS)}")
     if not scorers:
         raise FmauditInputError("no OOD scorers")
     return scorers
@@ -275,11 +277,13 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
         raise FmauditInputError(f"covariance={covariance!r}: expected 'ledoit_wolf' or 'empirical'")
     X = np.asarray(data.features, dtype=np.float64)
     if not np.isfinite(X).all():
-        raise FmauditInputError(f"task {task}: NaN/inf features in row {int(np.flatnonzero(~np.isfinite(X).all(1))[0])}")
+        raise FmauditInputError(f"task {task}: NaN/inf features in row "
+                                f"{int(np.flatnonzero(~np.isfinite(X).all(1))[0])}")
     train = np.flatnonzero(np.isin(data.splits, ["train", "val"]))
     test = np.flatnonzero(data.splits == "test")
     if train.size == 0 or test.size == 0:
-        raise FmauditInputError(f"task {task}: need training (train/val) and test items, got {train.size} and {test.size}")
+        raise FmauditInputError(f"task {task}: need training (train/val) and test items, "
+                                f"got {train.size} and {test.size}")
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise FmauditInputError(f"task {task}: condition names repeat: {names}")

@@ -39,7 +39,8 @@ RUN_COLUMNS = ("task", "encoder", "source_domain", "target_domain", "seed", "pri
 def _check_runs(runs: pd.DataFrame) -> dict[str, Any]:
     missing = [c for c in RUN_COLUMNS if c not in runs.columns]
     if missing:
-        raise FmauditInputError(f"prior-shift runs: column(s) {missing} missing (rows of fmaudit.grid.prior_shift_runs)")
+        raise FmauditInputError(f"prior-shift runs: column(s) {missing} missing "
+                                "(rows of fmaudit.grid.prior_shift_runs)")
     if runs.empty:
         raise FmauditInputError("prior-shift runs: no runs for this shard")
     keys = ["task", *grid.JOB_KEYS["prior_shift"]]
@@ -97,7 +98,8 @@ def run_prior_shift_job(runs: pd.DataFrame, source_features: Any, source_labels:
     methods = check_methods(methods)
     unknown = sorted(set(runs["prior"].astype(str)) - set(priors))
     if unknown:
-        raise FmauditInputError(f"prior-shift runs: prior(s) {unknown} are not in prior_shift.priors ({sorted(priors)})")
+        raise FmauditInputError(f"prior-shift runs: prior(s) {unknown} are not in prior_shift.priors "
+                                f"({sorted(priors)})")
     shares = {p: prior_vector(priors[p], names, name=f"prior_shift.priors.{p}") for p in priors}
 
     seeds = list(dict.fromkeys(int(s) for s in runs["seed"]))

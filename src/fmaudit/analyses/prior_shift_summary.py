@@ -146,10 +146,13 @@ def summarize_prior_shift(rows: pd.DataFrame, pool: pd.DataFrame | None, scratch
         "prior_shift_summary": _by_group(rows, per_task(lambda p, b: _summary(p, int(b["n_boot"]), int(b["seed"])))),
         "prior_shift_gains": _by_group(rows, per_task(lambda p, b: _gains(p, int(b["n_boot"]), int(b["seed"])))),
         "prior_shift_scenarios": _by_group(rows, lambda p: ps.scenario_gains(p)[1]),
-        "prior_shift_negative_cells": _by_group(rows, lambda p: ps.negative_cell_counts(_cells(p), by=["method", "encoder"])),
-        "prior_shift_negative_cells_by_prior": _by_group(rows, lambda p: ps.negative_cell_counts(_cells(p), by=["method", "prior"])),
+        "prior_shift_negative_cells": _by_group(
+            rows, lambda p: ps.negative_cell_counts(_cells(p), by=["method", "encoder"])),
+        "prior_shift_negative_cells_by_prior": _by_group(
+            rows, lambda p: ps.negative_cell_counts(_cells(p), by=["method", "prior"])),
         "prior_shift_regret": _by_group(rows, lambda p: _regret(p, selection[str(p["task"].iloc[0])])),
-        "prior_shift_calibration": _by_group(rows, lambda p: ps.calibration_under_adaptation(p, by=["method", "prior"])),
+        "prior_shift_calibration": _by_group(
+            rows, lambda p: ps.calibration_under_adaptation(p, by=["method", "prior"])),
         "prior_shift_recall": _by_group(rows, lambda p: ps.per_class_recall(p, by=["method", "prior"])),
         "transfer_reference": transfer_reference(pool, scratch),
     }

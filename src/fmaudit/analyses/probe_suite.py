@@ -67,7 +67,8 @@ def draw_label_fraction(labels: np.ndarray, fraction: float, seed: int, method: 
     raise FmauditInputError(f"probe.subsample: {method!r} is not one of ['label_fraction', 'prism']")
 
 
-def _source_splits(data: TaskData, source: str, seed: int, val_fraction: float, task: str) -> tuple[np.ndarray, np.ndarray]:
+def _source_splits(data: TaskData, source: str, seed: int, val_fraction: float,
+                   task: str) -> tuple[np.ndarray, np.ndarray]:
     train = data.domain_split(source, "train")
     val = data.domain_split(source, "val")
     if len(train) == 0:
@@ -175,7 +176,8 @@ def confidence_flags(ladder: pd.DataFrame, tolerance: float = 1e-3) -> np.ndarra
 
 
 def _validation_items(data: TaskData, sub: np.ndarray, val: np.ndarray, fraction: float, seed: int,
-                      probe_cfg: Mapping[str, Any], calibration_cfg: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+                      probe_cfg: Mapping[str, Any],
+                      calibration_cfg: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(items the probe fits on, items its source temperature is fitted on) under ``validation_labels``.
 
     full: the label-fraction subset and the whole validation split. proportional: the validation split

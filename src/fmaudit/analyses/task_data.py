@@ -76,7 +76,8 @@ def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tup
         if arr.ndim != 2 or len(arr) != len(ids):
             raise FmauditInputError(f"{src}: features of shape {arr.shape} do not match {len(ids)} item ids")
         if dim is not None and arr.shape[1] != dim:
-            raise FmauditInputError(f"{src}: feature dimension {arr.shape[1]} differs from {dim} of the other data sets")
+            raise FmauditInputError(f"{src}: feature dimension {arr.shape[1]} differs from {dim} "
+                                    "of the other data sets")
         dim = arr.shape[1]
         pos = pd.Series(np.arange(len(ids)), index=pd.Index(np.asarray(ids).astype(str)))
         if pos.index.has_duplicates:
@@ -97,7 +98,8 @@ def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tup
         x = arr[rows]
         bad = ~np.isfinite(x).all(axis=1)
         if bad.any():
-            raise FmauditInputError(f"{src}: non-finite features for item {lab['item_id'].iloc[int(np.flatnonzero(bad)[0])]!r}")
+            raise FmauditInputError(f"{src}: non-finite features for item "
+                                    f"{lab['item_id'].iloc[int(np.flatnonzero(bad)[0])]!r}")
         parts.append(lab)
         feats.append(x)
     if not parts:
@@ -150,7 +152,8 @@ def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, te
         if len(x) != len(y):
             raise FmauditInputError(f"{name}: {len(x)} feature rows but {len(y)} labels")
         if not np.isfinite(x).all():
-            raise FmauditInputError(f"{name} features: non-finite value in row {int(np.flatnonzero(~np.isfinite(x).all(1))[0])}")
+            raise FmauditInputError(f"{name} features: non-finite value in row "
+                                    f"{int(np.flatnonzero(~np.isfinite(x).all(1))[0])}")
     y = np.concatenate(ys)
     if not np.issubdtype(y.dtype, np.integer):
         if np.any(np.asarray(y, float) != np.round(np.asarray(y, float))):

@@ -282,9 +282,11 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
         auroc_rank = cell["auroc_ovr_macro"].rank(ascending=False)
         ece_rank = cell["ece_after_source_ts"].rank(ascending=True)
         constant = cell["auroc_ovr_macro"].nunique() < 2 or cell["ece_after_source_ts"].nunique() < 2
-        rho = np.nan if n <= 2 or constant else spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic
+        rho = (np.nan if n <= 2 or constant
+               else spearmanr(cell["auroc_ovr_macro"], -cell["ece_after_source_ts"]).statistic)
         units.append({"task": task, "head": head, "fraction": frac, "source_domain": src, "n_encoders": n,
-                      "spearman_auroc_vs_neg_ece": rho, "mean_abs_rank_gap": float(np.mean(np.abs(auroc_rank - ece_rank)))})
+                      "spearman_auroc_vs_neg_ece": rho,
+                      "mean_abs_rank_gap": float(np.mean(np.abs(auroc_rank - ece_rank)))})
     per_unit = pd.DataFrame(units, columns=["task", "head", "fraction", "source_domain", "n_encoders",
                                             "spearman_auroc_vs_neg_ece", "mean_abs_rank_gap"])
     per_unit["ece_convention"] = ece_convention(ece_bins)

@@ -263,14 +263,16 @@ def validate_cell_manifest(manifest: pd.DataFrame, name: str = "cell manifest") 
     """Check a one-section cell manifest (columns, one section/slide/µm/px, finite unique cells)."""
     missing = [c for c in CELL_MANIFEST_COLUMNS if c not in manifest.columns]
     if missing:
-        raise FmauditInputError(f"{name}: missing column(s) {missing}; a cell manifest has {list(CELL_MANIFEST_COLUMNS)}")
+        raise FmauditInputError(f"{name}: missing column(s) {missing}; "
+                                f"a cell manifest has {list(CELL_MANIFEST_COLUMNS)}")
     if len(manifest) == 0:
         raise FmauditInputError(f"{name}: no cells")
     for col in ("section", "slide", "mpp"):
         values = manifest[col].dropna().unique()
         if len(values) != 1 or manifest[col].isna().any():
             raise FmauditInputError(f"{name}: column {col!r} must hold one value for the whole section, "
-                                    f"found {list(values[:5])}{' and missing values' if manifest[col].isna().any() else ''}")
+                                    f"found {list(values[:5])}"
+                                    f"{' and missing values' if manifest[col].isna().any() else ''}")
     mpp = float(manifest["mpp"].iloc[0])
     if not np.isfinite(mpp) or mpp <= 0:
         raise FmauditInputError(f"{name}: mpp must be a positive number, got {manifest['mpp'].iloc[0]!r}")
@@ -376,7 +378,8 @@ def write_cell_features(out_dir: PathLike, item_ids: Sequence[str], cell_patch: 
     if n_cells and (cell_patch.min() < 0 or cell_patch.max() >= n_patches):
         raise FmauditInputError(f"{out_dir}: cell_patch indexes outside the {n_patches} patches")
     if patch_cls is not None and np.asarray(patch_cls).shape != np.asarray(patch_mean).shape:
-        raise FmauditInputError(f"{out_dir}: patch_cls {np.shape(patch_cls)} and patch_mean {np.shape(patch_mean)} differ")
+        raise FmauditInputError(f"{out_dir}: patch_cls {np.shape(patch_cls)} and "
+                                f"patch_mean {np.shape(patch_mean)} differ")
     arrays = {"nuc": nuc, "patch_mean": patch_mean}
     if patch_cls is not None:
         arrays["patch_cls"] = patch_cls
@@ -435,7 +438,8 @@ class CellFeatures:
         try:
             self.nuc = np.load(path / "nuc.npy", mmap_mode="r")
             self.patch_mean = np.load(path / "patch_mean.npy", mmap_mode="r")
-            self.patch_cls = np.load(path / "patch_cls.npy", mmap_mode="r") if (path / "patch_cls.npy").exists() else None
+            self.patch_cls = (np.load(path / "patch_cls.npy", mmap_mode="r")
+                              if (path / "patch_cls.npy").exists() else None)
             self.cell_patch = pd.read_parquet(path / "cells.parquet", columns=["patch"])["patch"].to_numpy(np.int32)
         except (OSError, ValueError, KeyError) as e:
             raise FmauditInputError(f"{path}: unreadable cell-feature folder ({e})") from e

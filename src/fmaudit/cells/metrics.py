@@ -378,7 +378,8 @@ def taxonomy_rank_consistency(runs: pd.DataFrame, magnification: float | None = 
             row["note"] = f"undefined: {len(common)} encoder(s) scored under both taxonomies (need 3)"
         else:
             res = rank_transfer({e: scores[fine][e] for e in common}, {e: scores[coarse][e] for e in common})
-            row.update(spearman_rho=res["spearman_rho"], spearman_p=res["spearman_p"], kendall_tau_b=res["kendall_tau_b"])
+            row.update(spearman_rho=res["spearman_rho"], spearman_p=res["spearman_p"],
+                       kendall_tau_b=res["kendall_tau_b"])
             row["note"] = (f"over {len(common)} encoders: uninformative (rho takes few values; at least "
                            f"{RHO_MIN_ENCODERS} are needed)" if len(common) < RHO_MIN_ENCODERS
                            else f"over {len(common)} encoders")

@@ -125,9 +125,11 @@ def _discover(folder_candidates: list[Path], suffixes: tuple[str, ...], what: st
     if len(found) == 1:
         return found[0]
     if not found:
-        raise FmauditInputError(f"{where}: no {what} (*{suffixes[0]}) found in {', '.join(str(f) for f in folder_candidates)}; "
+        raise FmauditInputError(f"{where}: no {what} (*{suffixes[0]}) found in "
+                                f"{', '.join(str(f) for f in folder_candidates)}; "
                                 "give its path explicitly")
-    raise FmauditInputError(f"{where}: several {what} candidates ({', '.join(p.name for p in found)}); give one explicitly")
+    raise FmauditInputError(f"{where}: several {what} candidates ({', '.join(p.name for p in found)}); "
+                            "give one explicitly")
 
 
 def resolve_section(section: str, spec: Mapping[str, Any], data_root: str | Path) -> SectionSource:
@@ -149,7 +151,8 @@ def resolve_section(section: str, spec: Mapping[str, Any], data_root: str | Path
 
     def path(key: str) -> Path | None:
         value = spec.get(key)
-        return None if value in (None, "") else (root / str(value) if not Path(str(value)).is_absolute() else Path(str(value)))
+        return None if value in (None, "") else (root / str(value) if not Path(str(value)).is_absolute()
+                                                 else Path(str(value)))
 
     bundle = path("bundle")
     assert bundle is not None
@@ -257,7 +260,8 @@ def prepare_section(source: SectionSource, taxonomy: Taxonomy | None = None, min
         alignment_convention="H&E level-0 px -> Xenium morphology px; cells: he = inv(A) @ [um / pixel_size, 1]",
         he_image={"width": image.width, "height": image.height, "mpp": image.mpp, "mpp_source": image.mpp_source,
                   "metadata_mpp": image.metadata_mpp, "alignment_mpp": image.alignment_mpp, "reader": image.reader},
-        he_coordinates="level-0 px, x right, y down, origin at the image's top-left corner; pixel (c, r) spans [c, c+1)",
+        he_coordinates="level-0 px, x right, y down, origin at the image's top-left corner; "
+                       "pixel (c, r) spans [c, c+1)",
         counts=counts, outside_cell_ids=reg.outside_ids[:100],
         taxonomy={**taxonomy.sources, "fine_classes": taxonomy.fine_classes, "coarse_classes": taxonomy.coarse_classes},
         class_counts=class_counts, min_cells_per_class=int(min_cells_per_class),
@@ -331,7 +335,8 @@ def prepare_xenium_cells(dataset: str, data_root: Path, params: dict[str, Any]) 
     sources = []
     for section, spec in sections.items():
         if not isinstance(spec, Mapping):
-            raise FmauditInputError(f"{dataset}: params.sections.{section} must be a mapping of {', '.join(SECTION_KEYS)}")
+            raise FmauditInputError(f"{dataset}: params.sections.{section} must be a mapping of "
+                                    f"{', '.join(SECTION_KEYS)}")
         bundle = Path(str(spec.get("bundle") or ""))
         bundle = bundle if bundle.is_absolute() else data_root / bundle
         if not (bundle / EXPERIMENT_FILE).exists():

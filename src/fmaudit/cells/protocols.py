@@ -127,7 +127,8 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
         if len(frame) == 0:
             raise FmauditInputError(f"{where}: no cells")
         if set(frame["section"].astype(str)) != {section}:
-            raise FmauditInputError(f"{where}: its section column holds {sorted(set(frame['section'].astype(str)))[:3]}, "
+            raise FmauditInputError(f"{where}: its section column holds "
+                                    f"{sorted(set(frame['section'].astype(str)))[:3]}, "
                                     f"not {section!r}")
         organs = set(frame["organ"].astype(str))
         if len(organs) != 1:

@@ -28,7 +28,8 @@ _UNLABELLED = (128, 128, 128)
 
 
 @contextlib.contextmanager
-def he_region_reader(path: str | Path, reader: str = "openslide") -> Iterator[Callable[[int, int, int, int], np.ndarray]]:
+def he_region_reader(path: str | Path,
+                     reader: str = "openslide") -> Iterator[Callable[[int, int, int, int], np.ndarray]]:
     """Open the H&E image once; yield ``read(x0, y0, width, height)`` returning RGB uint8 level-0 regions
     (white outside the image), through openslide or tifffile (the reader :func:`he_image` chose)."""
     path = Path(path)
@@ -62,7 +63,8 @@ def he_region_reader(path: str | Path, reader: str = "openslide") -> Iterator[Ca
             xa, ya = max(0, int(x0)), max(0, int(y0))
             xb, yb = min(img_w, int(x0) + int(width)), min(img_h, int(y0) + int(height))
             if xb > xa and yb > ya:
-                index = tuple(slice(ya, yb) if ax == "Y" else slice(xa, xb) if ax == "X" else slice(None) for ax in axes)
+                index = tuple(slice(ya, yb) if ax == "Y" else slice(xa, xb) if ax == "X" else slice(None)
+                              for ax in axes)
                 block = np.transpose(np.asarray(arr[index]), order).reshape(yb - ya, xb - xa, -1)[..., :3]
                 out[ya - int(y0):yb - int(y0), xa - int(x0):xb - int(x0)] = block
             return out
@@ -70,7 +72,8 @@ def he_region_reader(path: str | Path, reader: str = "openslide") -> Iterator[Ca
         yield read
 
 
-def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int, reader: str = "openslide") -> np.ndarray:
+def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int,
+                   reader: str = "openslide") -> np.ndarray:
     """RGB uint8 array of one level-0 region (outside the image: white), read with openslide or tifffile."""
     with he_region_reader(path, reader) as read:
         return read(x0, y0, width, height)
@@ -95,7 +98,8 @@ def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: fl
     if title:
         draw_sheet.text((4, 3), title, fill=(0, 0, 0))
     hx, hy = cells["he_x"].to_numpy(), cells["he_y"].to_numpy()
-    coarse = cells["label_coarse"].to_numpy(dtype=object, na_value=None) if "label_coarse" in cells else [None] * len(cells)
+    coarse = (cells["label_coarse"].to_numpy(dtype=object, na_value=None) if "label_coarse" in cells
+              else [None] * len(cells))
     ring = max(2.0, 3.0 / mpp * scale)
     with he_region_reader(slide, reader) as read:
         crops = []
@@ -127,7 +131,8 @@ def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: fl
     return out
 
 
-def section_eligibility(manifest: pd.DataFrame, min_cells_per_class: int = 10) -> tuple[bool, str | None, dict[str, dict[str, int]]]:
+def section_eligibility(manifest: pd.DataFrame,
+                        min_cells_per_class: int = 10) -> tuple[bool, str | None, dict[str, dict[str, int]]]:
     """(eligible, reason, counts): a section is eligible with >= 2 valid classes in each taxonomy.
 
     ``counts`` holds the labelled cells per class name of each taxonomy (``fine``, ``coarse``).

@@ -226,7 +226,8 @@ def he_image(path: str | Path, mpp_override: float | None = None, matrix: np.nda
                         metadata_mpp, meta_source = value, "tiff_resolution"
         except Exception as e:  # tifffile raises many kinds on corrupt files
             if width is None:
-                raise FmauditInputError(f"{path}: unreadable H&E image, neither openslide nor tifffile can open it ({e})") from e
+                raise FmauditInputError(f"{path}: unreadable H&E image, neither openslide nor tifffile "
+                                        f"can open it ({e})") from e
     alignment_mpp = None
     if matrix is not None and pixel_size is not None:
         alignment_mpp = float(pixel_size) * alignment_scale(matrix)
@@ -280,7 +281,8 @@ def register_cells(cells: pd.DataFrame, matrix: np.ndarray, pixel_size: float, w
         xe = np.stack([cells["x_um"].to_numpy(), cells["y_um"].to_numpy()]) / float(pixel_size)
         fx, fy = np.asarray(matrix)[:2, :2] @ xe + np.asarray(matrix)[:2, 2:3]
         if np.mean((fx >= 0) & (fx < width) & (fy >= 0) & (fy < height)) > 0.5:
-            hint = "; the matrix applied the other way round would fit: 10x's file maps H&E -> Xenium, is this one inverted?"
+            hint = ("; the matrix applied the other way round would fit: 10x's file maps H&E -> Xenium, "
+                    "is this one inverted?")
         raise FmauditInputError(
             f"{where}: all {n_total} cells fall outside the {width}x{height}-px H&E image after alignment "
             f"(H&E x in [{np.nanmin(he_x):.0f}, {np.nanmax(he_x):.0f}], y in [{np.nanmin(he_y):.0f}, "

@@ -71,7 +71,8 @@ class Taxonomy:
         coarse_code = {c: i for i, c in enumerate(self.coarse_classes)}
         return pd.DataFrame({
             "label_fine": pd.array([fine_code.get(v) if v is not None else None for v in fine_name], dtype="Int64"),
-            "label_coarse": pd.array([coarse_code.get(v) if v is not None else None for v in coarse_name], dtype="Int64"),
+            "label_coarse": pd.array([coarse_code.get(v) if v is not None else None for v in coarse_name],
+                                     dtype="Int64"),
             "label_fine_name": pd.array([v for v in fine_name], dtype="string"),
             "label_coarse_name": pd.array([v for v in coarse_name], dtype="string"),
         }, index=labels.index)
@@ -93,7 +94,8 @@ def load_taxonomy(fine_table: str | Path | None = None, coarse_table: str | Path
     for col in ("fine", "coarse"):
         empty = coarse[col] == ""
         if empty.any():
-            raise FmauditInputError(f"{coarse_path}: row {int(np.flatnonzero(empty.to_numpy())[0])} has an empty {col!r}")
+            raise FmauditInputError(f"{coarse_path}: row {int(np.flatnonzero(empty.to_numpy())[0])} "
+                                    f"has an empty {col!r}")
     dup = coarse["fine"].duplicated()
     if dup.any():
         raise FmauditInputError(f"{coarse_path}: fine class {coarse['fine'][dup].iloc[0]!r} is listed twice")
@@ -110,7 +112,8 @@ def load_taxonomy(fine_table: str | Path | None = None, coarse_table: str | Path
             raise FmauditInputError(f"{fine_path}: row {i} has an empty label")
         target = None if cls in _EXCLUDED else cls
         if target is not None and target not in fine_to_coarse:
-            raise FmauditInputError(f"{fine_path}: row {i} (label {label!r}) maps to {cls!r}, which is not a fine class "
+            raise FmauditInputError(f"{fine_path}: row {i} (label {label!r}) maps to {cls!r}, "
+                                    "which is not a fine class "
                                     f"of {coarse_path.name} ({', '.join(fine_classes)})")
         if key in label_to_fine and label_to_fine[key] != target:
             raise FmauditInputError(f"{fine_path}: label {label!r} (row {i}) maps to {cls!r} but row {first_row[key]} "
@@ -118,7 +121,8 @@ def load_taxonomy(fine_table: str | Path | None = None, coarse_table: str | Path
         label_to_fine[key] = target
         first_row.setdefault(key, i)
     return Taxonomy(fine_classes=fine_classes, coarse_classes=coarse_classes, label_to_fine=label_to_fine,
-                    fine_to_coarse=fine_to_coarse, sources={"fine_table": str(fine_path), "coarse_table": str(coarse_path)})
+                    fine_to_coarse=fine_to_coarse,
+                    sources={"fine_table": str(fine_path), "coarse_table": str(coarse_path)})
 
 
 def read_cell_types(path: str | Path, id_column: str = "cell_id", label_column: str = "label") -> pd.DataFrame:

@@ -111,7 +111,8 @@ def cell_id_prefix_suffix(cell_ids: Any) -> tuple[np.ndarray, np.ndarray]:
     for cid in cell_ids:
         head, sep, tail = str(cid).partition("-")
         if not sep or len(head) != 8 or any(c < "a" or c > "p" for c in head) or not tail.isdigit():
-            raise FmauditInputError(f"cell id {cid!r} is not of the Xenium form 'aaaaaaaa-1' (8 letters a-p, '-', suffix)")
+            raise FmauditInputError(f"cell id {cid!r} is not of the Xenium form 'aaaaaaaa-1' "
+                                    "(8 letters a-p, '-', suffix)")
         value = 0
         for c in head:
             value = value * 16 + (ord(c) - ord("a"))
@@ -223,7 +224,8 @@ def read_cells_table(path: str | Path) -> pd.DataFrame:
     return out
 
 
-def polygon_centroids(group: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def polygon_centroids(group: np.ndarray, x: np.ndarray,
+                      y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Area (shoelace) centroids of polygons given as contiguous runs of vertices.
 
     ``group`` labels each vertex with its polygon; vertices of one polygon are contiguous and in ring order.
@@ -331,7 +333,8 @@ def read_zarr_nucleus_centres(path: str | Path) -> pd.DataFrame:
     finally:
         store.close()
     if names is None:
-        raise FmauditInputError(f"{path}: cell_summary has no 'column_names' attribute; cannot find the nucleus centroid")
+        raise FmauditInputError(f"{path}: cell_summary has no 'column_names' attribute; "
+                                "cannot find the nucleus centroid")
     names = [str(n) for n in names]
     if values.ndim != 2 or values.shape[1] != len(names):
         raise FmauditInputError(f"{path}: cell_summary has shape {values.shape} but {len(names)} column_names")
@@ -375,7 +378,8 @@ def read_bundle(bundle: str | Path) -> XeniumCells:
         unknown = pos < 0
         if unknown.any():
             log.warning("%s: %d nucleus record(s) name cells missing from %s (e.g. %r); ignored",
-                        path, int(unknown.sum()), cells_path.name, found["cell_id"].iloc[int(np.flatnonzero(unknown)[0])])
+                        path, int(unknown.sum()), cells_path.name,
+                        found["cell_id"].iloc[int(np.flatnonzero(unknown)[0])])
         pos = pos[~unknown]
         xs, ys = found["x_um"].to_numpy()[~unknown], found["y_um"].to_numpy()[~unknown]
         todo = np.isnan(x[pos])

@@ -23,8 +23,9 @@ def cmd_register(args: argparse.Namespace) -> int:
     from fmaudit.cells.taxonomy import load_taxonomy
     from fmaudit.io import write_table
 
-    source = SectionSource(section=args.section, organ=args.organ, bundle=Path(args.bundle), he_image=Path(args.he_image),
-                           alignment=Path(args.alignment), cell_types=Path(args.cell_types) if args.cell_types else None,
+    source = SectionSource(section=args.section, organ=args.organ, bundle=Path(args.bundle),
+                           he_image=Path(args.he_image), alignment=Path(args.alignment),
+                           cell_types=Path(args.cell_types) if args.cell_types else None,
                            he_mpp=args.he_mpp)
     taxonomy = load_taxonomy(args.taxonomy_fine, args.taxonomy_coarse)
     result = prepare_section(source, taxonomy, args.min_cells_per_class, qc_png=args.qc)
@@ -62,21 +63,25 @@ def register(subparsers) -> None:
     reg.add_argument("--alignment", required=True, help="10x image-alignment CSV (3x3 affine, H&E px -> Xenium px)")
     reg.add_argument("--cell-types", help="annotation table with columns cell_id,label")
     reg.add_argument("--out", required=True, help="output table (.parquet, .csv, .tsv)")
-    reg.add_argument("--manifest", help="also write the full cell manifest (.parquet) with labels mapped by the taxonomy")
+    reg.add_argument("--manifest",
+                     help="also write the full cell manifest (.parquet) with labels mapped by the taxonomy")
     reg.add_argument("--qc", help="also write a QC overlay PNG of sampled regions")
     reg.add_argument("--section", default="section", help="section id used in item ids and messages")
     reg.add_argument("--organ", default="unknown", help="organ of the section (manifest column)")
     reg.add_argument("--he-mpp", type=float, help="µm/px of the H&E level 0 when its metadata lack or misstate it")
     reg.add_argument("--taxonomy-fine", help="label -> fine class table (default resources/cells/taxonomy_fine.tsv)")
-    reg.add_argument("--taxonomy-coarse", help="fine -> coarse class table (default resources/cells/taxonomy_coarse.tsv)")
+    reg.add_argument("--taxonomy-coarse",
+                     help="fine -> coarse class table (default resources/cells/taxonomy_coarse.tsv)")
     reg.add_argument("--min-cells-per-class", type=int, default=10,
                      help="labelled cells a class needs to count as valid (eligibility: >= 2 valid classes)")
     reg.set_defaults(func=cmd_register)
 
-    demo = sub.add_parser("demo", help="write demo Xenium sections built from the CC0 slide, cell types planted at nuclei")
+    demo = sub.add_parser("demo",
+                          help="write demo Xenium sections built from the CC0 slide, cell types planted at nuclei")
     demo.add_argument("--out", required=True, help="folder for the section folders and sections.json")
     demo.add_argument("--sections", type=int, default=6)
-    demo.add_argument("--organs", default="organ-a,organ-b,organ-c", help="comma-separated organ names, assigned in turn")
+    demo.add_argument("--organs", default="organ-a,organ-b,organ-c",
+                      help="comma-separated organ names, assigned in turn")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--window-px", type=int, default=1024, help="side of each section's H&E window, level-0 px")
     demo.add_argument("--max-cells", type=int, default=400)

@@ -100,7 +100,8 @@ def _encode_labels(labels: np.ndarray, path: str) -> tuple[np.ndarray, list[str]
         return labels.astype(np.int64), None
     if labels.dtype.kind == "f":
         if not np.isfinite(labels).all():
-            raise FmauditInputError(f"{path}: missing (NaN) label at row {int(np.flatnonzero(~np.isfinite(labels))[0])}")
+            raise FmauditInputError(f"{path}: missing (NaN) label at row "
+                                    f"{int(np.flatnonzero(~np.isfinite(labels))[0])}")
         if (labels != np.round(labels)).any():
             raise FmauditInputError(f"{path}: non-integer labels; give class indices or class names")
         return labels.astype(np.int64), None

@@ -132,10 +132,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     pr.add_argument("--seeds", type=ints, default=default("probe", "seeds"), help="seeds, e.g. '0,1,2'")
     c = default("probe", "C")
     pr.add_argument("--C", type=floats, default=c if isinstance(c, list) else [c],
-                    help="inverse L2 strength of the logistic head; several values fit one probe each, e.g. '0.01,1,100'")
+                    help="inverse L2 strength of the logistic head; several values fit one probe each, "
+                         "e.g. '0.01,1,100'")
     pr.add_argument("--heads", type=words, default=default("probe", "heads"), help="comma-separated heads")
     pr.add_argument("--val-fraction", type=float, default=default("probe", "val_fraction"))
-    pr.add_argument("--no-standardize", dest="standardize", action="store_false", default=default("probe", "standardize"),
+    pr.add_argument("--no-standardize", dest="standardize", action="store_false",
+                    default=default("probe", "standardize"),
                     help="fit the probes on unscaled features (PRISM) instead of standardising them with each "
                          "training subset's statistics")
     pr.add_argument("--subsample", choices=["label_fraction", "prism"], default=default("probe", "subsample"),

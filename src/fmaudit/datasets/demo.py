@@ -421,7 +421,8 @@ def _patient(seed: int, d: int, p: int, variability: float = 1.0) -> _Patient:
 def patient_splits(n_patients: int, rng: np.random.Generator) -> list[str]:
     """Split of each patient (index order): 20 % test, 20 % val (at least one each), the rest train."""
     if n_patients < 3:
-        raise FmauditInputError(f"demo data: n_patients_per_domain must be at least 3 (train/val/test), got {n_patients}")
+        raise FmauditInputError(f"demo data: n_patients_per_domain must be at least 3 (train/val/test), "
+                                f"got {n_patients}")
     n_test = n_val = max(1, int(round(0.2 * n_patients)))
     order = rng.permutation(n_patients)
     splits = ["train"] * n_patients
@@ -458,17 +459,20 @@ def _write_png(path: Path, rgb: np.ndarray) -> None:
 def _check_params(dataset: str, params: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(params) - set(DEMO_DEFAULTS))
     if unknown:
-        raise FmauditInputError(f"dataset {dataset!r}: unknown demo_tiles parameter(s) {unknown}; known: {sorted(DEMO_DEFAULTS)}")
+        raise FmauditInputError(f"dataset {dataset!r}: unknown demo_tiles parameter(s) {unknown}; "
+                                f"known: {sorted(DEMO_DEFAULTS)}")
     p = {**DEMO_DEFAULTS, **params}
     for key in DEMO_DEFAULTS:
         value = p[key]
         if key in _FLOAT_PARAMS:
             if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                     or not np.isfinite(value):
-                raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be a number, got {value!r}")
+                raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be a number, "
+                                        f"got {value!r}")
             p[key] = float(value)
         elif isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be an integer, got {value!r}")
+            raise FmauditInputError(f"dataset {dataset!r}: demo_tiles parameter {key!r} must be an integer, "
+                                    f"got {value!r}")
         else:
             p[key] = int(value)
     if p["seed"] < 0:
@@ -478,7 +482,8 @@ def _check_params(dataset: str, params: dict[str, Any]) -> dict[str, Any]:
     if p["tiles_per_patient_per_class"] < 1:
         raise FmauditInputError(f"dataset {dataset!r}: tiles_per_patient_per_class must be at least 1")
     if not 1 <= p["n_domains"] <= len(DOMAINS):
-        raise FmauditInputError(f"dataset {dataset!r}: n_domains must be between 1 and {len(DOMAINS)}, got {p['n_domains']}")
+        raise FmauditInputError(f"dataset {dataset!r}: n_domains must be between 1 and {len(DOMAINS)}, "
+                                f"got {p['n_domains']}")
     if not 0 <= p["tissue_mixing"] <= 0.5:
         raise FmauditInputError(f"dataset {dataset!r}: tissue_mixing must be in [0, 0.5] (a tile's label is its "
                                 f"dominant class), got {p['tissue_mixing']}")

@@ -126,7 +126,8 @@ def slide_tiles_manifest(
         tiles["split"] = "unassigned"
         parts.append(tiles)
     manifest = pd.concat(parts, ignore_index=True)
-    front = ["dataset", "item_id", "source", "x", "y", "level", "size", "label", "label_name", "group", "domain", "split"]
+    front = ["dataset", "item_id", "source", "x", "y", "level", "size", "label", "label_name", "group", "domain",
+             "split"]
     manifest["label"] = manifest["label"].astype("Int64")
     manifest["label_name"] = manifest["label_name"].astype("string")
     return manifest[front + ["tissue_fraction", "mpp"]]

@@ -53,7 +53,8 @@ class Analysis:
     retried: bool = True
     check: Callable[[Mapping[str, Any], Mapping[str, Any] | None], Any] | None = dataclasses.field(default=None)
     checked: bool = True
-    count: Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame] | None = dataclasses.field(default=None)
+    count: Callable[[Mapping[str, Any], Mapping[str, Any] | None], pd.DataFrame] | None = dataclasses.field(
+        default=None)
 
     @property
     def ruled(self) -> bool:

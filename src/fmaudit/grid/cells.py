@@ -159,7 +159,8 @@ def cell_plan(config: Mapping[str, Any], section_lists: Mapping[str, Sequence[st
     if not parts:
         return None
     if len(parts) > 1:
-        raise FmauditInputError(f"config: the cell branch plans one study's cells; found {', '.join(w for w, _, _ in parts)}")
+        raise FmauditInputError(f"config: the cell branch plans one study's cells; "
+                                f"found {', '.join(w for w, _, _ in parts)}")
     where, part, cells = parts[0]
     _check_cells(part, cells, where)
     check_cell_protocols(config)
@@ -175,7 +176,8 @@ def cell_plan(config: Mapping[str, Any], section_lists: Mapping[str, Sequence[st
             raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by none of the data sets "
                                     f"{datasets} of the taxonomy tasks (dataset_params.<dataset>.sections)")
         else:
-            raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by several data sets {listing}")
+            raise FmauditInputError(f"config '{where}.sections': section {s!r} is listed by several data sets "
+                                    f"{listing}")
     mags = [float(m) for m in cells["magnifications"]]
     encoders = tuple(part["encoders"])
     features = tuple((e, s) for e in encoders for s in organ_of)

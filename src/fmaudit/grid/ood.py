@@ -72,7 +72,8 @@ def _perturbation(spec: Mapping[str, Any], where: str) -> tuple[str, str]:
         raise FmauditInputError(f"config {where!r}: {err}") from err
 
 
-def _image_artefacts(part: Mapping[str, Any], ood: Mapping[str, Any], where: str) -> tuple[list[str], list[tuple[str, str]]]:
+def _image_artefacts(part: Mapping[str, Any], ood: Mapping[str, Any],
+                     where: str) -> tuple[list[str], list[tuple[str, str]]]:
     """(tasks, [(tag, spec string)]) of the image-artefact tier."""
     section = ood.get("image_artefact") or {}
     if not section:
@@ -184,7 +185,8 @@ def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
         require_tasks(part, blur.get("tasks") or [], f"{where}.blur.tasks")
         for enc, task, sigma in itertools.product(part["encoders"], blur.get("tasks") or [], blur.get("sigmas") or []):
             for ds in part["tasks"][task]["datasets"]:
-                rows.append({"analysis": "ood_blur", "encoder": enc, "task": task, "dataset": ds, "sigma": float(sigma)})
+                rows.append({"analysis": "ood_blur", "encoder": enc, "task": task, "dataset": ds,
+                             "sigma": float(sigma)})
     return pd.DataFrame(rows, columns=["analysis", "encoder", "task", "dataset", "sigma"])
 
 
@@ -323,7 +325,8 @@ def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
         settings = {k: v for k, v in ood.items() if k not in TIER_KEYS + EXTRA_KEYS + SPLIT_KEYS}
         for key in EXTRA_KEYS:
             extra = ood.get(key)
-            applies = extra is not None and task in (extra.get("tasks") or (tile_tasks(part) if key == "sensitivity" else []))
+            applies = extra is not None and task in (
+                extra.get("tasks") or (tile_tasks(part) if key == "sensitivity" else []))
             settings[key] = {k: v for k, v in extra.items() if k != "tasks"} if applies else None
         return {"conditions": conds, "gate": gate, "settings": settings}
     known = [t for _, part in study_parts(config) for t in part["tasks"]]

@@ -33,11 +33,11 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     whether the workflow has rules for it yet (:data:`fmaudit.grid.ANALYSES`); declared analyses are counted
     all the same.
 
-    ``totals`` (what ``fmaudit grid`` prints): each analysis with rows ends with a ``total`` row (its runs: the rows that count runs of its own
-    kind, i.e. fits, detections, protocol runs and feature jobs' pairs are not added to evaluations or to the
-    cell feature fields; its jobs: all of them), and the table ends with ``all / total (config)``: the sum of
-    the analyses' totals (CellPath preset: 304,920 runs). Without ``totals`` every job is on one row only, so
-    the ``jobs`` column adds up.
+    ``totals`` (what ``fmaudit grid`` prints): each analysis with rows ends with a ``total`` row (its runs: the
+    rows that count runs of its own kind, i.e. fits, detections, protocol runs and feature jobs' pairs are not
+    added to evaluations or to the cell feature fields; its jobs: all of them), and the table ends with
+    ``all / total (config)``: the sum of the analyses' totals (CellPath preset: 304,920 runs). Without
+    ``totals`` every job is on one row only, so the ``jobs`` column adds up.
     """
     # Every table but the cell probes' (~300,000 rows on the CellPath preset), which are counted, not built.
     tables = {name: a.enumerate(config, dataset_registry) for name, a in ANALYSES.items() if a.count is None}
@@ -62,7 +62,8 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     add("probe", "fits (in-domain)", len(probe), len(shards(config)))
     add("probe", "evaluations (source x target)", probe["n_targets"].sum(), 0, in_total=False)
     add("probe", "evaluations: single-domain tasks", probe.loc[single, "n_targets"].sum(), 0, in_total=False)
-    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0, in_total=False)
+    add("probe", "evaluations: transfer tasks (source x target)", probe.loc[~single, "n_targets"].sum(), 0,
+        in_total=False)
 
     sweep = tables["head_sweep"]
     if len(sweep):

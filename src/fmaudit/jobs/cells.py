@@ -34,8 +34,8 @@ from fmaudit.io import (
 from fmaudit.logs import setup_logging, switch_log_file
 from fmaudit.split_checks import SplitValidationError, validate_cell_panel
 
-__all__ = ["aggregate_cells_job", "cell_feature_set_job", "cell_features_job", "cell_shard_job", "excluded_sections", "prepare_section_job",
-           "section_source_spec", "shard_runs", "validate_cells_job"]
+__all__ = ["aggregate_cells_job", "cell_feature_set_job", "cell_features_job", "cell_shard_job", "excluded_sections",
+           "prepare_section_job", "section_source_spec", "shard_runs", "validate_cells_job"]
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -88,7 +88,8 @@ def prepare_section_job(section: str, organ: str, dataset: str, params: Mapping[
         result = prepare_section(source, taxonomy, int(p["min_cells_per_class"]), qc_png=qc_png)
         write_cell_manifest(out, result)
     if result.eligible:
-        logger.info("section %s (%s): %d cells registered, eligible; wrote %s", section, organ, len(result.manifest), out)
+        logger.info("section %s (%s): %d cells registered, eligible; wrote %s", section, organ,
+                    len(result.manifest), out)
     else:
         logger.warning("section %s (%s) is EXCLUDED from the cell-level analyses: %s", section, organ,
                        result.exclusion_reason)
@@ -197,7 +198,8 @@ def cell_feature_set_job(features: Mapping[str, str], manifests: Mapping[str, st
             raise FmauditInputError(f"{folder}: computed from another manifest of section {section!r} "
                                     f"(hash {meta.get('manifest_hash')}, now {expected}); extract it again")
         seen.add((meta.get("encoder"), float(meta.get("magnification"))))
-        entries[section] = {"features": str(folder), "manifest": str(manifests[section]), "n_cells": meta.get("n_cells")}
+        entries[section] = {"features": str(folder), "manifest": str(manifests[section]),
+                            "n_cells": meta.get("n_cells")}
     if len(seen) > 1:
         raise FmauditInputError(f"feature set: folders of several encoders or magnifications {sorted(seen)}")
     encoder, magnification = seen.pop() if seen else (None, None)

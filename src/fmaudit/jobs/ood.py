@@ -278,7 +278,8 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
                                                        "conditions": tier})
     else:
         write_json(gate_path / NO_GATE_CARD, provenance(encoder=encoder, task=task, gated=False,
-                                                        reason="the task is not gated (config ood.gate, ood.gate.tasks)"))
+                                                        reason="the task is not gated "
+                                                               "(config ood.gate, ood.gate.tasks)"))
     for name in SHARD_TABLES:
         df = tables[name]
         write_table(out[name], _meta(df, encoder, task, readout) if len(df.columns) else df, provenance=prov)

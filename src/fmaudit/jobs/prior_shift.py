@@ -54,7 +54,8 @@ def _job_runs(encoder: str, task: str, task_spec: Mapping[str, Any], prior_shift
     """This job's rows of :func:`fmaudit.grid.prior_shift_runs` (the grid is the one source of what runs)."""
     shard_config = {"encoders": [encoder], "tasks": {task: dict(task_spec)}, "prior_shift": dict(prior_shift)}
     runs = grid.prior_shift_runs(shard_config)
-    runs = runs[(runs["source_domain"].astype(str) == source_domain) & (runs["target_domain"].astype(str) == target_domain)]
+    runs = runs[(runs["source_domain"].astype(str) == source_domain)
+                & (runs["target_domain"].astype(str) == target_domain)]
     if runs.empty:
         raise FmauditInputError(f"prior_shift: ({source_domain} -> {target_domain}) is not a (source, target) pair "
                                 f"of task {task!r}'s prior-shift grid")

@@ -108,7 +108,8 @@ def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: f
         warnings.simplefilter("ignore", UserWarning)  # "least populated class has fewer members than n_splits"
         if groups is None:
             if y.size < k:
-                raise FmauditInputError(f"{y.size} training items cannot fill {k} folds (validation_fraction {fraction})")
+                raise FmauditInputError(f"{y.size} training items cannot fill {k} folds "
+                                        f"(validation_fraction {fraction})")
             _, val = next(folds.split(np.zeros(y.size), strata))
             return np.setdiff1d(np.arange(y.size), val), np.sort(val)
         g = np.asarray(groups)

@@ -132,7 +132,8 @@ def parse_perturbation(spec: Mapping[str, Any] | str) -> dict[str, Any]:
             if out["color"] not in PEN_COLORS:
                 raise FmauditInputError(f"perturbation 'pen': color {out['color']!r} not in {sorted(PEN_COLORS)}")
             if int(out["strokes"]) != out["strokes"] or int(out["strokes"]) < 1:
-                raise FmauditInputError(f"perturbation 'pen': strokes must be a positive integer, got {out['strokes']!r}")
+                raise FmauditInputError(f"perturbation 'pen': strokes must be a positive integer, "
+                                        f"got {out['strokes']!r}")
             out["strokes"] = int(out["strokes"])
             for key in ("width", "opacity"):
                 if not 0 < _number(out, key, kind) <= 1:
@@ -140,7 +141,8 @@ def parse_perturbation(spec: Mapping[str, Any] | str) -> dict[str, Any]:
                 out[key] = float(out[key])
         elif kind == "bubble":
             if int(out["count"]) != out["count"] or int(out["count"]) < 1:
-                raise FmauditInputError(f"perturbation 'bubble': count must be a positive integer, got {out['count']!r}")
+                raise FmauditInputError(f"perturbation 'bubble': count must be a positive integer, "
+                                        f"got {out['count']!r}")
             out["count"] = int(out["count"])
             if not 0 < _number(out, "radius", kind) <= 1:
                 raise FmauditInputError(f"perturbation 'bubble': radius must lie in (0, 1], got {out['radius']!r}")
@@ -321,7 +323,8 @@ def derive_manifest(manifest: pd.DataFrame, condition: Mapping[str, Any] | str,
         raise FmauditInputError(f"derive_manifest: no rows in split(s) {list(splits)} to perturb")
     if PERTURBATION_COLUMN in rows.columns and rows[PERTURBATION_COLUMN].notna().any():
         first = rows.loc[rows[PERTURBATION_COLUMN].notna(), "item_id"].iloc[0]
-        raise FmauditInputError(f"derive_manifest: item {first!r} is already perturbed; derive from the original manifest")
+        raise FmauditInputError(f"derive_manifest: item {first!r} is already perturbed; "
+                                "derive from the original manifest")
     rows[SOURCE_ITEM_COLUMN] = rows["item_id"].astype("string")
     rows["item_id"] = (rows["item_id"].astype(str) + ID_SEPARATOR + tag).astype("string")
     rows[PERTURBATION_COLUMN] = pd.Series(spec, index=rows.index, dtype="string")

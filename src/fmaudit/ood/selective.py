@@ -88,7 +88,8 @@ def risk_coverage_curve(probs: Any = None, labels: Any = None, coverages: Sequen
         conf = np.asarray(confidence, dtype=np.float64)
         corr = np.asarray(correct, dtype=bool)
         if conf.ndim != 1 or conf.shape != corr.shape or conf.size == 0:
-            raise FmauditInputError(f"confidence {conf.shape} and correct {corr.shape}: need equal non-empty 1-D arrays")
+            raise FmauditInputError(f"confidence {conf.shape} and correct {corr.shape}: "
+                                    "need equal non-empty 1-D arrays")
         if not np.isfinite(conf).all():
             raise FmauditInputError("confidence: contains NaN/inf")
     n = conf.size

@@ -33,7 +33,8 @@ __all__ = ["DEFAULT_KNN_KS", "PROTOCOLS", "probe_sensitivity", "scorer_settings"
            "select_C_by_cv"]
 
 
-def _folds(y: np.ndarray, groups: np.ndarray | None, n_folds: int, random_state: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _folds(y: np.ndarray, groups: np.ndarray | None, n_folds: int,
+           random_state: int) -> list[tuple[np.ndarray, np.ndarray]]:
     from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
     with warnings.catch_warnings():

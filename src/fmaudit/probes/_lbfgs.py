@@ -72,7 +72,8 @@ class _Working:
     def compact(self, out: torch.Tensor) -> None:
         """Write the finished problems' points to ``out`` and drop them from the working arrays."""
         finished = np.flatnonzero(self.done)
-        out[torch.as_tensor(self.ids[finished], device=out.device)] = self.x[torch.as_tensor(finished, device=out.device)]
+        out[torch.as_tensor(self.ids[finished], device=out.device)] = self.x[
+            torch.as_tensor(finished, device=out.device)]
         keep = np.flatnonzero(~self.done)
         k = torch.as_tensor(keep, device=self.x.device)
         self.ids, self.has_history, self.phase = self.ids[keep], self.has_history[keep], self.phase[keep]

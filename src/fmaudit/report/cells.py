@@ -152,7 +152,8 @@ def _cra_markdown(cra: pd.DataFrame, alpha: float = 0.05) -> str:
                      "wins": f"{r['significant_wins']}/{r['n_opponents']}" if decided else "n/a (too few runs)"})
     note = ""
     if undecidable:
-        note = (f"With {', '.join(map(str, sorted(undecidable)))} (section, seed) runs a two-sided Wilcoxon test cannot "
+        note = (f"With {', '.join(map(str, sorted(undecidable)))} (section, seed) runs a two-sided Wilcoxon test "
+                "cannot "
                 f"reach p < {alpha:g} (the smallest possible p is {max(undecidable.values()):.3g}): those rows say "
                 "`n/a`, undecided rather than False, and a positive CRA there is not evidence that Nuc beats Mean.\n\n")
     return note + dataframe_to_markdown(pd.DataFrame(rows))

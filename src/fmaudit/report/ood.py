@@ -253,7 +253,8 @@ def blur_figure(blur: pd.DataFrame, path: Path) -> None:
             e = e.sort_values("sigma")
             line = ax.plot(e["sigma"], e["accuracy"], marker="o", label=enc)[0]
             if "accuracy_ci_lo" in e.columns:
-                ax.fill_between(e["sigma"], e["accuracy_ci_lo"], e["accuracy_ci_hi"], color=line.get_color(), alpha=0.15)
+                ax.fill_between(e["sigma"], e["accuracy_ci_lo"], e["accuracy_ci_hi"], color=line.get_color(),
+                                alpha=0.15)
         ax.set_xlabel("Gaussian blur sigma (px of a 224 px input)")
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task}: test split ({_units(part)})", fontsize=8)
@@ -327,7 +328,8 @@ def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -
         lines += ["### Label coarsening and removed classes", "", f"Intervals: {_units(r['coarsening'])}{further}; "
                   "every metric in `tables/ood_coarsening.csv`.", "", coarsening_markdown(r["coarsening"]), ""]
     if len(r["probe_sensitivity"]) or len(r["scorer_sensitivity"]):
-        lines += ["### Sensitivity", "", "Probe regularisation and selection protocol: `tables/ood_probe_sensitivity.csv`; "
+        lines += ["### Sensitivity", "",
+                  "Probe regularisation and selection protocol: `tables/ood_probe_sensitivity.csv`; "
                   "scorer settings (normalisation, k, covariance estimator): `tables/ood_scorer_sensitivity.csv` "
                   "(point estimates, no intervals).", ""]
     return lines

@@ -44,8 +44,9 @@ def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> No
     """The hema paper's figure 3: per (task, source) panel, the mean macro-F1 gain over no adaptation of each method
     (bars, hierarchical-bootstrap interval as whiskers) at each prior, and each target's scenario mean (dots)."""
     panels = list(gains[gains["method"] != "none"].groupby(["task", "source_domain"], sort=False))
-    fig, axes = pyplot().subplots(len(panels), 1, figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),
-                             squeeze=False)
+    fig, axes = pyplot().subplots(len(panels), 1,
+                                  figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),
+                                  squeeze=False)
     for ax, ((task, source), cell) in zip(axes[:, 0], panels):
         priors = list(dict.fromkeys(cell["prior"]))
         methods = list(dict.fromkeys(cell["method"]))

@@ -22,7 +22,8 @@ from fmaudit.report.formatting import (
     table_or_note,
 )
 
-ACCURACY, CALIBRATION, COMPOSITE, RANKS = "Accuracy under shift", "Calibration", "Composite reliability", "Rank transfer"
+ACCURACY, CALIBRATION, COMPOSITE, RANKS = ("Accuracy under shift", "Calibration", "Composite reliability",
+                                           "Rank transfer")
 #: Tables of the chapter (name -> category of Snakemake's report), in the order they are written.
 TABLES = {
     "leaderboard": ACCURACY,
@@ -75,7 +76,8 @@ def leaderboard_markdown(board: pd.DataFrame) -> str:
             row = {"encoder": enc}
             for t in targets:
                 r = er[er["target_domain"] == t]
-                row[labels[t]] = fmt_ci(*r[["macro_f1", "macro_f1_ci_lo", "macro_f1_ci_hi"]].iloc[0]) if len(r) else "n/a"
+                row[labels[t]] = (fmt_ci(*r[["macro_f1", "macro_f1_ci_lo", "macro_f1_ci_hi"]].iloc[0]) if len(r)
+                                  else "n/a")
                 if t == source and len(r):
                     row["_sort"] = float(r["macro_f1"].iloc[0])
             if "exposure" in er.columns:
@@ -133,7 +135,8 @@ def calibration_markdown(cal: pd.DataFrame) -> str:
         cell = cell.assign(stage_label=[stage_name(r) for r in cell.itertuples()])
         wide = cell.pivot_table(index=["encoder", "source_domain", "target_domain"], columns="stage_label",
                                 values=ece_col, sort=False).reset_index()
-        order = ["encoder", "source_domain", "target_domain"] + [c for c in ["raw", "source_ts", "oracle_ts"] if c in wide]
+        order = ["encoder", "source_domain", "target_domain"] + [
+            c for c in ["raw", "source_ts", "oracle_ts"] if c in wide]
         order += sorted((c for c in wide.columns if str(c).startswith("kshot")),
                         key=lambda c: int(str(c).split("K=")[1].rstrip(")")))
         counts = ""

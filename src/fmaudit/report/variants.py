@@ -20,7 +20,8 @@ def _markdown(pairs: pd.DataFrame) -> str:
         rows.append({"task": r.task, "head": r.head, "source": r.source_domain,
                      "target": f"{r.target_domain} (in-domain)" if r.in_domain else r.target_domain,
                      "base": r.base, "base macro-F1": fmt_ci(r.base_macro_f1, r.base_ci_lo, r.base_ci_hi),
-                     "variant": r.variant, "variant macro-F1": fmt_ci(r.variant_macro_f1, r.variant_ci_lo, r.variant_ci_hi),
+                     "variant": r.variant,
+                     "variant macro-F1": fmt_ci(r.variant_macro_f1, r.variant_ci_lo, r.variant_ci_hi),
                      "variant − base": fmt_ci(r.difference, r.difference_ci_lo, r.difference_ci_hi),
                      "groups": r.n_test_groups})
     return dataframe_to_markdown(pd.DataFrame(rows))

@@ -207,7 +207,8 @@ def paired_bootstrap_matrix(
 # --------------------------------------------------------------------------------------------------
 # prediction cells: the seed mean of a metric, resampled (the report's leaderboards and paired tables)
 # --------------------------------------------------------------------------------------------------
-def cell_resample_counts(preds: pd.DataFrame, n_boot: int, random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cell_resample_counts(preds: pd.DataFrame, n_boot: int,
+                         random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(item order, labels, (n_boot, N) group-cluster resample counts) of one cell's test items.
 
     ``preds`` holds one row per (run, item) with ``item_id``, ``group`` and ``label``; every run of a cell is

@@ -34,7 +34,8 @@ MISSING = [
     ("matek19", {}, "AML-Cytomorphology_LMU", "https://doi.org/10.7937/tcia.2019.36f5o9ld"),
     ("raabin_wbc", {}, "Raabin-WBC", "https://raabindata.com/free-data/"),
     ("mll23", {}, "MLL23", "https://zenodo.org/records/14277609"),
-    ("xenium_cells", {"sections": {"s1": {"organ": "breast", "bundle": "xen/s1/outs"}}}, "xen/s1/outs/experiment.xenium",
+    ("xenium_cells", {"sections": {"s1": {"organ": "breast", "bundle": "xen/s1/outs"}}},
+     "xen/s1/outs/experiment.xenium",
      "https://www.10xgenomics.com/datasets"),
 ]
 
@@ -68,7 +69,8 @@ def test_registry_demo_entries_first_and_real_entries_complete(tmp_path):
     assert len(real) >= 14
     for slug, entry in real.items():
         assert SAFE_ID.match(slug)
-        for key in ("description", "preparer", "kind", "licence", "params", "citation", "expected_under", "how_to_get", "url"):
+        for key in ("description", "preparer", "kind", "licence", "params", "citation", "expected_under",
+                    "how_to_get", "url"):
             assert entry.get(key) not in (None, ""), f"{slug}: {key} missing"
         for f in entry.get("files") or []:
             assert f["url"].startswith("https://")

@@ -105,7 +105,8 @@ MATEK = ("BAS", "EBO", "EOS", "KSC", "LYA", "LYT", "MMZ", "MOB", "MON", "MYB", "
 def test_matek19_nested_tcia_layout_and_wbc5_map(tmp_path):
     for cls in MATEK:
         for i in range(1, 4):
-            img(tmp_path / "AML-Cytomorphology_LMU" / "AML-Cytomorphology_LMU" / cls / f"{cls}_{i:04d}.tiff", fmt="TIFF")
+            img(tmp_path / "AML-Cytomorphology_LMU" / "AML-Cytomorphology_LMU" / cls / f"{cls}_{i:04d}.tiff",
+                fmt="TIFF")
     native = prep("matek19", "matek19", tmp_path)
     assert native["label"].nunique() == 15 and native.set_index("label_name")["label"].to_dict()["NGS"] == 12
     wbc = prep("matek19-wbc5", "matek19", tmp_path, label_map="wbc5")

@@ -66,7 +66,8 @@ def make_nct(root: Path) -> None:
             img(root / "NCT-CRC-HE-100K-NONORM" / cls / f"{cls}-TRAIN{i:04d}.tif", fmt="TIFF")
         img(root / "CRC-VAL-HE-7K" / cls / f"{cls}-TCGA-VAL{cls}.tif", fmt="TIFF")
     # an exact copy inside the training set
-    shutil.copy(root / "NCT-CRC-HE-100K-NONORM/TUM/TUM-TRAIN0000.tif", root / "NCT-CRC-HE-100K-NONORM/TUM/TUM-ZCOPY.tif")
+    shutil.copy(root / "NCT-CRC-HE-100K-NONORM/TUM/TUM-TRAIN0000.tif",
+                root / "NCT-CRC-HE-100K-NONORM/TUM/TUM-ZCOPY.tif")
 
 
 def test_nct_official_test_set_labels_and_duplicates(tmp_path):
@@ -85,7 +86,8 @@ def test_nct_official_test_set_labels_and_duplicates(tmp_path):
 
     entry = load_dataset_registry()["nct-crc-he-100k"]
     assert dataset_group_unit(entry) == "item"
-    named = prepare_dataset("nct-crc-he-100k", "nct_crc_he", tmp_path, {"seed": 0}, group_unit=dataset_group_unit(entry))
+    named = prepare_dataset("nct-crc-he-100k", "nct_crc_he", tmp_path, {"seed": 0},
+                            group_unit=dataset_group_unit(entry))
     assert (named["group_unit"] == "item").all()
 
 
@@ -142,7 +144,8 @@ def make_lc25000(root: Path) -> None:
             img(base / "colon_image_sets" / cls / f"{cls.replace('_', '')}{i}.jpeg", fmt="JPEG")
 
 
-@pytest.mark.parametrize("subset,classes", [("lung", ["lung_aca", "lung_n", "lung_scc"]), ("colon", ["colon_aca", "colon_n"])])
+@pytest.mark.parametrize("subset,classes", [("lung", ["lung_aca", "lung_n", "lung_scc"]),
+                                            ("colon", ["colon_aca", "colon_n"])])
 def test_lc25000_subsets_are_separate_tasks(tmp_path, subset, classes):
     make_lc25000(tmp_path)
     df = prep(f"lc25000-{subset}", "lc25000", tmp_path, subset=subset)
@@ -155,7 +158,8 @@ def make_breakhis(root: Path) -> None:
     breast = root / "BreaKHis_v1" / "histology_slides" / "breast"
     cases = [("benign", "adenosis", "B", "A", "14-22549AB"), ("benign", "adenosis", "B", "A", "14-22549CD"),
              ("benign", "fibroadenoma", "B", "F", "14-9133"), ("malignant", "ductal_carcinoma", "M", "DC", "14-10926"),
-             ("malignant", "mucinous_carcinoma", "M", "MC", "13-20629"), ("benign", "tubular_adenoma", "B", "TA", "14-3411F")]
+             ("malignant", "mucinous_carcinoma", "M", "MC", "13-20629"),
+             ("benign", "tubular_adenoma", "B", "TA", "14-3411F")]
     for top, sub, c, t, pid in cases:
         folder = breast / top / "SOB" / sub / f"SOB_{c}_{t}_{pid}"
         for mag in (40, 100):
@@ -269,12 +273,21 @@ def write_xlsx(path: Path, df: pd.DataFrame, shared_strings: bool = False) -> Pa
     for r, values in enumerate([list(df.columns)] + df.values.tolist(), start=1):
         cells = "".join(_cell(f"{chr(65 + c)}{r}", v, shared) for c, v in enumerate(values))
         rows.append(f'<row r="{r}">{cells}</row>')
-    sheet = f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{main}"><sheetData>{"".join(rows)}</sheetData></worksheet>'
+    sheet = (f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{main}">'
+             f'<sheetData>{"".join(rows)}</sheetData></worksheet>')
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
-        z.writestr("xl/workbook.xml", f'<?xml version="1.0"?><workbook xmlns="{main}" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>')
-        z.writestr("xl/_rels/workbook.xml.rels", '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/></Relationships>')
+        z.writestr("xl/workbook.xml",
+                   f'<?xml version="1.0"?><workbook xmlns="{main}" '
+                   'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+                   '<sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>')
+        z.writestr("xl/_rels/workbook.xml.rels",
+                   '<?xml version="1.0"?>'
+                   '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+                   '<Relationship Id="rId1" '
+                   'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" '
+                   'Target="worksheets/sheet1.xml"/></Relationships>')
         z.writestr("xl/worksheets/sheet1.xml", sheet)
         if shared is not None:
             sis = "".join(f"<si><t>{s}</t></si>" for s in shared)
@@ -471,7 +484,8 @@ def make_camelyon(root: Path) -> pd.DataFrame:
                     x, y = 1000 + 96 * k, 2000 + 32 * k
                     rows.append({"patient": patient, "node": node, "x_coord": x, "y_coord": y, "tumor": int(k < 3),
                                  "slide": slide, "center": center, "split": 0})
-                    img(base / "patches" / f"patient_{patient}_node_{node}" / f"patch_patient_{patient}_node_{node}_x_{x}_y_{y}.png")
+                    img(base / "patches" / f"patient_{patient}_node_{node}"
+                        / f"patch_patient_{patient}_node_{node}_x_{x}_y_{y}.png")
                 slide += 1
     meta = pd.DataFrame(rows)
     meta.to_csv(base / "metadata.csv")  # WILDS writes an index column; patient keeps its zeros as text
@@ -490,7 +504,8 @@ def test_camelyon17_balanced_per_hospital_patient_disjoint(tmp_path):
     per_hospital = df.groupby(["domain", "split"])["group"].nunique()
     assert per_hospital.eq(1).all()  # each hospital: one patient train, one test (both of its slides)
     assert Path(df["source"].iloc[0]).exists()
-    assert df.equals(prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=12, fractions=[0.5, 0.0, 0.5]))
+    assert df.equals(prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=12,
+                          fractions=[0.5, 0.0, 0.5]))
     by_slide = prep("camelyon17-wilds", "camelyon17_wilds", tmp_path, n_per_hospital=None, group_by="slide",
                     fractions=[0.5, 0.0, 0.5])
     assert (by_slide["group"] == by_slide["slide"]).all() and (by_slide["group_unit"] == "slide").all()

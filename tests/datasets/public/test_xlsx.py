@@ -31,12 +31,21 @@ def write_xlsx(path: Path, df: pd.DataFrame, shared_strings: bool = False) -> Pa
     for r, values in enumerate([list(df.columns)] + df.values.tolist(), start=1):
         cells = "".join(_cell(f"{chr(65 + c)}{r}", v, shared) for c, v in enumerate(values))
         rows.append(f'<row r="{r}">{cells}</row>')
-    sheet = f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{main}"><sheetData>{"".join(rows)}</sheetData></worksheet>'
+    sheet = (f'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="{main}">'
+             f'<sheetData>{"".join(rows)}</sheetData></worksheet>')
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("[Content_Types].xml", '<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>')
-        z.writestr("xl/workbook.xml", f'<?xml version="1.0"?><workbook xmlns="{main}" xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships"><sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>')
-        z.writestr("xl/_rels/workbook.xml.rels", '<?xml version="1.0"?><Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/></Relationships>')
+        z.writestr("xl/workbook.xml",
+                   f'<?xml version="1.0"?><workbook xmlns="{main}" '
+                   'xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+                   '<sheets><sheet name="Sheet1" sheetId="1" r:id="rId1"/></sheets></workbook>')
+        z.writestr("xl/_rels/workbook.xml.rels",
+                   '<?xml version="1.0"?>'
+                   '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+                   '<Relationship Id="rId1" '
+                   'Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/worksheet" '
+                   'Target="worksheets/sheet1.xml"/></Relationships>')
         z.writestr("xl/worksheets/sheet1.xml", sheet)
         if shared is not None:
             sis = "".join(f"<si><t>{s}</t></si>" for s in shared)

@@ -96,7 +96,8 @@ def choice(preparer: str, params: Mapping[str, Any], key: str, allowed: Sequence
     norm = value.lower() if isinstance(value, str) else value
     allowed_norm = [a.lower() if isinstance(a, str) else a for a in allowed]
     if norm not in allowed_norm:
-        raise FmauditInputError(f"preparer {preparer!r}: parameter {key!r} must be one of {list(allowed)}, got {value!r}")
+        raise FmauditInputError(f"preparer {preparer!r}: parameter {key!r} must be one of {list(allowed)}, "
+                                f"got {value!r}")
     return allowed[allowed_norm.index(norm)]
 
 
@@ -116,7 +117,8 @@ def list_images(folder: Path, extensions: Iterable[str] = IMAGE_EXTENSIONS, recu
     return sorted(files)
 
 
-def class_folders(root: Path, classes: Sequence[str], *, dataset: str, case_insensitive: bool = True) -> dict[str, Path]:
+def class_folders(root: Path, classes: Sequence[str], *, dataset: str,
+                  case_insensitive: bool = True) -> dict[str, Path]:
     """Map each known class to its sub-folder of ``root``; folders of unknown classes raise (a wrong root)."""
     present = {p.name: p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
     norm = (lambda s: s.lower()) if case_insensitive else (lambda s: s)
@@ -200,7 +202,8 @@ def finish(
     n_sub = params.get("subsample")
     if n_sub is not None:
         # an official test set is kept whole; the sample is drawn from the rest
-        held = (df["split"] == "test").to_numpy() if official_split and "split" in df.columns else np.zeros(len(df), bool)
+        held = ((df["split"] == "test").to_numpy() if official_split and "split" in df.columns
+                else np.zeros(len(df), bool))
         method = params.get("subsample_method", "stratified")
         if method == "seed003":
             raise FmauditInputError(f"{dataset}: subsample_method 'seed003' is now called 'audit' (the audit paper's "

@@ -40,7 +40,8 @@ from fmaudit.io import FmauditInputError
 PBC_CLASSES = ("basophil", "eosinophil", "erythroblast", "ig", "lymphocyte", "monocyte", "neutrophil", "platelet")
 
 # Matek-19 (AML-Cytomorphology_LMU) morphological classes, by folder abbreviation.
-MATEK_CLASSES = ("BAS", "EBO", "EOS", "KSC", "LYA", "LYT", "MMZ", "MOB", "MON", "MYB", "MYO", "NGB", "NGS", "PMB", "PMO")
+MATEK_CLASSES = ("BAS", "EBO", "EOS", "KSC", "LYA", "LYT", "MMZ", "MOB", "MON", "MYB", "MYO", "NGB", "NGS", "PMB",
+                 "PMO")
 
 RAABIN_CLASSES = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrophil")
 

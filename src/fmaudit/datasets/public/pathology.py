@@ -378,7 +378,8 @@ def prepare_sicapv2(dataset: str, data_root: Path, params: dict[str, Any]) -> pd
                          "slide_id": slide, "g4c": int(float(r.get("G4C", 0) or 0) > 0), "split": split})
     n_missing, first = first_missing(r["source"] for r in rows)
     if n_missing:
-        raise FmauditInputError(f"{dataset}: {n_missing} patch image(s) listed in the partition are missing, e.g. {first}")
+        raise FmauditInputError(f"{dataset}: {n_missing} patch image(s) listed in the partition are missing, "
+                                f"e.g. {first}")
     df = _frame(rows, dataset)
     official = split_mode == "official"
     if not official:
@@ -414,7 +415,8 @@ def select_panda_slides(table: pd.DataFrame, n_per_cell: int = 60, seed: int = 4
     for _, cell in t.groupby(["data_provider", "isup_grade"], sort=True):
         k = min(int(n_per_cell), len(cell))
         chosen.append(cell.iloc[np.sort(rng.choice(len(cell), size=k, replace=False))])
-    return pd.concat(chosen).sort_values(["data_provider", "isup_grade", "image_id"], kind="stable").reset_index(drop=True)
+    return (pd.concat(chosen).sort_values(["data_provider", "isup_grade", "image_id"], kind="stable")
+            .reset_index(drop=True))
 
 
 #: PANDA's split is stratified by grade and data provider jointly (audit paper); the provider is the manifest's domain.
@@ -546,7 +548,8 @@ def prepare_bracs(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
             for f in list_images(folder, (".png",)):
                 m = _BRACS_NAME.match(f.stem)
                 if not m:
-                    raise FmauditInputError(f"{dataset}: file name {f.name!r} does not follow BRACS_<wsi>_<class>_<n>.png")
+                    raise FmauditInputError(f"{dataset}: file name {f.name!r} does not follow "
+                                            "BRACS_<wsi>_<class>_<n>.png")
                 if m["cls"] != cls:
                     raise FmauditInputError(f"{dataset}: {f} is named {m['cls']} but lies in {folder_name}/")
                 name = cls if taxonomy == "fine" else BRACS_COARSE[cls]
@@ -620,7 +623,8 @@ def prepare_camelyon17_wilds(dataset: str, data_root: Path, params: dict[str, An
         raise missing_data_error(dataset, SOURCES["camelyon17"], root / "patches", data_root)
     n_missing, first = first_missing(df["source"])
     if n_missing:
-        raise FmauditInputError(f"{dataset}: {n_missing} patch file(s) listed in metadata.csv are missing, e.g. {first}")
+        raise FmauditInputError(f"{dataset}: {n_missing} patch file(s) listed in metadata.csv are missing, "
+                                f"e.g. {first}")
     fractions, seed = p["fractions"], int(p["seed"])
     # PRISM's patch-level split (v0.3 resplit): every patch its own group, label-stratified per hospital
     df = pd.concat([grouped_split(d, fractions, seed, group_col="item_id", split_col="split_patch")
