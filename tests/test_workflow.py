@@ -385,6 +385,11 @@ def test_demo_writes_a_valid_card_per_encoder_and_opens_with_the_front_page(demo
         assert card["sections"]["calibration"]["recommended_fix"]["name"]
         cells = card["sections"]["cells"]
         assert any("undecided, not false" in x for x in cells["limits"])  # 4 sections: no Wilcoxon decision
+        # the gate's numbers are the mean over its divisions with their interval (the table's headline has none)
+        gate_test = [r for r in card["sections"]["abstention"]["rows"] if r["context"]["set"] == "test"]
+        assert gate_test and all(r["values"]["coverage"]["ci_lo"] is not None for r in gate_test)
+        crt = [r for r in cells["rows"] if "crt" in r["values"]]
+        assert crt and all(r["values"]["crt"]["point"] is not None for r in crt)  # the CRT table's own columns
         md = (report / "cards" / f"{enc}.md").read_text()
         assert md.startswith(f"# Reliability card: {enc}") and "## Cost" in md and "images/s" in md
     index = (report / "index.md").read_text()

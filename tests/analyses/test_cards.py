@@ -191,7 +191,18 @@ def gate(rejected: tuple[float, float, float], tier: str = "far", n_units: int =
         "reject_any_ci_lo": rejected[1],
         "reject_any_ci_hi": rejected[2],
     }
-    return pd.DataFrame([test, ood])
+    # the gate table's layout: the headline is division 0 (no interval), the mean over divisions has the interval
+    rows = []
+    for row in (test, ood):
+        out = {k: v for k, v in row.items() if not k.endswith(("_ci_lo", "_ci_hi"))}
+        for metric in ("coverage", "accuracy_accepted", "reject_any"):
+            if metric in row:
+                out[f"{metric}_mean_over_divisions"] = row[metric]
+                for end in ("_ci_lo", "_ci_hi"):
+                    if metric + end in row:
+                        out[f"{metric}_mean_over_divisions{end}"] = row[metric + end]
+        rows.append(out)
+    return pd.DataFrame(rows)
 
 
 def detection(auroc: tuple[float, float, float], n_units: int = 6) -> pd.DataFrame:
