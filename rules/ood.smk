@@ -88,9 +88,9 @@ rule ood_split_shard:
     params:
         task=ood_task,
         plan=ood_split_plan_params,
-        settings=ood_settings,
+        settings=ood_split_settings,
         bootstrap=bootstrap_settings,
-        calibration=calibration_settings,
+        ece_bins=task_ece_bins,
     threads: 1
     resources:
         mem_mb=shard_mem_mb,

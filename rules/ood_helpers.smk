@@ -19,11 +19,6 @@ OOD_SPLIT_PLANS = {task: ood_split_plan(config, task) for task in dict.fromkeys(
 DERIVED = derived_datasets(config)
 
 
-def ood_task(wildcards):
-    """The task as an OOD shard reads it: ordinal adds QWK and puts its rows under the grading tasks."""
-    return task_spec(wildcards, keys=("ordinal",))
-
-
 def derived_spec(wildcards):
     """The perturbation spec of a derived data set (a change to it re-derives and re-embeds only that copy)."""
     name = f"{wildcards.dataset}__{wildcards.tag}"
@@ -71,13 +66,25 @@ def ood_derived_embeddings(wildcards):
 
 
 def ood_task(wildcards):
-    """The task's config entry with its resolved domains (the OOD shard pools them; task_spec) and, per data set,
-    the manifest columns its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and
-    provider), which the gate's fit/validation divisions and the further splits are stratified by too."""
-    spec = task_spec(wildcards)
+    """The task as the OOD and further-splits shards read it: its entry with its resolved domains (the shard pools
+    them; task_spec), ordinal (QWK, and its rows under the grading tasks) and, per data set, the manifest columns
+    its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and provider), which the
+    gate's fit/validation divisions and the further splits are stratified by too."""
+    spec = task_spec(wildcards, keys=("ordinal",))
     spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
                             for ds in config["tasks"][wildcards.task]["datasets"]}
     return canonical(spec)
+
+
+#: The OOD settings a further-splits job reads (the probe, its readout, the coverages, slide aggregation and the
+#: coarsening controls): a scorer, gate or tier setting reruns no further split.
+OOD_SPLIT_SETTING_KEYS = ("readout", "probe", "coverages", "slides", "coarsening")
+
+
+def ood_split_settings(wildcards):
+    """The task's OOD settings a further-splits job reads (OOD_SPLIT_SETTING_KEYS), readout resolved."""
+    settings = ood_settings(wildcards)
+    return canonical({k: settings[k] for k in OOD_SPLIT_SETTING_KEYS if k in settings})
 
 
 def ood_split_plan_params(wildcards):

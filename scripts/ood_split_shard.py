@@ -13,7 +13,7 @@ ood_split_shard_job(
     plan=snakemake.params.plan,
     settings=snakemake.params.settings,
     bootstrap=snakemake.params.bootstrap,
-    ece_bins=snakemake.params.calibration["ece_bins"],
+    ece_bins=snakemake.params.ece_bins,
     manifests=list(snakemake.input.manifests),
     embeddings=list(snakemake.input.embeddings),
     out={name: getattr(snakemake.output, name) for name in SPLIT_TABLES},

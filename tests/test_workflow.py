@@ -415,7 +415,7 @@ def test_the_report_lint_reports_the_demo_and_fixes_hold(demo_run):
     assert "**Report lint:" in index.split("## At a glance")[0] and "## Report lint" in index
     assert "|  |" not in index and "Below chance (AUROC < 0.5)" in index
     assert "1.000 |" not in index.split("## Cross-domain leaderboard")[1].split("## CRI")[0]  # ranks are integers
-    assert "uninformative: 4 encoders" in index and "n/a (4 sections: p >= 0.125)" in index
+    assert "uninformative: 4 encoders" in index and "n/a (4 runs: p >= 0.125)" in index  # 4 (section, seed) runs
     assert "ResNet-18" not in index.split("### Transfer with the non-frozen reference")[1].split("##")[0]
     assert "report lint:" in (work / DEMO / "logs" / "report.log").read_text()
 
