@@ -215,16 +215,19 @@ def test_demo_workflow_on_slurm_requests_gpus_for_embedding(run_on_slurm, instal
         "--snakefile", str(workdir / "Snakefile"),
         "--configfile", str(workdir / "wrong.yaml"),
         "--directory", str(workdir),
+        # no resubmission: NaN weights fail every attempt alike, and the embed rule's retries are the mini
+        # workflow's test (test_installed_profile_routes_gpu_jobs_and_retries_only_resource_rules)
+        "--preemptible-retries", "0",
         "report",
         timeout_s=600,
         profiles=("slurm", SLURM_TEST_OVERRIDES),
         env=installed_profile,
     )  # fmt: skip
     assert failed.returncode != 0
-    # only the new key's embedding jobs ran, their submission (one group) tried three times (embed may fail for
-    # lack of resources); the wrapper's record holds the first run's submissions too
+    # only the new key's embedding jobs ran (their submission, one group, went to Slurm once); the wrapper's record
+    # holds the first run's submissions too
     rerun = failed.submissions[len(run.submissions):]
-    assert {s.rule for s in rerun} == {"embed"} and len(rerun) >= 3, rerun
+    assert {s.rule for s in rerun} == {"embed"} and len(rerun) >= 1, rerun
     assert {p: p.read_bytes() for p in embeddings.rglob("*.npz")} == before
     logs = [p for p in (workdir / "results" / "demo" / "logs" / "embed" / "demo-vit-tiny").rglob("*.log")
             if "Traceback" in p.read_text()]
