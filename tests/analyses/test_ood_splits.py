@@ -15,7 +15,7 @@ from fmaudit.probes import LogisticProbe
 from fmaudit.stats import bootstrap_counts
 
 
-def _seed003_split_indices(y, groups, strata, seed):
+def _audit_paper_split_indices(y, groups, strata, seed):
     """The audit paper's split_indices, written out: 5 shuffled stratified folds over the groups (each by its most
     frequent stratum), or over the items without groups; the first fold is the test side."""
     folds = StratifiedKFold(5, shuffle=True, random_state=seed)
@@ -43,20 +43,20 @@ def _data(seed=0, n_groups=40, per_group=5, d=6, grouped=True):
 
 
 @pytest.mark.parametrize("grouped", [True, False])
-def test_draw_split_is_seed_003s_split_indices(grouped):
+def test_draw_split_is_the_audit_papers_split_indices(grouped):
     data = _data(grouped=grouped)
     provider = np.where(np.arange(data.labels.size) % 7 < 3, "a", "b")
     strata = np.char.add(data.labels.astype(str), provider)
     groups = data.groups if grouped else None
     for seed in range(3):
         is_test = draw_split(data.labels, groups, strata, 0.2, seed)
-        np.testing.assert_array_equal(np.flatnonzero(is_test), _seed003_split_indices(data.labels, groups, strata,
+        np.testing.assert_array_equal(np.flatnonzero(is_test), _audit_paper_split_indices(data.labels, groups, strata,
                                                                                       seed))
         if grouped:
             assert not set(data.groups[is_test]) & set(data.groups[~is_test])
 
 
-def test_probe_metrics_pool_the_splits_as_seed_003():
+def test_probe_metrics_pool_the_splits_as_the_audit_paper():
     """The point is the mean over the further splits of the metric on each split's test side; the interval the
     2.5/97.5 percentiles of every split's bootstrap draws (clusters = patients, seeded bootstrap seed + split seed)
     pooled; the stored split takes no part."""

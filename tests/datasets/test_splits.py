@@ -161,7 +161,7 @@ def test_remove_exact_duplicates_with_given_digests_and_errors(tmp_path):
         file_digests([], mode="md5")
 
 
-def test_paper_stratified_sample_reproduces_seed_003():
+def test_paper_stratified_sample_reproduces_the_audit_paper():
     rng = np.random.default_rng(0)
     classes = ["ADI", "BACK", "TUM"]
     rows = []

@@ -33,7 +33,7 @@ def fitted(task):
     return AbstentionGate().fit(X, y, g, encoder="enc", readout="cls"), (X, y, g)
 
 
-def test_thresholds_follow_seed_003(fitted):
+def test_thresholds_follow_the_audit_paper(fitted):
     gate, (X, y, g) = fitted
     fit, val = gate.fit_index_, gate.validation_index_
     assert set(g[fit]).isdisjoint(g[val])
@@ -75,7 +75,7 @@ def test_held_out_class_is_rejected_more_often_than_the_id_test_split(fitted, ta
     assert near_novel > 0.5
 
 
-def test_fit_validation_split_is_seed_003_split_indices():
+def test_fit_validation_split_is_the_audit_papers_split_indices():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 100)
     fit, val = fit_validation_split(y, validation_fraction=0.2, random_state=3)

@@ -25,7 +25,7 @@ def data():
 
 
 # ------------------------------------------------------------------------------------------- counts
-def test_counts_match_seed_003_sequential_draws():
+def test_counts_match_the_audit_papers_sequential_draws():
     counts = stats.bootstrap_counts(50, n_boot=7, random_state=3)
     assert counts.shape == (7, 50) and counts.dtype == np.int32
     rng = np.random.default_rng(3)

@@ -49,10 +49,10 @@ def _manifest_items(config: dict) -> dict[str, int]:
     return {p.stem: len(read_table(p)) for p in sorted(folder.glob("*.parquet"))} if folder.is_dir() else {}
 
 
-def estimate(config: dict, measured: str | Path) -> pd.DataFrame:
+def estimate(config: dict, measured: str | Path, checked: tuple[dict, dict] | None = None) -> pd.DataFrame:
     """The predicted cost of ``config``'s jobs (:func:`fmaudit.costs.estimate_cost`) from the per-unit costs in
-    ``measured``."""
-    encoders, datasets = check_config(config)
+    ``measured``; ``checked``: :func:`~fmaudit.preflight.check_config`'s result, when the caller has it."""
+    encoders, datasets = checked or check_config(config)
     prior_shift = {ps["task"]: ps for _, _, ps in parts_with(config, "prior_shift")}
     planned = costs.planned_units(config, datasets, _manifest_items(config))
     return costs.estimate_cost(planned, costs.read_unit_costs(measured), costs.gpu_plan(config, encoders, prior_shift))
@@ -91,7 +91,7 @@ def _estimate(args: argparse.Namespace, config: dict) -> int:
     settings = read_profile(args.profile or [default_template().parent])
     requests = cluster_estimate(config, encoders, datasets, settings, results_dir(config))
     measured = args.measured_costs or MEASURED_COSTS
-    predicted = estimate(config, measured)
+    predicted = estimate(config, measured, (encoders, datasets))
     if args.json:
         print(json.dumps({"requests": requests.to_dict(orient="records"),
                           "predicted_cost": predicted.to_dict(orient="records")}, indent=2, default=float))

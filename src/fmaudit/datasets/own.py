@@ -126,6 +126,13 @@ def read_image_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
     sources = resolve_paths(sheet_path, sheet["path"].fillna(""))
     _missing_files(sources, sheet[LINE_COLUMN], "path", problems)
     problems.raise_if_any()
+    return _sheet_manifest(dataset, sheet, sheet_path, items, sources, labels, classes, group)
+
+
+def _sheet_manifest(dataset: str, sheet: pd.DataFrame, sheet_path: Any, items: Any, sources: Any, labels: Any,
+                    classes: Sequence[str], group: Any) -> pd.DataFrame:
+    """The manifest rows of a checked sheet (image_table, features): its items, sources and labels with the sheet's
+    domain, patient, optional slide and split, and the sheet line each row came from."""
     rows = pd.DataFrame({
         "dataset": dataset, "item_id": items, "source": sources, "label": labels,
         "label_name": pd.array([classes[int(v)] if pd.notna(v) else pd.NA for v in labels], dtype="string"),
@@ -387,17 +394,8 @@ def read_feature_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
             raise FmauditInputError(
                 f"{file} (features of encoder {encoder!r}): {len(missing)} item(s) of {sheet_path} are not in the "
                 f"file, e.g. {', '.join(repr(m) for m in missing[:5])} (lines {', '.join(map(str, lines))})")
-    rows = pd.DataFrame({
-        "dataset": dataset, "item_id": sheet["item_id"], "source": FEATURE_SOURCE_PREFIX + sheet["item_id"],
-        "label": labels,
-        "label_name": pd.array([classes[int(v)] if pd.notna(v) else pd.NA for v in labels], dtype="string"),
-        "group": group, "domain": sheet["domain"], "patient": sheet["patient"],
-        "slide": sheet["slide"] if "slide" in sheet.columns else pd.NA,
-        "sheet": sheet_path, LINE_COLUMN: sheet[LINE_COLUMN],
-    })
-    if "split" in sheet.columns:
-        rows["split"] = sheet["split"]
-    return rows
+    return _sheet_manifest(dataset, sheet, sheet_path, sheet["item_id"], FEATURE_SOURCE_PREFIX + sheet["item_id"],
+                           labels, classes, group)
 
 
 @register_preparer("features")

@@ -253,8 +253,14 @@ def read_checkpoint(path: Path, fmt: str, allow_pickle: bool = False, encoder: s
             return load_file(str(path), device="cpu")
         except (SafetensorError, OSError) as e:
             raise FmauditInputError(f"encoder {encoder!r}: {path} is not a readable safetensors file ({e})") from e
+    return _torch_load(path, "cpu", allow_pickle, encoder)
+
+
+def _torch_load(path: Path, map_location: str, allow_pickle: bool, encoder: str) -> Any:
+    """``torch.load`` onto ``map_location`` (``weights_only`` unless ``allow_pickle``), its refusals and read errors
+    as FmauditInputError naming the encoder and file."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+        return torch.load(path, map_location=map_location, weights_only=not allow_pickle)
     except pickle.UnpicklingError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FmauditInputError(
@@ -280,16 +286,7 @@ def read_checkpoint_meta(path: Path, fmt: str, allow_pickle: bool = False, encod
                 return tensors
         except (SafetensorError, OSError) as e:
             raise FmauditInputError(f"encoder {encoder!r}: {path} is not a readable safetensors file ({e})") from e
-    try:
-        return torch.load(path, map_location="meta", weights_only=not allow_pickle)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FmauditInputError(
-            f"encoder {encoder!r}: refused to unpickle {path}: it holds objects other than tensors and plain "
-            f"containers ({first}). Convert it to safetensors, or, only if you trust the file, set "
-            f"weights.allow_pickle: true in the registry entry") from e
-    except (RuntimeError, OSError, EOFError) as e:
-        raise FmauditInputError(f"encoder {encoder!r}: cannot read torch checkpoint {path} ({e})") from e
+    return _torch_load(path, "meta", allow_pickle, encoder)
 
 
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

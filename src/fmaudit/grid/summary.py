@@ -95,6 +95,9 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
             add("cells", protocol, sub["runs"].sum(), len(sub))
     for analysis in ANALYSES:  # an analysis without rows of its own above: its runs and jobs on one row
         if analysis not in ITEMISED:
+            if analysis in tables:  # built above
+                add_table(analysis, "runs", analysis)
+                continue
             counts = count_runs(config, dataset_registry, analysis)
             if len(counts):
                 add(analysis, "runs", counts["runs"].sum(), len(counts))
