@@ -219,6 +219,7 @@ class CellPlan:
 
     @property
     def sections(self) -> list[str]:
+        """Every section of the plan, in config order (the keys of ``organ_of``)."""
         return list(self.organ_of)
 
 
