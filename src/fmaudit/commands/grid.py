@@ -65,8 +65,9 @@ def estimate(config: dict, measured: str | Path, checked: tuple[dict, dict] | No
     Returns
     -------
     DataFrame
-        One row per rule and encoder with the planned ``units``, the predicted ``wall_hours``, ``cpu_hours`` and
-        ``gpu_hours`` and the ``rate_from`` source of each rate (the layout of :func:`fmaudit.costs.estimate_cost`).
+        One row per (rule, encoder) and a closing ``total`` row, the columns of
+        :data:`fmaudit.costs.ESTIMATE_COLUMNS` (``jobs``, ``units``, the predicted ``wall_hours``, ``cpu_hours``,
+        ``gpu_hours``, ``rate_from``, ``note`` ...); NaN hours where the units or rate are unknown.
     """
     encoders, datasets = checked or check_config(config)
     prior_shift = {ps["task"]: ps for _, _, ps in parts_with(config, "prior_shift")}
