@@ -104,8 +104,8 @@ def preparer_names() -> list[str]:
     Returns
     -------
     list of str
-        Sorted names, after importing every module that registers preparers (one whose optional dependency is missing is
-        skipped).
+        Sorted names, after importing every module that registers preparers (a registering module absent from
+        this installation is skipped; one whose own imports fail raises).
     """
     _load_preparers()
     return sorted(PREPARERS)

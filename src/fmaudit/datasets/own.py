@@ -390,7 +390,8 @@ def prepare_slide_table(dataset: str, data_root: Path, params: dict[str, Any]) -
     -------
     DataFrame
         One row per kept tile: ``item_id`` (``<slide>_x<x>_y<y>``), the tile columns of
-        :func:`fmaudit.slides.tile_coordinates` (``x``, ``y``, ``level``, ``size``, ``tissue_fraction`` ...),
+        :func:`fmaudit.slides.tile_coordinates` (``x``, ``y``, ``level``, ``size``, ``tissue_fraction``,
+        ``mpp``),
         ``label_name``/``label`` (NA for unlabelled tiles), ``region_share`` (NaN for slide-labelled tiles),
         ``dataset``, ``source`` (the slide), ``group``, ``domain``, ``patient``, ``slide``, ``sheet``, the sheet line,
         ``split``; the split's provenance in ``attrs['provenance']``.
