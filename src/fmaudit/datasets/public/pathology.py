@@ -1,4 +1,4 @@
-"""Preparers of the tile-level pathology data sets of seeds 001 (PRISM) and 003 (reliability audit).
+"""Preparers of the tile-level pathology data sets of PRISM and the audit paper.
 
 Each preparer reads a release in its published layout under ``data_root`` (see ``resources/datasets.yaml``
 for where each one is expected and how to get it) and returns a manifest; see ``_common`` for the
