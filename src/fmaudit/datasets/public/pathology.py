@@ -346,7 +346,7 @@ def prepare_pcam(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.Da
     Returns
     -------
     DataFrame
-        One row per kept patch: ``item_id``, ``source`` (the PNG path, written by this call), ``label``/ ``label_name``
+        One row per kept patch: ``item_id``, ``source`` (the PNG path, written by this call), ``label``/``label_name``
         (0 normal, 1 tumor), ``group`` (the slide, or the item without a ``wsi`` column), ``group_unit``, ``domain``
         (the slug), ``split``, ``dataset``, ``pcam_split``, ``pcam_index``, ``coord_x``, ``coord_y``; provenance in
         ``attrs['provenance']``.
