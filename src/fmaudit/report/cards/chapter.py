@@ -41,7 +41,18 @@ FRONT_PAGE = "front_page.html"
 
 
 def card_files(encoders: Sequence[str]) -> list[str]:
-    """Paths of the cards of ``encoders`` and of the front page, relative to the report folder."""
+    """Paths of the cards of ``encoders`` and of the front page, relative to the report folder.
+
+    Parameters
+    ----------
+    encoders : sequence of str
+        The encoders that get a card (the ``cards`` setting's ``encoders``, or every encoder with results).
+
+    Returns
+    -------
+    list of str
+        ``cards/<encoder><ext>`` for each encoder and each of :data:`CARD_FORMATS`, then :data:`FRONT_PAGE`.
+    """
     return [f"cards/{enc}{ext}" for enc in encoders for ext in CARD_FORMATS] + [FRONT_PAGE]
 
 
@@ -103,7 +114,26 @@ def _advice_table(cards: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def write_cards_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write every card, the front page's table and the figures; return the front page (index.md lines)."""
+    """Write every card, the front page's table and the figures; return the front page (index.md lines).
+
+    Parameters
+    ----------
+    results : mapping or None
+        The chapter's results (``fmaudit.jobs.report``): ``cards`` (the cards of
+        :func:`fmaudit.analyses.cards.build_cards`), ``front`` (:func:`fmaudit.analyses.cards.front_page`),
+        ``encoders``, ``margin`` (the ECE margin of the K-shot band), ``has_cells`` (whether the cell chapter drew
+        its landscape) and ``figures`` (the probe's ``leaderboard``, ``rank_transfer``, ``calibration`` and the OOD
+        shard's ``curves`` and ``gate_summary`` tables, each possibly ``None``). ``None``: no card; every output is
+        still written, saying so.
+    writer : ReportWriter
+        Where the cards, the front page, the tables ``front_page`` and ``card_advice`` and the figures go.
+
+    Returns
+    -------
+    list of str
+        The ``index.md`` lines: the front page's tables, its legend and card links, and the figures to read first;
+        one sentence when no encoder has results.
+    """
     results = results or {"cards": [], "front": [], "encoders": []}
     cards = results["cards"]
     for card in cards:

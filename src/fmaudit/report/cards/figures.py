@@ -15,7 +15,19 @@ __all__ = ["FIGURE_CAPTIONS", "ece_vs_k_figure", "rank_bump_figure", "risk_cover
 
 def rank_bump_figure(board: pd.DataFrame, rank: pd.DataFrame, path: Path) -> None:
     """Bump chart: each encoder's rank in-domain (left) and on each target, one panel per (task, head, source) at
-    the largest label fraction; target ticks carry the study's ρ with its interval."""
+    the largest label fraction; target ticks carry the study's ρ with its interval.
+
+    Parameters
+    ----------
+    board : DataFrame
+        The probe leaderboard at the largest label fraction: ``task``, ``head``, ``fraction``, ``source_domain``,
+        ``target_domain`` (the source itself for the in-domain row), ``encoder`` and ``rank_macro_f1`` (1 = best).
+    rank : DataFrame
+        The rank-transfer table: the same keys with ``spearman_rho`` and optionally ``spearman_rho_ci_lo`` and
+        ``spearman_rho_ci_hi``; may be empty (no ρ on the ticks).
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = figures.pyplot(), figures.seaborn()
     keys = ["task", "head", "fraction", "source_domain"]
     panels = list(board.groupby(keys, sort=True))
@@ -65,7 +77,19 @@ def rank_bump_figure(board: pd.DataFrame, rank: pd.DataFrame, path: Path) -> Non
 def ece_vs_k_figure(cal: pd.DataFrame, margin: float, path: Path) -> None:
     """Off-domain top-label ECE after a temperature fitted on K labelled target images, against K, one line per
     encoder, one panel per transfer pair; each encoder's band runs from its oracle-temperature ECE to the
-    oracle plus the card's margin, and a dashed line marks its source-temperature ECE."""
+    oracle plus the card's margin, and a dashed line marks its source-temperature ECE.
+
+    Parameters
+    ----------
+    cal : DataFrame
+        The probe's calibration ladder: ``task``, ``source_domain``, ``target_domain``, ``in_domain``, ``encoder``,
+        ``stage`` (``kshot_ts``, ``oracle_ts``, ``source_ts`` ...), ``k`` (labelled target images of a K-shot row)
+        and at least one non-empty ``ece_top_<bins>_lohi`` column (the first such is drawn).
+    margin : float
+        The cards' ECE margin above the oracle (the band's height).
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = figures.pyplot(), figures.seaborn()
     ece_col = next(c for c in cal.columns if str(c).startswith("ece_top_") and cal[c].notna().any())
     off = cal[~cal["in_domain"].astype(bool)]
@@ -108,7 +132,20 @@ def ece_vs_k_figure(cal: pd.DataFrame, margin: float, path: Path) -> None:
 
 def risk_coverage_gate_figure(curves: pd.DataFrame, gate: pd.DataFrame, path: Path) -> None:
     """Risk against coverage on the in-distribution test split, one line per encoder, one panel per task, with
-    the gate's operating point (coverage, 1 - accuracy of the accepted items, with their intervals) marked."""
+    the gate's operating point (coverage, 1 - accuracy of the accepted items, with their intervals) marked.
+
+    Parameters
+    ----------
+    curves : DataFrame
+        Risk-coverage curves: ``task``, ``encoder``, ``coverage`` (0-1) and ``risk`` (error rate of the kept
+        items), one row per point.
+    gate : DataFrame
+        The gate summary: ``task``, ``encoder``, ``set``, ``setting``, ``coverage`` and ``accuracy_accepted``, with
+        their ``_ci_lo``/``_ci_hi`` columns where present; the row of ``set == "test"`` and ``setting == task`` is
+        the operating point. May be empty (no marks).
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = figures.pyplot(), figures.seaborn()
     tasks = list(dict.fromkeys(curves["task"]))
     encoders = sorted(curves["encoder"].unique())

@@ -82,6 +82,22 @@ LEGEND = (
 
 
 def front_page_markdown(front: Sequence[Mapping[str, Any]], encoders: Sequence[str]) -> list[str]:
+    """The front page's lines of ``index.md``: one Markdown table per task (marks as text), the legend and a link to
+    each card in its three formats.
+
+    Parameters
+    ----------
+    front : sequence of mapping
+        The front page's tables (:func:`fmaudit.analyses.cards.front_page`): each ``{"task": ..., "rows": [...]}``,
+        a row being ``{"encoder": ..., "values": {axis: quantity}}`` over :data:`FRONT_AXES`.
+    encoders : sequence of str
+        The encoders whose cards are linked, in order.
+
+    Returns
+    -------
+    list of str
+        Markdown lines, ending with a blank line.
+    """
     lines = []
     for table in front:
         header, rows = _front_rows(table, "[card](cards/{enc}.md)")
@@ -100,7 +116,20 @@ def front_page_markdown(front: Sequence[Mapping[str, Any]], encoders: Sequence[s
 
 
 def front_page_table(front: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The front page as one tidy table (the CSV beside it): a row per (task, encoder, axis)."""
+    """The front page as one tidy table (the CSV beside it): a row per (task, encoder, axis).
+
+    Parameters
+    ----------
+    front : sequence of mapping
+        The front page's tables (:func:`fmaudit.analyses.cards.front_page`).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``task`` (empty for a study without probe tasks), ``encoder``, ``axis``, ``label``, ``point``,
+        ``ci_lo``, ``ci_hi``, ``interval`` (``95%`` or why there is none), ``resampling_unit``, ``n_units``,
+        ``where``, ``text`` (the cell as printed), ``best`` and ``separated`` (bool).
+    """
     rows = []
     for table in front:
         for r in table["rows"]:
@@ -129,7 +158,20 @@ def front_page_table(front: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def front_page_html(front: Sequence[Mapping[str, Any]], encoders: Sequence[str]) -> str:
-    """The front page's tables as HTML (marks as cell classes), with the card links."""
+    """The front page's tables as HTML (marks as cell classes), with the card links.
+
+    Parameters
+    ----------
+    front : sequence of mapping
+        The front page's tables (:func:`fmaudit.analyses.cards.front_page`).
+    encoders : sequence of str
+        The encoders whose last-column cell becomes a link to ``cards/<encoder>.html``.
+
+    Returns
+    -------
+    str
+        HTML fragment: a heading and table per task, then the legend (every text escaped).
+    """
     parts = []
     for table in front:
         header, rows = _front_rows(table, "{enc}")

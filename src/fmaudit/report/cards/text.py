@@ -17,7 +17,22 @@ __all__ = ["card_html", "card_markdown", "quantity_text"]
 
 def quantity_text(q: Mapping[str, Any] | None, with_units: bool = False) -> str:
     """A card quantity as text: ``0.812 [0.790, 0.833]``, ``+0.021 [-0.004, 0.046]``, ``2``, ``yes``; a missing
-    value as ``n/a (why)``; ``with_units`` appends the interval's unit and count."""
+    value as ``n/a (why)``; ``with_units`` appends the interval's unit and count.
+
+    Parameters
+    ----------
+    q : mapping or None
+        A card quantity (:func:`fmaudit.analyses.cards.quantity`): ``point``, ``kind`` (``value``, ``signed``,
+        ``integer``, ``flag``, ``amount``, ``text``), ``ci_lo``/``ci_hi``, ``resampling_unit``, ``n_units`` and
+        ``note``; ``None`` or empty: ``n/a``.
+    with_units : bool, default False
+        Append ``(unit, n=count)`` after an interval.
+
+    Returns
+    -------
+    str
+        The quantity as printed; values three decimals, amounts four significant digits.
+    """
     if not q:
         return "n/a"
     point, kind = q.get("point"), q.get("kind", "value")
@@ -77,7 +92,20 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def card_markdown(card: Mapping[str, Any]) -> str:
-    """The card as Markdown."""
+    """The card as Markdown.
+
+    Parameters
+    ----------
+    card : mapping
+        One encoder's card (:func:`fmaudit.analyses.cards.build_cards`): ``encoder``, ``study``, ``thresholds``,
+        ``sections`` (name -> title, availability, caption, columns, rows, advice, limits) and ``rules``.
+
+    Returns
+    -------
+    str
+        The card's Markdown: title, a paragraph on where the numbers come from, one chapter per section (its table,
+        interval units, advice with the rule behind each sentence, limits) and the rules; ends with a newline.
+    """
     t = card["thresholds"]
     lines = [
         f"# Reliability card: {card['encoder']}",
@@ -124,7 +152,19 @@ def card_markdown(card: Mapping[str, Any]) -> str:
 
 
 def card_html(card: Mapping[str, Any]) -> str:
-    """The card as a self-contained HTML page (every text escaped)."""
+    """The card as a self-contained HTML page (every text escaped).
+
+    Parameters
+    ----------
+    card : mapping
+        One encoder's card, as :func:`card_markdown` takes it.
+
+    Returns
+    -------
+    str
+        A whole HTML page (:func:`fmaudit.report.html.page`) with links to the report home and the card's JSON and
+        Markdown beside it.
+    """
     parts = [
         f"<h1>Reliability card: {html.escape(card['encoder'])}</h1>",
         f'<p><a href="../index.html">Report home</a> · <a href="{html.escape(card["encoder"])}.json">JSON</a>'
