@@ -48,7 +48,8 @@ def inline(text: str) -> str:
     Parameters
     ----------
     text : str
-        One line of Markdown (no block structure); ``\|`` reads as a literal pipe, ``javascript:`` links become ``#``.
+        One line of Markdown (no block structure); a backslash-escaped pipe reads as a literal pipe, and
+        ``javascript:`` links become ``#``.
 
     Returns
     -------
