@@ -121,10 +121,10 @@ def write_cards_chapter(results: Mapping[str, Any] | None, writer: ReportWriter)
     results : mapping or None
         The chapter's results (``fmaudit.jobs.report``): ``cards`` (the cards of
         :func:`fmaudit.analyses.cards.build_cards`), ``front`` (:func:`fmaudit.analyses.cards.front_page`),
-        ``encoders``, ``margin`` (the ECE margin of the K-shot band), ``has_cells`` (whether the cell chapter drew
-        its landscape) and ``figures`` (the probe's ``leaderboard``, ``rank_transfer``, ``calibration`` and the OOD
-        shard's ``curves`` and ``gate_summary`` tables, each possibly ``None``). ``None``: no card; every output is
-        still written, saying so.
+        ``encoders``, ``margin`` (the ECE margin of the K-shot band), ``has_cells`` (whether the study has CRA
+        rows: the front page then shows the cell chapter's landscape) and ``figures`` (the probe's
+        ``leaderboard``, ``rank_transfer``, ``calibration`` and the OOD shard's ``curves`` and ``gate_summary``
+        tables, each possibly ``None``). ``None``: no card; every output is still written, saying so.
     writer : ReportWriter
         Where the cards, the front page, the tables ``front_page`` and ``card_advice`` and the figures go.
 

@@ -20,8 +20,9 @@ def rank_bump_figure(board: pd.DataFrame, rank: pd.DataFrame, path: Path) -> Non
     Parameters
     ----------
     board : DataFrame
-        The probe leaderboard at the largest label fraction: ``task``, ``head``, ``fraction``, ``source_domain``,
-        ``target_domain`` (the source itself for the in-domain row), ``encoder`` and ``rank_macro_f1`` (1 = best).
+        The probe leaderboard: ``task``, ``head``, ``fraction``, ``source_domain``, ``target_domain`` (the source
+        itself for the in-domain row), ``encoder`` and ``rank_macro_f1`` (1 = best); one panel per (task, head,
+        fraction, source).
     rank : DataFrame
         The rank-transfer table: the same keys with ``spearman_rho`` and optionally ``spearman_rho_ci_lo`` and
         ``spearman_rho_ci_hi``; may be empty (no ρ on the ticks).
