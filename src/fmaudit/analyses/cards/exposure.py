@@ -1,0 +1,44 @@
+"""The card's exposure section: whether the encoder's pretraining corpora contain each evaluated data set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from fmaudit.analyses.cards.model import _has, _section, _unavailable, quantity
+
+__all__ = ["exposure_section"]
+
+
+def exposure_section(encoder: str, audit: pd.DataFrame | None) -> dict[str, Any]:
+    if audit is None or not _has(audit, "encoder", "dataset", "exposure"):
+        return _unavailable("no exposure audit (no encoder x data set pair evaluated)")
+    mine = audit[audit["encoder"] == encoder]
+    if not len(mine):
+        return _unavailable("this encoder was not audited")
+    statuses = {str(r["dataset"]): str(r["exposure"]) for r in mine.to_dict("records")}
+    evidence_col = next((c for c in ("evidence", "source", "reason") if c in mine.columns), None)
+    rows = [
+        {
+            "label": str(r["dataset"]),
+            "context": {"dataset": str(r["dataset"])},
+            "values": {
+                "exposure": quantity(
+                    None,
+                    measure="in the pretraining data",
+                    kind="text",
+                    note=str(r["exposure"])
+                    + (f" ({r[evidence_col]})" if evidence_col and str(r.get(evidence_col) or "") else ""),
+                )
+            },
+        }
+        for r in mine.to_dict("records")
+    ]
+    caption = (
+        "Whether the encoder's pretraining corpora contain each evaluated data set (yes / no / unknown: a "
+        "corpus that does not name a data set is unknown, never no)."
+    )
+    out = _section(caption, [("exposure", "exposure")], rows, {"datasets": statuses}, "exposure", [])
+    out["statuses"] = statuses
+    return out
