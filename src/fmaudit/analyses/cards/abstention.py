@@ -30,6 +30,31 @@ def _gate_q(r: Mapping[str, Any], name: str, measure: str) -> dict[str, Any]:
 
 
 def abstention_section(encoder: str, ood: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The abstention section of ``encoder``'s card: the two-threshold gate (docs/methods.md#the-abstention-gate) at
+    its operating point on the in-distribution test split and on each OOD set, and the detection AUROC of each
+    novelty score (stated under ``limits`` when below 0.5).
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the tables' ``encoder`` column names it.
+    ood : mapping of str to DataFrame, or None
+        The OOD chapter's result tables by name. Reads ``gate_summary`` (a row per encoder, ``task``,
+        ``setting`` and ``set``, ``test`` being the in-distribution split; ``tier``; ``coverage``,
+        ``accuracy_accepted`` and ``reject_any`` with their ``<name>_mean_over_divisions`` and its
+        ``_ci_lo``/``_ci_hi``; ``ci_unit``, ``ci_n_units``, ``n_splits``) and ``detection`` (``condition``,
+        ``tier``, ``scorer``, ``auroc`` with ``auroc_ci_lo``, ``auroc_ci_hi``). Tables with a ``note`` column
+        count as absent.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per gate setting and set, ``context`` with ``task``, ``setting``, ``set`` and ``tier``
+        (``"in-distribution"`` for the test split), ``values`` the quantities ``coverage``,
+        ``accuracy_accepted`` and ``rejected``. Unavailable, with its ``reason``, without a gate table or
+        without rows of this encoder.
+    """
     gate = _table(ood, "gate_summary")
     if not _has(gate, "encoder", "set", "setting"):
         return _unavailable("no abstention gate in this study (config ood.gate)")

@@ -68,6 +68,33 @@ def _paired(pd_table: pd.DataFrame, encoder: str) -> dict[tuple, dict[str, dict]
 
 
 def accuracy_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The accuracy section of ``encoder``'s card: per task, head, label fraction and source domain, its macro-F1
+    in-domain and on each target domain, its rank among the study's encoders on both, the study's rank-transfer ρ
+    of the pair (docs/methods.md#rank-transfer-and-meta-analysis), and the encoders it led in-domain that overtake
+    it on the target, with their paired difference.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the tables' ``encoder`` column names it.
+    probe : mapping of str to DataFrame, or None
+        The probe chapter's result tables by name. Reads ``leaderboard`` (a row per encoder, task, head,
+        fraction, source and target domain: ``macro_f1`` with ``macro_f1_ci_lo``, ``macro_f1_ci_hi``,
+        ``ci_unit``, ``ci_n_units``, ``ci_convention``; ``rank_macro_f1`` is computed when absent),
+        ``rank_transfer`` (``spearman_rho`` with its interval, per pair) and ``paired_differences`` (macro-F1
+        ``difference``, ``ci_lo``, ``ci_hi`` of each encoder against the ``reference`` encoder). A table that is
+        missing or has a ``note`` column (the analysis did not run) counts as absent.
+
+    Returns
+    -------
+    dict
+        A card section: ``available``, ``reason``, ``caption``, ``columns`` (``key``, ``label``), ``rows`` (one
+        per source → target pair, or per source of a one-domain task: ``label``, ``context`` with ``task``,
+        ``head``, ``fraction``, ``source_domain``, ``target_domain``, and ``values``: the quantities
+        ``in_domain``, ``target``, ``rank_in_domain``, ``rank_target`` and ``rho``), ``advice`` (the accuracy
+        rules' sentences) and ``limits``. Unavailable, with its ``reason``, without a leaderboard or without
+        rows of this encoder.
+    """
     board = _table(probe, "leaderboard")
     if not _has(board, "encoder", "macro_f1", "source_domain", "target_domain"):
         return _unavailable("no probe runs in this study")

@@ -23,7 +23,19 @@ __all__ = ["build_cards", "card_encoders"]
 
 def card_encoders(results: Mapping[str, Any]) -> list[str]:
     """The encoders that get a card: every encoder of the analysis tables (probe, OOD, prior shift, cells), in the
-    order they first appear; variants (kept out of every ranking) do not."""
+    order they first appear; variants (kept out of every ranking) do not.
+
+    Parameters
+    ----------
+    results : mapping
+        The study's results as :func:`build_cards` takes them; an encoder found in none of the analysis tables
+        falls back to the exposure audit's encoders.
+
+    Returns
+    -------
+    list of str
+        Encoder names, each once.
+    """
     seen: list[str] = []
     sources = [
         (_table(results.get("probe"), "leaderboard")),
@@ -47,7 +59,27 @@ def build_cards(
     """A card per encoder of ``encoders`` (default :func:`card_encoders`; an encoder without numbers gets a card
     whose sections say so). ``results``: ``probe``, ``ood``, ``cells`` (the chapters' results), ``exposure``
     (the audit), ``prior_shift_gains`` (per-encoder gains), ``priors`` (task -> prior -> shares), ``cost``
-    (``jobs``: :func:`fmaudit.costs.job_costs`), ``embeddings`` (the inventory)."""
+    (``jobs``: :func:`fmaudit.costs.job_costs`), ``embeddings`` (the inventory).
+
+    Parameters
+    ----------
+    results : mapping
+        The study's results: ``probe``, ``ood``, ``cells`` (mappings of table name -> DataFrame, as the report
+        chapters hold them), ``exposure`` and ``prior_shift_gains`` (DataFrames), ``priors`` (task -> prior ->
+        class shares), ``cost`` (mapping with ``jobs``) and ``embeddings`` (DataFrame). Missing keys make the
+        sections that read them unavailable.
+    study : str
+        The study's name, printed on every card.
+    encoders : sequence of str or None
+        The encoders to card, in order; None for :func:`card_encoders`.
+
+    Returns
+    -------
+    list of dict
+        A card per encoder: ``schema_version``, ``study``, ``encoder``, ``thresholds``
+        (:data:`~fmaudit.analyses.advice.THRESHOLDS`), ``rules`` (``id`` and ``when`` of every advice rule) and
+        ``sections`` (section name -> section dict with its ``title``, in the order of :data:`CARD_SECTIONS`).
+    """
     cards = []
     for enc in list(encoders) if encoders is not None else card_encoders(results):
         sections = {

@@ -20,6 +20,29 @@ def _ece_col(df: pd.DataFrame) -> str | None:
 
 
 def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The calibration section of ``encoder``'s card: the off-domain rungs of the calibration ladder
+    (docs/methods.md#the-calibration-ladder) per source → target pair, the smallest K whose K-shot temperature
+    comes within :data:`~fmaudit.analyses.advice.ECE_MARGIN` of the oracle, and the fix it recommends.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the tables' ``encoder`` column names it.
+    probe : mapping of str to DataFrame, or None
+        The probe chapter's result tables by name. Reads ``calibration`` (a row per encoder, task, head,
+        fraction, source and target domain and ``stage``: ``raw``, ``source_ts``, ``oracle_ts`` or ``kshot_ts``
+        with its ``k``; ``in_domain``; the first ``ece_top_<bins>`` column with values; ``n_at_bound`` and
+        ``n_temperatures``) and the ``leaderboard``'s ``ece_ci_lo``, ``ece_ci_hi``, whose interval the raw ECE
+        takes where the two tables' raw ECE agree. Tables with a ``note`` column count as absent.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per off-domain pair with the quantities ``raw``, ``source_ts``, ``oracle_ts``, ``kshot_<K>`` for
+        every K and ``smallest_k``; and ``recommended_fix`` (:func:`recommended_fix` over the pairs).
+        Unavailable, with its ``reason``, without a ladder or without off-domain rows of this encoder.
+    """
     cal = _table(probe, "calibration")
     if not _has(cal, "encoder", "stage", "in_domain"):
         return _unavailable("no calibration ladder in this study")
@@ -133,7 +156,19 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
 
 
 def board_rule(cal: pd.DataFrame) -> str:
-    """How the ladder treats temperatures at a bound, as its table says (``bound_temperatures``)."""
+    """How the ladder treats temperatures at a bound, as its table says (``bound_temperatures``).
+
+    Parameters
+    ----------
+    cal : DataFrame
+        The probe chapter's ``calibration`` table.
+
+    Returns
+    -------
+    str
+        The first row's ``bound_temperatures`` text, or ``"as the calibration table says"`` when the table has
+        no such column or no rows.
+    """
     return (
         str(cal["bound_temperatures"].iloc[0])
         if "bound_temperatures" in cal.columns and len(cal)
@@ -145,7 +180,21 @@ def recommended_fix(targets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The calibration a user should apply on a new scanner, from the off-domain ladder: the source temperature
     when it is within the margin of the oracle on every target; else the smallest K whose K-shot temperature
     is within the margin on every target; else the deployable stage with the lowest worst-target ECE. With
-    the worst target's ECE after it."""
+    the worst target's ECE after it.
+
+    Parameters
+    ----------
+    targets : sequence of mapping
+        One per off-domain pair, as :func:`calibration_section` gathers them: ``raw``, ``source_ts`` and
+        ``oracle_ts`` (top-label ECE, None where missing) and ``kshot`` (K -> mean K-shot ECE or None).
+
+    Returns
+    -------
+    dict
+        ``name`` (the fix in words, as the card prints it), ``stage`` (``"source_ts"``, ``"kshot_ts"``,
+        ``"raw"``, or None without a complete stage), ``k`` (the K of a K-shot fix, else None) and
+        ``worst_ece`` (the largest ECE over the targets after the fix; None where a target lacks it).
+    """
     if not targets:
         return {"name": "none (no off-domain rows)", "stage": None, "k": None, "worst_ece": None}
 

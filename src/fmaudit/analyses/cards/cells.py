@@ -13,6 +13,31 @@ __all__ = ["cells_section"]
 
 
 def cells_section(encoder: str, cells: Mapping[str, Any] | None, alpha: float = 0.05) -> dict[str, Any]:
+    """The cells section of ``encoder``'s card: CRA and CRT (docs/methods.md#composite-indices-cri-cra-and-crt)
+    per taxonomy and magnification, whether Nuc beats Mean, and the encoder's ranks.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the tables' ``encoder`` column names it.
+    cells : mapping of str to DataFrame, or None
+        The cells chapter's result tables by name. Reads ``cra`` (a row per encoder, ``taxonomy`` and
+        ``magnification``: ``cra_mean_pp``, ``cra_sd_pp``, ``n_sections``, optionally ``n_win_units`` (the
+        Wilcoxon test's (section, seed) runs), ``n_balanced`` and ``balance``, ``nuc_vs_mean_p``,
+        ``nuc_beats_mean``, ``rank``) and ``crt`` (``crt``, ``crt_relative_pp``, ``n_units``, ``n_opponents``,
+        ``rank``). Tables with a ``note`` column count as absent.
+    alpha : float
+        Significance level of the paired Wilcoxon test of Nuc against Mean; with too few runs to reach it the
+        flag is left undecided and ``limits`` says so.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per CRA row (quantities ``cra``, ``nuc_beats_mean``, ``cra_rank``) and per CRT row (``crt``,
+        ``crt_relative_pp``, ``crt_rank``). Unavailable, with its ``reason``, without either table or without
+        rows of this encoder.
+    """
     cra, crt = _table(cells, "cra"), _table(cells, "crt")
     if not _has(cra, "encoder", "cra_mean_pp") and not _has(crt, "encoder", "crt"):
         return _unavailable("no cell-level runs in this study (config block cells)")

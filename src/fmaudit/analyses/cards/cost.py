@@ -14,6 +14,28 @@ __all__ = ["cost_section"]
 
 
 def cost_section(encoder: str, cost: Mapping[str, Any] | None, inventory: pd.DataFrame | None) -> dict[str, Any]:
+    """The cost section of ``encoder``'s card: what its benchmarked jobs cost, per rule and in total, and how fast
+    it embedded each data set.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the tables' ``encoder`` column names it.
+    cost : mapping or None
+        ``jobs``: :func:`fmaudit.costs.job_costs`, a row per benchmark file with ``encoder``, ``rule``, ``job``,
+        ``cpu_hours``, ``gpu_hours``, ``max_rss_mb`` and optionally ``device``, ``device_mismatch``.
+    inventory : DataFrame or None
+        The embeddings inventory, a row per encoder and ``dataset``: ``images_per_s``, ``n_items``, ``device``.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per rule and a ``total`` row with the quantities ``jobs``, ``cpu_hours``, ``gpu_hours``,
+        ``peak_rss_mb``; ``embedding_speed`` (a dict per data set: ``dataset``, ``images_per_s``, ``n_items``,
+        ``device``) and ``totals`` (``cpu_hours``, ``gpu_hours``). Unavailable, with its ``reason``, without
+        benchmarked jobs of this encoder.
+    """
     jobs = (cost or {}).get("jobs")
     if not isinstance(jobs, pd.DataFrame) or not len(jobs):
         return _unavailable("no benchmark files were read (the workflow writes them for every heavy job)")

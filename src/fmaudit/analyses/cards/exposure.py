@@ -12,6 +12,23 @@ __all__ = ["exposure_section"]
 
 
 def exposure_section(encoder: str, audit: pd.DataFrame | None) -> dict[str, Any]:
+    """The exposure section of ``encoder``'s card: whether its pretraining corpora contain each evaluated data set.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the audit's ``encoder`` column names it.
+    audit : DataFrame or None
+        The exposure audit, a row per encoder and ``dataset``: ``exposure`` (``yes``, ``no`` or ``unknown``) and
+        optionally the first of ``evidence``, ``source``, ``reason``, quoted beside it.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per data set with the text quantity ``exposure``; and ``statuses`` (data set -> status).
+        Unavailable, with its ``reason``, without an audit or without rows of this encoder.
+    """
     if audit is None or not _has(audit, "encoder", "dataset", "exposure"):
         return _unavailable("no exposure audit (no encoder x data set pair evaluated)")
     mine = audit[audit["encoder"] == encoder]

@@ -99,7 +99,21 @@ def _front_values(card: Mapping[str, Any], task: str | None) -> dict[str, Any]:
 def front_page(cards: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One table per probe task (or one for the study without probe runs): a row per encoder, each axis of
     :data:`FRONT_AXES` with its value and, where the axis has an order and intervals, ``separated``: the
-    interval lies wholly on the worse side of the best encoder's interval."""
+    interval lies wholly on the worse side of the best encoder's interval.
+
+    Parameters
+    ----------
+    cards : sequence of mapping
+        Cards as :func:`~fmaudit.analyses.cards.build.build_cards` returns them.
+
+    Returns
+    -------
+    list of dict
+        A table per task: ``task`` (None without probe runs) and ``rows``, a row per card with ``encoder`` and
+        ``values`` (axis -> quantity with ``where``, ``best`` and ``separated`` for the ordered axes, or
+        ``{"text": ...}`` for ``cells``, ``exposure`` and ``cost``); an axis the card has no number for is left
+        out.
+    """
     tasks = sorted({r["context"]["task"] for c in cards for r in c["sections"]["accuracy"].get("rows", [])}) or [None]
     tables = []
     for task in tasks:

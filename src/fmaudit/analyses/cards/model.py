@@ -58,7 +58,38 @@ def quantity(
 ) -> dict[str, Any]:
     """One number of a card: ``point`` with its interval (``ci_lo``, ``ci_hi``), what it measures, the unit its
     interval resamples and how many (``resampling_unit``, ``n_units``), how the interval was made, a ``note``
-    saying why a value or interval is missing, and how it prints (``kind``, :data:`KINDS`)."""
+    saying why a value or interval is missing, and how it prints (``kind``, :data:`KINDS`).
+
+    Parameters
+    ----------
+    point : float, int or None
+        The value; anything that is not a finite number (None, NaN, a text) becomes None.
+    lo, hi : float or None
+        The interval's bounds, in the value's unit; kept only when both are finite numbers.
+    measure : str
+        What the number measures, in words (``"macro-F1"``, ``"top-label ECE (15 equal-width bins)"``).
+    unit : str or None
+        The unit the interval resamples (``"slide"``, ``"patient"``, ``"section"``); None, empty or NaN for none.
+    n_units : int or None
+        How many of those units the interval resamples.
+    interval : str or None
+        How the interval was made (``"paired cluster bootstrap"``, a table's ``ci_convention``).
+    note : str or None
+        Why the value or its interval is missing, or what qualifies it (``"no interval"``).
+    kind : str
+        How the quantity prints, one of :data:`KINDS`; default ``"value"``.
+
+    Returns
+    -------
+    dict
+        Keys ``point``, ``ci_lo``, ``ci_hi`` (float or None), ``measure``, ``resampling_unit`` (str or None),
+        ``n_units`` (int or None), ``interval``, ``note`` and ``kind``: a quantity of the card schema.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` is not one of :data:`KINDS`.
+    """
     if kind not in KINDS:
         raise ValueError(f"quantity kind {kind!r} is not one of {KINDS}")
     lo, hi = _num(lo), _num(hi)

@@ -17,8 +17,30 @@ __all__ = ["prior_shift_section"]
 def prior_shift_section(
     encoder: str, gains: pd.DataFrame | None, priors: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None
 ) -> dict[str, Any]:
-    """``gains``: per-encoder gains (rows ``encoder, task, source_domain, method, prior, mean, ci_lo, ci_hi,
-    unit, n_units``), ``priors``: task -> prior -> class shares (the largest share is quoted)."""
+    """The class-prior-shift section of ``encoder``'s card: the macro-F1 gain of each label-free adaptation over
+    the unadapted source probe (docs/methods.md#adaptation-methods), per class prior of the target draws, and the
+    deployable methods whose gain interval lies below zero under some prior.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the card is for, as the table's ``encoder`` column names it.
+    gains : DataFrame or None
+        Per-encoder gains, a row per ``encoder, task, source_domain, method, prior``: ``mean``, ``ci_lo``,
+        ``ci_hi`` (hierarchical bootstrap), ``unit``, ``n_units`` and optionally ``unit_text``. Rows of method
+        ``none`` (no adaptation, the reference) are skipped.
+    priors : mapping or None
+        Task -> prior name -> class -> share of the target draws; the largest share is quoted in the advice.
+
+    Returns
+    -------
+    dict
+        A card section (``available``, ``reason``, ``caption``, ``columns``, ``rows``, ``advice``, ``limits``):
+        a row per task, source domain and method, ``values`` the signed quantity ``prior:<name>`` for each prior;
+        and ``harmful_methods`` (sorted method names, from intervals of at least
+        :data:`~fmaudit.analyses.advice.MIN_UNITS` units). Unavailable, with its ``reason``, without gains or
+        without rows of this encoder.
+    """
     if gains is None or not _has(gains, "encoder", "method", "prior", "mean"):
         return _unavailable("no class-prior-shift runs in this study (config block prior_shift)")
     mine = gains[(gains["encoder"] == encoder) & (gains["method"] != "none")]
