@@ -693,7 +693,7 @@ def fire_rules(section: str, facts: Mapping[str, Any], rules: Sequence[Rule] | N
         The section's numbers as its builder in :mod:`fmaudit.analyses.cards` gathers them (e.g. ``pairs`` and
         ``rank_transfer`` for accuracy, ``targets`` for calibration).
     rules : sequence of Rule or None
-        The rules to fire instead of the section's own (tests fire one rule alone).
+        The rules to fire instead of the section's own; None (the default) for the section's.
 
     Returns
     -------
