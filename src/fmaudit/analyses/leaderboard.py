@@ -117,7 +117,7 @@ def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: i
     DataFrame
         One row per :data:`RUN_KEYS` cell: ``in_domain``, ``n_seeds``, ``n_test``, ``n_test_groups``,
         ``macro_f1`` with ``macro_f1_ci_lo``/``_ci_hi``, ``balanced_accuracy``, ``auroc_ovr_macro`` (seed means),
-        ``ece_top_<bins>`` with ``ece_ci_lo``/``_ci_hi``, ``ci_unit``, ``ci_n_units``, ``ci_resampling``, the
+        ``ece_top_<bins>_lohi`` with ``ece_ci_lo``/``_ci_hi``, ``ci_unit``, ``ci_n_units``, ``ci_resampling``, the
         reference criteria's columns (``source_val_macro_f1``, ``source_train_macro_f1``) present in ``runs``,
         ``calibration_mode``, ``task_split``, ``rank_macro_f1`` (1 = best within task, head, fraction, source
         and target) and ``ci_convention``. Empty without raw runs.

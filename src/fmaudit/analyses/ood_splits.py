@@ -116,8 +116,8 @@ def run_extra_splits(data: TaskData, *, seeds: Sequence[int], test_fraction: flo
     coverages : sequence of float
         Coverages of the selective metrics.
     n_boot : int
-        Bootstrap resamples of each split's test side (the schema's ``bootstrap.n_boot``; the library default
-        of 300 is kept for callers that do not pass it).
+        Bootstrap resamples of each split's test side; the OOD job passes the schema's ``bootstrap.n_boot``
+        (the default here, 300, is not the schema's 1000).
     bootstrap_seed : int
         Seed of the resampling; split ``s`` uses ``bootstrap_seed + s``.
     n_bins : int

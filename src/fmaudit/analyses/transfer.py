@@ -53,7 +53,7 @@ def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
     Parameters
     ----------
     runs : DataFrame
-        The probe suite's metric rows: :data:`CELL`, ``seed``, ``stage``, ``metrics``, ``ece_top_<bins>`` and
+        The probe suite's metric rows: :data:`CELL`, ``seed``, ``stage``, ``metrics``, ``ece_top_<bins>_lohi`` and
         optionally ``temperature_at_bound``.
     ece_bins : int
         Bins of the ECE column to average (the calibration setting the rows were computed with).
@@ -69,7 +69,7 @@ def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
     -------
     DataFrame
         One row per :data:`CELL`: ``n_runs``, ``n_at_bound``, the seed means of ``metrics`` and
-        ``ece_top_<bins>`` (NaN where every run was left out) and ``in_domain``.
+        ``ece_top_<bins>_lohi`` (NaN where every run was left out) and ``in_domain``.
     """
     part = runs[runs["stage"] == stage]
     at_bound = (part["temperature_at_bound"].fillna(False).astype(bool) if "temperature_at_bound" in part.columns

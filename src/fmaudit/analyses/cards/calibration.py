@@ -31,7 +31,7 @@ def calibration_section(encoder: str, probe: Mapping[str, Any] | None) -> dict[s
     probe : mapping of str to DataFrame, or None
         The probe chapter's result tables by name. Reads ``calibration`` (a row per encoder, task, head,
         fraction, source and target domain and ``stage``: ``raw``, ``source_ts``, ``oracle_ts`` or ``kshot_ts``
-        with its ``k``; ``in_domain``; the first ``ece_top_<bins>`` column with values; ``n_at_bound`` and
+        with its ``k``; ``in_domain``; the first ``ece_top_<bins>_lohi`` column with values; ``n_at_bound`` and
         ``n_temperatures``) and the ``leaderboard``'s ``ece_ci_lo``, ``ece_ci_hi``, whose interval the raw ECE
         takes where the two tables' raw ECE agree. Tables with a ``note`` column count as absent.
 
