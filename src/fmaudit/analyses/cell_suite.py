@@ -157,6 +157,65 @@ def run_cell_shard(
     tight tol) or "float64".
     ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
     how the work is batched, never the numbers. ``n_threads``: the engine's CPU threads (default: torch's).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The job's rows of :func:`fmaudit.grid.cell_runs`: ``encoder``, ``magnification``, ``protocol`` (one
+        value each), ``taxonomy``, ``readout``, ``seed``, ``unit``.
+    features : mapping of str to path or CellFeatures
+        Section -> its feature folder (:func:`fmaudit.cells.features.write_cell_features`) or the opened
+        folder, for every section a run trains or tests on.
+    manifests : mapping of str to DataFrame or path
+        Section -> its cell manifest, the cells in the features' order.
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``).
+    Cs : sequence of float
+        The probe's C grid, positive (``cells.probe.C``).
+    val_fraction : float
+        Share of the training-side cells drawn for validation, in (0, 1) (``cells.probe.val_fraction``).
+    max_train_cells, max_val_cells : int or None
+        Training and validation cells per run, drawn by the seed; None: all.
+    roi_fraction : float or None
+        IS's ROI share of a section (needed for IS).
+    fold_manifest : DataFrame, path or None
+        MOCV's fold manifest; None: :func:`~fmaudit.cells.protocols.make_fold_manifest`.
+    n_folds : int or None
+        MOCV's fold count (needed for MOCV).
+    n_classes : mapping of str to int, or None
+        Taxonomy -> K; None: from the labels.
+    standardize : bool
+        Standardise each run's training cells (``cells.probe.standardize``).
+    tol : float
+        Stopping tolerance of the fits (max-abs gradient of the scaled objective, ``cells.probe.tol``).
+    max_iter : int
+        Iteration cap of the fits (``cells.probe.max_iter``).
+    device : str
+        Where the engine runs: ``auto`` (a GPU when there is one), ``cpu``, ``cuda`` ...
+    dtype : str
+        The engine's precision: ``mixed``, ``float32`` or ``float64`` (above).
+    chunk_bytes, score_budget_bytes, fit_budget_bytes : int
+        Memory bounds in bytes: test chunk per readout array, kept softmax scores per pass, training rows of a
+        group of units.
+    n_threads : int or None
+        The engine's CPU threads; None: torch's.
+    logger : logging.Logger or None
+        Where progress goes; None: this module's logger.
+
+    Returns
+    -------
+    DataFrame
+        ``runs``' columns, then :data:`RESULT_COLUMNS` (``status`` ``ok`` or ``skipped: <reason>``; metrics NaN
+        for a skipped run), ``f1_convention`` and ``auroc_convention``; one row per run, in ``runs``' order.
+
+    Raises
+    ------
+    FmauditInputError
+        Runs of several jobs or missing columns, a C grid or a cap that is not valid, an unknown ``dtype``,
+        MOCV without ``n_folds`` or IS without ``roi_fraction``, a section without features or manifest,
+        features of other cells, another encoder or magnification, or feature widths that differ.
+    RuntimeError
+        A run was left without a result (a bug, not an input error).
     """
     import torch
 
@@ -257,7 +316,22 @@ def run_cell_shard(
 
 def shard_settings(cells: Mapping[str, Any], protocol: str) -> dict[str, Any]:
     """:func:`run_cell_shard`'s keyword arguments from a validated config's ``cells`` block (defaults filled
-    by the config schema, their one home) for one protocol."""
+    by the config schema, their one home) for one protocol.
+
+    Parameters
+    ----------
+    cells : mapping
+        The validated config's ``cells`` block: ``probe`` (``C``, ``val_fraction``, ``max_train_cells``,
+        ``max_val_cells``, ``standardize``, ``tol``, ``max_iter``) and ``protocols``.
+    protocol : str
+        A protocol of :data:`fmaudit.cells.protocols.CELL_PROTOCOLS` (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+
+    Returns
+    -------
+    dict
+        ``Cs``, ``val_fraction``, ``max_train_cells``, ``max_val_cells``, ``standardize``, ``tol``,
+        ``max_iter``, ``roi_fraction``, ``fold_manifest`` and ``n_folds`` (None where the protocol has none).
+    """
     probe = cells["probe"]
     spec = cells["protocols"][protocol]
     return {"Cs": list(probe["C"]), "val_fraction": probe["val_fraction"], "max_train_cells": probe["max_train_cells"],
