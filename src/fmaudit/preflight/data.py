@@ -40,7 +40,18 @@ FILE_CHECKS = ("image_headers", "image_decode", "slides")
 
 @dataclass(frozen=True)
 class ClassReference:
-    """Class names that a config key gives for a task (``key`` as the error names it)."""
+    """Class names that a config key gives for a task (``key`` as the error names it).
+
+    Parameters
+    ----------
+    key : str
+        The config key that names the classes, dotted as an error prints it (``ood.near.<task>``,
+        ``studies.<s>.prior_shift.priors.<prior>``...).
+    task : str
+        The tile-level task whose manifests' classes the names must be.
+    names : tuple of str
+        The class names the key gives (sorted by :func:`class_references`).
+    """
 
     key: str
     task: str
@@ -51,7 +62,19 @@ def class_references(config: Mapping[str, Any]) -> list[ClassReference]:
     """Every class name the config mentions for a tile-level task, with the key that mentions it: the classes held
     out by ``ood.near.<task>`` and ``ood.artefact.<task>``, the classes ``ood.coarsening.without`` removes from
     each coarsening task, the classes of every ``prior_shift.priors.<prior>``, and each task's
-    ``allow_missing_classes``. Studies' own sections are prefixed with their key (``studies.<s>.ood.near...``)."""
+    ``allow_missing_classes``. Studies' own sections are prefixed with their key (``studies.<s>.ood.near...``).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (:func:`fmaudit.config.fill_config`), its studies' own sections included.
+
+    Returns
+    -------
+    list of ClassReference
+        One per key and task that names at least one class, its names sorted, the list sorted by (key, task) so
+        that the ``validate`` rule's params do not depend on the YAML's order.
+    """
     refs: list[ClassReference] = []
     for where, _, ood in parts_with(config, "ood"):
         for tier in ("near", "artefact"):
@@ -80,7 +103,25 @@ class DataChecks:
     """What :func:`check_data` checks: ``manifests`` (data set -> manifest file), ``tasks`` (task -> its spec as
     :func:`fmaudit.grid.resolved_tile_tasks` gives it), the config's ``class_references``, and ``files`` (data set
     -> manifest file of every data set whose files an embedding job will read) with the image sample fully
-    decoded (``decode_sample`` files per data set, drawn with ``decode_seed``)."""
+    decoded (``decode_sample`` files per data set, drawn with ``decode_seed``).
+
+    Parameters
+    ----------
+    manifests : Mapping of str to str
+        Data set -> manifest file of every data set of the checked tasks.
+    tasks : Mapping of str to Mapping
+        Task -> its spec (``datasets``, ``split``, ``domains``...) as :func:`fmaudit.grid.resolved_tile_tasks`
+        gives it.
+    class_references : sequence of ClassReference
+        The class names the config mentions (:func:`class_references`); empty by default.
+    files : Mapping of str to str
+        Data set -> manifest file of every data set whose image and slide files are checked (empty: no file
+        checks; ``preflight.read_files: false`` in the config).
+    decode_sample : int
+        Images per data set fully decoded (``preflight.decode_sample``; 0 decodes none).
+    decode_seed : int
+        Seed of the draw of the decoded sample (``preflight.seed``).
+    """
 
     manifests: Mapping[str, str]
     tasks: Mapping[str, Mapping[str, Any]]
@@ -91,7 +132,14 @@ class DataChecks:
 
     def as_params(self) -> dict[str, Any]:
         """Plain data, for a Snakemake rule's params (compared by their printed form); :meth:`from_params`
-        reads it back."""
+        reads it back.
+
+        Returns
+        -------
+        dict
+            Keys ``manifests``, ``tasks`` (sorted by name), ``class_references`` (``[key, task, names]`` lists),
+            ``files``, ``decode_sample`` and ``decode_seed``: only dicts, lists, strings and ints.
+        """
         return {"manifests": dict(sorted(self.manifests.items())),
                 "tasks": {t: copy.deepcopy(dict(s)) for t, s in sorted(self.tasks.items())},
                 "class_references": [[r.key, r.task, list(r.names)] for r in self.class_references],
@@ -100,6 +148,18 @@ class DataChecks:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DataChecks":
+        """The checks that :meth:`as_params` wrote as plain data (a missing ``files``, ``decode_sample`` or
+    ``decode_seed`` takes the field's default).
+
+        Parameters
+        ----------
+        params : Mapping
+            A mapping with the keys :meth:`as_params` writes (a Snakemake rule's ``params.checks``).
+
+        Returns
+        -------
+        DataChecks
+        """
         return cls(manifests=dict(params["manifests"]), tasks=dict(params["tasks"]),
                    class_references=tuple(ClassReference(k, t, tuple(n)) for k, t, n in params["class_references"]),
                    files=dict(params.get("files") or {}), decode_sample=int(params.get("decode_sample", 64)),
@@ -111,7 +171,18 @@ class DataChecks:
         return list(dict.fromkeys([*self.manifests.values(), *self.files.values()]))
 
     def restricted_to(self, tasks: Sequence[str]) -> "DataChecks":
-        """The checks of ``tasks`` only (``fmaudit check-config`` on the tasks whose manifests are prepared)."""
+        """The checks of ``tasks`` only (``fmaudit check-config`` on the tasks whose manifests are prepared).
+
+        Parameters
+        ----------
+        tasks : sequence of str
+            Tasks to keep; each must be a key of :attr:`tasks` (KeyError otherwise).
+
+        Returns
+        -------
+        DataChecks
+            The same checks with only the manifests, files and class references of those tasks' data sets.
+        """
         keep = {t: self.tasks[t] for t in tasks}
         datasets = {ds for spec in keep.values() for ds in spec["datasets"]}
         return DataChecks({ds: p for ds, p in self.manifests.items() if ds in datasets}, keep,
@@ -123,7 +194,21 @@ class DataChecks:
 def data_checks(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> DataChecks:
     """The data stage's checks of a filled config: its tile-level tasks, the manifests the workflow prepares for
     them (:func:`fmaudit.config.manifest_file`), the class names it mentions and the files of every data set it
-    embeds (features computed elsewhere have none)."""
+    embeds (features computed elsewhere have none).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its tasks, ``preflight`` block (``read_files``, ``decode_sample``, ``seed``) and
+        embedding pairs are read.
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it (:func:`fmaudit.preflight.check_config`).
+
+    Returns
+    -------
+    DataChecks
+        Ready for :func:`check_data`, or for the ``validate`` rule's params (:meth:`DataChecks.as_params`).
+    """
     tasks = resolved_tile_tasks(config, dataset_registry)
     manifests = {ds: manifest_file(config, ds) for spec in tasks.values() for ds in spec["datasets"]}
     refs = [r for r in class_references(config) if r.task in tasks]
@@ -137,7 +222,21 @@ def check_files(report: SplitValidationReport, frames: Mapping[str, pd.DataFrame
                 decode_sample: int, decode_seed: int) -> None:
     """Add the file checks of every data set's manifest to ``report`` (:mod:`fmaudit.datasets.files`): every image
     header, a full decode of a seeded sample, every slide opened; rows ``image_headers``, ``image_decode`` and
-    ``slides``, each problem naming the file and the item (and the sheet line of a user's sheet)."""
+    ``slides``, each problem naming the file and the item (and the sheet line of a user's sheet).
+
+    Parameters
+    ----------
+    report : SplitValidationReport
+        The report the rows are added to (changed in place).
+    frames : Mapping of str to DataFrame
+        Data set -> its manifest, read; a data set absent here is skipped.
+    files : Mapping of str to str
+        Data set -> its manifest file (named in each row's scope).
+    decode_sample : int
+        Images per data set fully decoded, only when every header read; 0 decodes none.
+    decode_seed : int
+        Seed of the draw of the decoded images.
+    """
     for ds, path in files.items():
         frame = frames.get(ds)
         if frame is None:
@@ -159,7 +258,18 @@ def check_test_groups(report: SplitValidationReport, tasks: Mapping[str, Mapping
                       frames: Mapping[str, pd.DataFrame]) -> None:
     """A ``test_groups`` row per task and domain: a warning where the domain's labelled test split holds fewer
     than :data:`MIN_TEST_GROUPS` groups (intervals over so few clusters are wide and unstable), saying that
-    there is no interval at all below 2 (the report then gives none and says why)."""
+    there is no interval at all below 2 (the report then gives none and says why).
+
+    Parameters
+    ----------
+    report : SplitValidationReport
+        The report the rows are added to (changed in place).
+    tasks : Mapping of str to Mapping
+        Task -> its spec (``datasets``, ``split``, ``domains``); a task with a manifest missing is skipped.
+    frames : Mapping of str to DataFrame
+        Data set -> its manifest (columns ``label``, ``group``, ``domain``, the split column, optionally
+        ``group_unit``: the unit the warning names, ``patient`` or ``slide``).
+    """
     for task, spec in tasks.items():
         present = [ds for ds in spec["datasets"] if ds in frames]
         if len(present) < len(spec["datasets"]):
@@ -197,7 +307,21 @@ def check_class_references(report: SplitValidationReport, refs: Sequence[ClassRe
                            files: Mapping[str, str]) -> None:
     """Add a ``class_names`` row to ``report`` for each reference: an error naming the key, the unknown names and
     the task's classes (with a close spelling where there is one) when a name is not a class of the task's
-    manifests."""
+    manifests.
+
+    Parameters
+    ----------
+    report : SplitValidationReport
+        The report the rows are added to (changed in place).
+    refs : sequence of ClassReference
+        The class names to check (:func:`class_references`).
+    tasks : Mapping of str to Mapping
+        Task -> its spec; a reference to a task not here is skipped.
+    frames : Mapping of str to DataFrame
+        Data set -> its manifest; a task's classes are the ``label_name`` values of its data sets' manifests.
+    files : Mapping of str to str
+        Data set -> its manifest file, named in the error.
+    """
     for ref in refs:
         spec = tasks.get(ref.task)
         if spec is None:
@@ -218,7 +342,25 @@ def check_data(checks: DataChecks, frames: Mapping[str, pd.DataFrame] | None = N
     """Every check of the data stage on prepared manifests (see the module doc): returns the report of every
     check, or raises :class:`~fmaudit.split_checks.SplitValidationError` listing every problem of every check.
     ``frames`` gives manifests already in memory (``fmaudit check-config`` prepares a user's own data sets
-    there); the others are read from their files."""
+    there); the others are read from their files.
+
+    Parameters
+    ----------
+    checks : DataChecks
+        What to check (:func:`data_checks`).
+    frames : Mapping of str to DataFrame, optional
+        Data set -> manifest already in memory; the others are read from ``checks``' files.
+
+    Returns
+    -------
+    SplitValidationReport
+        One row per check and scope (the validate rule writes it as ``validation/preflight.tsv``); warnings only.
+
+    Raises
+    ------
+    SplitValidationError
+        Listing every problem of every check, with the full report attached (``.report``).
+    """
     given = dict(frames or {})
     paths = {**checks.files, **checks.manifests}
     frames = {ds: given[ds] if ds in given else read_table(path) for ds, path in paths.items()}

@@ -56,7 +56,24 @@ __all__ = [
 
 def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
                 dataset_registry: Mapping[str, Any]) -> None:
-    """Every encoder, data set and task reference of the config exists; raise naming the first that doesn't."""
+    """Every encoder, data set and task reference of the config exists; raise naming the first that doesn't.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (:func:`fmaudit.config.fill_config`): its ``encoders``, ``datasets``, ``variants``,
+        ``dataset_params``, ``encoder_weights``, ``encoder_revisions`` and ``tasks`` are read.
+    encoder_registry : Mapping
+        Encoder slug -> registry entry, as the config sees it (its own registries and feature-only encoders added).
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it.
+
+    Raises
+    ------
+    FmauditInputError
+        For the first unknown encoder, data set or variant (with a close spelling where there is one), a variant
+        whose base encoder is not in the config, or a per-encoder or per-data-set key naming one the config lacks.
+    """
     for enc in config["encoders"]:
         if enc not in encoder_registry:
             raise unknown_name_error("encoder", enc, list(encoder_registry), "config 'encoders'")
@@ -87,7 +104,21 @@ def check_names(config: Mapping[str, Any], encoder_registry: Mapping[str, Any],
 
 def check_preparers(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> None:
     """Every data set of the config names a registered preparer (own-data kinds: the kind's own); the error names
-    the data set and its registry entry's key, at plan time rather than in the prepare job."""
+    the data set and its registry entry's key, at plan time rather than in the prepare job.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``datasets`` are checked.
+    dataset_registry : Mapping
+        Data-set name -> registry entry; each entry's ``preparer`` must be one of
+        :func:`fmaudit.datasets.preparer_names`.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the data set and the unknown preparer.
+    """
     known = preparer_names()
     for ds in config["datasets"]:
         preparer = dataset_registry[ds]["preparer"]
@@ -98,7 +129,27 @@ def check_preparers(config: Mapping[str, Any], dataset_registry: Mapping[str, An
 def check_own_data(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> dict[str, list[str]]:
     """The sheets of every own-data set of the config (``image_table``, ``slide_table``, ``cell_table``,
     ``features``): every bad line named (:mod:`fmaudit.datasets.own`, :mod:`fmaudit.cells.table`), before any
-    job runs; no image is read. Returns each tile-level one's domains, as its sheet lists them."""
+    job runs; no image is read. Returns each tile-level one's domains, as its sheet lists them.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``datasets`` and per-data-set ``dataset_params``, and the sections of its ``cells``
+        blocks (to know each tissue section's organ), are read.
+    dataset_registry : Mapping
+        Data-set name -> registry entry; an entry's ``kind`` says which sheet reader applies.
+
+    Returns
+    -------
+    dict of str to list of str
+        Data set -> the sorted domains its sheet lists, for every ``image_table``, ``slide_table`` and ``features``
+        data set (``cell_table`` sets are checked but have no entry).
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the sheet and the line of the first bad row (a missing file, an unknown class, an empty label...).
+    """
     organ_of = {s: organ for _, _, cells in parts_with(config, "cells")
                 for organ, secs in cells["sections"].items() for s in secs}
     domains: dict[str, list[str]] = {}
@@ -122,7 +173,22 @@ def check_own_data(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 def feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> dict[tuple[str, str], Any]:
     """``{(encoder, data set): file, features_key, ids_key, readout}`` of every ``features`` data set of the
     config (:func:`fmaudit.datasets.own.feature_encoders`): the embeddings the workflow imports instead of
-    computing."""
+    computing.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``datasets`` and their ``dataset_params`` (``files`` per encoder) are read.
+    dataset_registry : Mapping
+        Data-set name -> registry entry; names of the config absent from it are skipped (:func:`check_names`
+        reports them).
+
+    Returns
+    -------
+    dict of (str, str) to Any
+        ``(encoder, data set)`` -> the imported file's description (path, HDF5/NPZ keys of the features and ids,
+        readout), one entry per feature file of a ``features`` data set.
+    """
     known = [ds for ds in config["datasets"] if ds in dataset_registry]
     return feature_encoders(known, dataset_registry,
                             {ds: dataset_params(config, dataset_registry, ds) for ds in known
@@ -134,7 +200,26 @@ def check_feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[s
     """Embeddings computed elsewhere stand in for an embedding job, so: every (encoder, data set) pair the config
     embeds whose data set is a ``features`` one has a file of that encoder; no OOD tier perturbs the images of
     such a data set (it has none); an encoder known only by its feature files (``loader: precomputed``) embeds
-    no other data set and no cell."""
+    no other data set and no cell.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its embedding pairs (:func:`fmaudit.grid.embed_pairs`), OOD derived conditions and
+        ``cells`` blocks are read.
+    dataset_registry : Mapping
+        Data-set name -> registry entry (``kind: features`` marks embeddings computed elsewhere).
+    encoder_registry : Mapping
+        Encoder slug -> registry entry (``loader: precomputed`` marks an encoder known only by its feature files).
+    imports : Mapping
+        The config's feature imports, as :func:`feature_imports` returns them.
+
+    Raises
+    ------
+    FmauditInputError
+        For an (encoder, ``features`` data set) pair without a file, a precomputed encoder asked to embed other data,
+        an OOD tier that perturbs images of a ``features`` data set, or a precomputed encoder in ``cells``.
+    """
     features = {ds for ds in config["datasets"] if dataset_registry[ds]["kind"] == "features"}
     for encoder, ds in embed_pairs(config):
         if ds in features and (encoder, ds) not in imports:
@@ -163,7 +248,20 @@ def check_feature_imports(config: Mapping[str, Any], dataset_registry: Mapping[s
 
 
 def check_slide_sheets(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]) -> None:
-    """Validate every slide sheet the config's data sets use, so a bad sheet stops the run before any job."""
+    """Validate every slide sheet the config's data sets use, so a bad sheet stops the run before any job.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; the ``slides`` sheet of every ``slide_tiles`` data set's params is read.
+    dataset_registry : Mapping
+        Data-set name -> registry entry (its ``preparer``).
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the sheet and the bad line (:func:`fmaudit.datasets.slide_tiles.read_slide_sheet`).
+    """
     for ds in config["datasets"]:
         if dataset_registry[ds]["preparer"] != "slide_tiles":
             continue  # (a cell_table's `slides` is a sheet of its own kind, checked with it)
@@ -173,7 +271,19 @@ def check_slide_sheets(config: Mapping[str, Any], dataset_registry: Mapping[str,
 
 
 def check_encoder_weights(config: Mapping[str, Any]) -> None:
-    """Every ``encoder_weights.<slug>`` override of the config is an existing file; the error names the key."""
+    """Every ``encoder_weights.<slug>`` override of the config is an existing file; the error names the key.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``encoder_weights`` (slug -> local weight file, relative paths to the working
+        directory).
+
+    Raises
+    ------
+    FmauditInputError
+        Naming ``encoder_weights.<slug>`` when its path does not exist or is not a file.
+    """
     for enc, path in config["encoder_weights"].items():
         where = "" if Path(path).is_absolute() else f" (relative to {Path.cwd()})"
         if not Path(path).exists():
@@ -187,7 +297,23 @@ def unusable_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, 
     """``{slug: why}`` for the config's encoders (or ``encoders``) that cannot be embedded as the registry and the
     config stand, each message naming the key to set: remote code without a pinned commit
     (:func:`fmaudit.registry.check_encoder_usable`; ``encoder_revisions.<slug>``), or a registry weight file
-    (``source: file``) that is not there and no ``encoder_weights.<slug>`` override."""
+    (``source: file``) that is not there and no ``encoder_weights.<slug>`` override.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``encoders``, ``encoder_registry`` (file or files, named in messages) and
+        ``encoder_weights`` are read.
+    encoder_registry : Mapping
+        Encoder slug -> registry entry, with ``encoder_revisions`` applied.
+    encoders : list of str, optional
+        The slugs to check; None (the default) checks every encoder of the config.
+
+    Returns
+    -------
+    dict of str to str
+        Slug -> why it cannot be embedded, only for the encoders that cannot; empty when all can.
+    """
     files = config["encoder_registry"]
     registry_file = ", ".join(files) if isinstance(files, list) else str(files)
     problems = {}
@@ -249,7 +375,27 @@ def check_encoders_before_embedding(config: Mapping[str, Any], encoder_registry:
     Each encoder that passed is recorded in ``results/<study>/validation/encoders/<slug>.json`` with what was read
     (files with their size and modification time); while none of it changes, the checks are not run again, so a
     dry run or a job's own parse of the workflow pays them once. Returns ``{slug: record}`` of the encoders
-    checked now."""
+    checked now.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its embedded encoders (:func:`fmaudit.config.embedded_encoders`), ``encoder_weights``
+        and results folder (where the records are written) are read.
+    encoder_registry : Mapping
+        Encoder slug -> registry entry, with ``encoder_revisions`` applied.
+
+    Returns
+    -------
+    dict of str to Any
+        Slug -> the record of its checks (:meth:`fmaudit.encoders.checks.PreflightRecord.as_dict`), for the encoders
+        checked in this call; empty when every encoder was unchanged, random-initialised or not on this machine yet.
+
+    Raises
+    ------
+    FmauditInputError
+        One error listing every encoder that failed its checks.
+    """
     registry_file = str(config["encoder_registry"])
     todo = {}
     for enc in embedded_encoders(config):
@@ -290,7 +436,20 @@ def check_encoders_before_embedding(config: Mapping[str, Any], encoder_registry:
 def registries(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The (encoder, data-set) registries of a filled config: the built-in ones extended by the config's own
     files and inline entries (:func:`fmaudit.registry.load_encoder_registries`), with the encoders known only by
-    feature files (``features`` data sets, :func:`fmaudit.datasets.own.precomputed_encoders`) added."""
+    feature files (``features`` data sets, :func:`fmaudit.datasets.own.precomputed_encoders`) added.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (:func:`fmaudit.config.fill_config`); its ``encoder_registry``, ``encoder_entries``,
+        ``dataset_registry`` and ``dataset_entries`` are read, and the hub encoders it names are added.
+
+    Returns
+    -------
+    tuple of (dict, dict)
+        The encoder registry (slug -> entry) and the data-set registry (name -> entry). Unlike
+        :func:`check_config`, nothing is checked and ``encoder_revisions`` are not applied.
+    """
     encoders = add_hub_encoders(config, load_encoder_registries(config["encoder_registry"], config["encoder_entries"]))
     datasets = load_dataset_registries(config["dataset_registry"], config["dataset_entries"])
     encoders.update(precomputed_encoders(feature_imports(config, datasets), encoders))
@@ -300,7 +459,24 @@ def registries(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
 def check_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every check of the plan stage, on a filled config (:func:`fmaudit.config.fill_config`); returns the
     (encoder, data-set) registries as the config sees them (its own registries added, ``encoder_revisions``
-    applied). The workflow (``rules/common.smk``) and ``fmaudit check-config`` both call this."""
+    applied). The workflow (``rules/common.smk``) and ``fmaudit check-config`` both call this.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (:func:`fmaudit.config.fill_config`).
+
+    Returns
+    -------
+    tuple of (dict, dict)
+        The encoder registry (slug -> entry, ``encoder_revisions`` applied, precomputed encoders added) and the
+        data-set registry (name -> entry; an own data set without ``domains`` gets those its sheet lists).
+
+    Raises
+    ------
+    FmauditInputError
+        At the first failed check, naming the file, key or row.
+    """
     encoders = add_hub_encoders(config, load_encoder_registries(config["encoder_registry"], config["encoder_entries"]))
     datasets = load_dataset_registries(config["dataset_registry"], config["dataset_entries"])
     for ds in config["datasets"]:
