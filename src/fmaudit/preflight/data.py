@@ -149,7 +149,7 @@ class DataChecks:
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "DataChecks":
         """The checks that :meth:`as_params` wrote as plain data (a missing ``files``, ``decode_sample`` or
-    ``decode_seed`` takes the field's default).
+        ``decode_seed`` takes the field's default).
 
         Parameters
         ----------
