@@ -39,7 +39,25 @@ def unit_costs(costs: pd.DataFrame, units: Mapping[tuple[str, str], float], sour
     """Measured cost per unit of work, per (rule, encoder) and per rule over every encoder (``encoder`` ``*``):
     wall, CPU and GPU seconds per unit, where ``units[(rule, job)]`` is how many units (runs, or images for
     ``embed``) the job did. A job's start-up is spread over its units, so a grid with many more units per job
-    than the measured one is predicted high. ``source`` says where the measurements come from."""
+    than the measured one is predicted high. ``source`` says where the measurements come from.
+
+    Parameters
+    ----------
+    costs : DataFrame
+        Measured job costs (:func:`fmaudit.costs.job_costs`).
+    units : Mapping of (str, str) to float
+        (rule, job) -> units of work the job did (:func:`measured_units`); jobs absent, or with no units, are left
+        out.
+    source : str
+        Where the measurements come from (a study folder, a file), copied into every row.
+
+    Returns
+    -------
+    DataFrame
+        One row per (rule, encoder) measured and one per rule with ``encoder`` ``*``; columns ``rule``,
+        ``encoder``, ``measured_jobs``, ``measured_units``, ``wall_s_per_unit``, ``cpu_s_per_unit``,
+        ``gpu_s_per_unit`` (seconds per unit), ``peak_rss_mb`` and ``source``.
+    """
     frame = costs.assign(units=[units.get((r, j), np.nan) for r, j in zip(costs["rule"], costs["job"])])
     frame = frame[frame["units"].notna() & (frame["units"] > 0)]
     rows = []
@@ -85,7 +103,24 @@ def planned_jobs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
     """Every job of the config that writes a benchmark file: ``rule``, ``encoder`` ('' for none) and its
     wildcards (those of :data:`BENCHMARK_PATHS` but the embedding ``key``), from the grid (the same functions
     the workflow plans with). ``cells=False`` leaves the cell branch out (the workflow has its own plan of it,
-    built without the cell run table)."""
+    built without the cell run table).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config.
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it (``kind`` decides which data sets are prepared,
+        embedded or imported).
+    cells : bool
+        Whether to plan the cell branch's jobs (``prepare_cell_section``, ``cell_features``, ``cell_shard``).
+
+    Returns
+    -------
+    DataFrame
+        One row per job: ``rule``, ``encoder`` ('' for a job without one) and the rule's wildcards (``dataset``,
+        ``task``, ``source_domain``, ``section``, ``magnification``...; NaN where a rule has no such wildcard).
+    """
     rows: list[dict[str, Any]] = []
     rows += [
         {"rule": "prepare_manifest", "dataset": ds}
@@ -137,7 +172,24 @@ def planned_units(
 ) -> pd.DataFrame:
     """:func:`planned_jobs` with the work of each job: ``units`` and ``unit`` (images for ``embed``, from
     ``n_items``: data set -> items, NaN where unknown; runs for the shards, from the grid; the magnifications a
-    cell-feature job embeds its section at; 1 job otherwise)."""
+    cell-feature job embeds its section at; 1 job otherwise).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config.
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it.
+    n_items : Mapping of str to int, optional
+        Data set -> number of items (images or tiles) of its manifest; None, or a data set absent, leaves its
+        embedding jobs' units NaN.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`planned_jobs` with ``units`` (float) and ``unit`` (``image``, ``run``,
+        ``magnification`` or ``job``).
+    """
     jobs = planned_jobs(config, dataset_registry)
     tables = enumerate_runs(config, dataset_registry)
     counts: dict[str, pd.Series] = {}
@@ -184,7 +236,20 @@ def planned_units(
 
 def measured_units(jobs: pd.DataFrame, planned: pd.DataFrame) -> dict[tuple[str, str], float]:
     """(rule, job) -> units of each measured job (:func:`job_costs` rows), matched to the measured study's
-    :func:`planned_units` on the rule's wildcards (the embedding key aside)."""
+    :func:`planned_units` on the rule's wildcards (the embedding key aside).
+
+    Parameters
+    ----------
+    jobs : DataFrame
+        Measured job costs (:func:`fmaudit.costs.job_costs`) with the rules' wildcard columns.
+    planned : DataFrame
+        The measured study's planned units (:func:`planned_units`).
+
+    Returns
+    -------
+    dict of (str, str) to float
+        (rule, job) -> units, for the measured jobs found in the plan; a job the plan does not know has no entry.
+    """
     out = {}
     for rule, part in jobs.groupby("rule"):
         if rule not in BENCHMARK_PATHS:
@@ -228,7 +293,24 @@ def estimate_cost(
     measured, else the rule's rate over the measured encoders, ``rate_from`` says which and ``source`` where it
     was measured). GPU-hours: the predicted wall time times the GPUs the job requests under ``plan``
     (:func:`gpu_plan`). A row whose units or rate are unknown has NaN hours and a ``note``; a ``total`` row
-    closes the table."""
+    closes the table.
+
+    Parameters
+    ----------
+    planned : DataFrame
+        The planned jobs and their units (:func:`planned_units`) of the config to estimate.
+    rates : DataFrame
+        Measured per-unit costs (:func:`unit_costs` or :func:`read_unit_costs`).
+    plan : Mapping, optional
+        The config's GPU plan (:func:`fmaudit.costs.gpu_plan`); None: no job requests a GPU.
+
+    Returns
+    -------
+    DataFrame
+        One row per (rule, encoder) with :data:`ESTIMATE_COLUMNS` (``encoder`` ``(no encoder)`` for a job without
+        one; hours in ``wall_hours``, ``cpu_hours``, ``gpu_hours``), then a ``total`` row (whose hours sum the known
+        rows when some are unknown, with a note saying so).
+    """
     rows = []
     by_rule_enc = {(r.rule, r.encoder): r for r in rates.itertuples(index=False)} if len(rates) else {}
     for (rule, enc), part in planned.groupby(["rule", "encoder"], sort=True):
@@ -291,7 +373,23 @@ def estimate_cost(
 
 
 def read_unit_costs(path: PathLike) -> pd.DataFrame:
-    """A table of measured per-unit costs (:func:`unit_costs`, as CSV or TSV), checked for its columns."""
+    """A table of measured per-unit costs (:func:`unit_costs`, as CSV or TSV), checked for its columns.
+
+    Parameters
+    ----------
+    path : path-like
+        A CSV or TSV written from :func:`unit_costs`.
+
+    Returns
+    -------
+    DataFrame
+        The table, ``encoder`` as strings ('' where empty).
+
+    Raises
+    ------
+    FmauditInputError
+        When a column of ``rule``, ``encoder``, ``wall_s_per_unit``, ``cpu_s_per_unit``, ``source`` is missing.
+    """
     table = read_table(path)
     need = ["rule", "encoder", "wall_s_per_unit", "cpu_s_per_unit", "source"]
     missing = [c for c in need if c not in table.columns]
