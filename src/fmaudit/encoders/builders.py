@@ -595,7 +595,7 @@ def save_weights(encoder_or_module: nn.Module, path: str | os.PathLike) -> Path:
     encoder_or_module : nn.Module
         An :class:`Encoder` or any module.
     path : path-like
-        The ``.safetensors`` file to write; its folder must exist.
+        The ``.safetensors`` file to write (its folder is created when missing).
 
     Returns
     -------
