@@ -53,7 +53,27 @@ GEOMETRY_COLUMNS = ["item_id", "slide", "mpp", "he_x", "he_y"]
 
 
 def validate_cell_manifest(manifest: pd.DataFrame, name: str = "cell manifest") -> pd.DataFrame:
-    """Check a one-section cell manifest (columns, one section/slide/µm/px, finite unique cells)."""
+    """Check a one-section cell manifest (columns, one section/slide/µm/px, finite unique cells).
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        One section's cells, with every column of :data:`CELL_MANIFEST_COLUMNS` (``item_id``, ``he_x``, ``he_y`` in
+        level-0 pixels of ``slide``, ``mpp`` its µm/px, labels ...).
+    name : str, default "cell manifest"
+        What the errors call the manifest (its path, when read from one).
+
+    Returns
+    -------
+    DataFrame
+        ``manifest`` with a fresh 0..n-1 index (rows in their given order).
+
+    Raises
+    ------
+    FmauditInputError
+        When a column is missing, there is no cell, ``section``, ``slide`` or ``mpp`` has more than one value or a
+        missing one, ``mpp`` is not positive, an ``item_id`` repeats, or a centre coordinate is not finite.
+    """
     missing = [c for c in CELL_MANIFEST_COLUMNS if c not in manifest.columns]
     if missing:
         raise FmauditInputError(f"{name}: missing column(s) {missing}; "
@@ -119,14 +139,59 @@ def extract_cell_features(
     encoder: Any = None,
     keep_chunks: bool = False,
 ) -> dict[str, Any]:
-    """Nucleus-anchored features of one section at one magnification (module doc); returns the provenance.
+    """Nucleus-anchored features of one section at one magnification (:mod:`fmaudit.cells.features`); returns
+    the provenance.
 
-    ``manifest``: the section's cell manifest (a frame or a parquet path). ``spec``: an encoder registry entry
-    or slug. ``chunk_size``: patches per resumable chunk. ``device``: ``auto`` uses CUDA when present.
-    ``encoder``: an already built :class:`fmaudit.encoders.Encoder` of ``spec`` on ``device`` to reuse; when
-    None it comes from the process's cache (:data:`fmaudit.encoders.ENCODER_CACHE`), and only if a chunk is to
-    be computed. ``keep_chunks``: leave ``<out>.chunks`` in place once the folder is written (the section job
-    removes them when all its magnifications are done).
+    An existing complete folder with the same provenance is kept (and its provenance returned); finished chunks
+    of an earlier, killed run are reused when their key matches.
+
+    Parameters
+    ----------
+    manifest : DataFrame or str or Path
+        The section's cell manifest (a frame or a parquet path), checked by :func:`validate_cell_manifest`.
+    spec : mapping or str
+        An encoder registry entry or its slug.
+    magnification : float
+        Objective magnification to read at (40, 20, 10 ...; :func:`~fmaudit.cells.features.magnification_mpp`).
+    out_dir : str or Path
+        The feature folder to write; its chunks go to ``<out_dir>.chunks``.
+    batch_size : int, default 32
+        Patches per forward pass (keyword-only, as are all that follow).
+    chunk_size : int, default 256
+        Patches per resumable chunk.
+    num_workers : int, default 0
+        DataLoader worker processes reading patches (0: in this process).
+    device : str or torch.device, default "auto"
+        ``auto`` uses CUDA when present, else the CPU.
+    weights_path : str or Path, optional
+        A checkpoint overriding the registry's weights; its path, size and mtime enter the provenance.
+    num_threads : int, optional
+        torch's intra-op threads for the call (restored afterwards); None leaves them.
+    overwrite : bool, default False
+        Replace an existing folder of other provenance instead of raising.
+    logger : logging.Logger, optional
+        Where progress goes; this module's logger by default.
+    encoder : Encoder, optional
+        An already built :class:`fmaudit.encoders.Encoder` of ``spec`` on ``device`` to reuse; when None it comes
+        from the process's cache (:data:`fmaudit.encoders.ENCODER_CACHE`), and only if a chunk is to be computed.
+    keep_chunks : bool, default False
+        Leave ``<out>.chunks`` in place once the folder is written (the section job removes them when all its
+        magnifications are done).
+
+    Returns
+    -------
+    dict
+        The folder's provenance (``meta.json``): encoder, encoder_config_hash, weights, manifest_hash, section,
+        magnification, the patch geometry (:meth:`~fmaudit.cells.features.PatchGeometry.as_dict`), slide, n_cells,
+        n_patches, embed_dim, has_cls, readouts, dtype, nuc_convention, images_per_s (None when every chunk was
+        reused), device, precision, chunk_size and fmaudit_version.
+
+    Raises
+    ------
+    FmauditInputError
+        On a bad manifest, a registry entry that disagrees with its hub config, ``batch_size`` or ``chunk_size``
+        below 1, a cell outside the slide, features beyond float16's range, or an existing ``out_dir`` of other
+        provenance without ``overwrite``.
     """
     logger = logger or log
     previous_threads = torch.get_num_threads()
@@ -255,12 +320,43 @@ def extract_section_features(
     **kwargs: Any,
 ) -> dict[float, dict[str, Any]]:
     """The (encoder, section) job of :func:`fmaudit.grid.cell_feature_runs`: every magnification of
-    ``out_dirs`` (magnification -> feature folder), with the encoder built at most once (by the process's cache,
-    when a chunk is to be computed); returns the provenance per magnification. Every magnification's chunks are
-    kept until all its folders are written (see the module doc). ``on_output(magnification)``: called before each
-    magnification's records (the job switches its log file there); each magnification's records end with how many
-    times this process loaded the encoder for the section. ``kwargs`` go to :func:`extract_cell_features`
-    (chunk_size, batch_size, overwrite, ...)."""
+    ``out_dirs``, with the encoder built at most once.
+
+    The encoder comes from the process's cache, and only when a chunk is to be computed. Every magnification's
+    chunks are kept until all its folders are written (:mod:`fmaudit.cells.features`), so a job killed after some
+    magnifications rebuilds those from their chunks. Each magnification's records end with how many times this
+    process loaded the encoder for the section.
+
+    Parameters
+    ----------
+    manifest : DataFrame or str or Path
+        The section's cell manifest (a frame or a parquet path).
+    spec : mapping or str
+        An encoder registry entry or its slug.
+    out_dirs : mapping of float to str or Path
+        Magnification -> the feature folder to write for it.
+    device : str or torch.device, default "auto"
+        ``auto`` uses CUDA when present (keyword-only, as are all that follow).
+    weights_path : str or Path, optional
+        A checkpoint overriding the registry's weights.
+    logger : logging.Logger, optional
+        Where progress goes; this module's logger by default.
+    on_output : callable, optional
+        ``on_output(magnification)`` is called before each magnification's records (the job switches its log file
+        there).
+    **kwargs
+        Passed to :func:`extract_cell_features` (``chunk_size``, ``batch_size``, ``overwrite``, ...).
+
+    Returns
+    -------
+    dict of float to dict
+        Magnification -> the provenance :func:`extract_cell_features` returned for it.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`extract_cell_features`.
+    """
     if isinstance(spec, str):
         spec = get_encoder_spec(spec)
     if isinstance(manifest, (str, os.PathLike)):
