@@ -13,11 +13,11 @@ Per run (one probe evaluated once on its test partition):
 Summaries (tables as frames, scores in percent / percentage points, every mean over *units*, never pooled
 cells; a unit's value is first averaged over its valid seeds):
 
-- *Organ-balanced* (the seed's headline: "protocol summaries balance anatomical or cross-validation units
+- *Organ-balanced* (CellPath-Bench's headline: "protocol summaries balance anatomical or cross-validation units
   rather than pooling all cells"): the units of each organ are averaged first, then the mean ± SD (ddof 1) is
   taken across organs; MOCV, whose folds mix organs, is balanced over its folds. :data:`BALANCES`.
 - *Significant wins* (:func:`run_level_wins`): a paired Wilcoxon test against every other encoder over every
-  common valid run-level unit, (unit, seed): the seed's "paired Wilcoxon signed-rank tests over common valid
+  common valid run-level unit, (unit, seed): CellPath-Bench's "paired Wilcoxon signed-rank tests over common valid
   evaluation units", whose MOCV wins (up to 27 with 5 folds x 3 seeds) need more than the 5 seed-averaged folds
   (the smallest two-sided p of 5 pairs is 0.0625); two-sided p < 0.05 and a positive median difference
   (:func:`fmaudit.stats.wilcoxon_win`).
@@ -53,7 +53,7 @@ F1_CONVENTION = ("macro-F1 over the classes present in the test labels "
 AUROC_CONVENTION = "macro one-vs-rest AUROC of softmax scores over the classes present in the test labels, ties 1/2"
 UNIT_KEYS = ["protocol", "encoder", "magnification", "taxonomy", "readout", "unit", "organ"]
 CRT_PROTOCOLS = ("IOCD", "MOCV", "LOOO")
-#: How a protocol's unit values are summarised: ``organ`` (the seed's: organs first, then across organs; MOCV
+#: How a protocol's unit values are summarised: ``organ`` (CellPath-Bench's: organs first, then across organs; MOCV
 #: across its folds) or ``unit`` (every unit alike: sections, held-out sections, folds, organs).
 BALANCES = ("organ", "unit")
 UNIT_NAMES = {"IS": "section", "IOCD": "held-out section", "MOCV": "fold", "LOOO": "organ"}
@@ -199,7 +199,7 @@ def unit_means(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        One row per unit: columns :data:`UNIT_KEYS`, ``metric`` (the seed mean) and ``n_seeds``.
+        One row per unit: columns :data:`UNIT_KEYS`, ``metric`` (its mean over the unit's valid seeds) and ``n_seeds``.
 
     Raises
     ------

@@ -1,6 +1,6 @@
 """Quality control of registered sections: overlay images of sampled regions and section eligibility.
 
-- :func:`overlay_png`: like the seed's inspection of the provider alignment ("overlaying Xenium cell
+- :func:`overlay_png`: like CellPath-Bench's inspection of the provider alignment ("overlaying Xenium cell
   coordinates on 20 sampled H&E regions per section"), draws the registered nucleus centres on crops of the
   H&E image around randomly drawn cells (a seeded draw) and tiles the crops into one PNG per section. Dots
   are coloured by coarse class (grey: unlabelled), with a ring whose radius is 3 µm, so a misregistration

@@ -19,7 +19,7 @@ What is read (file names as Xenium Onboard Analysis writes them; see 10x's "Unde
   it is a 1-D integer array. (Layout from 10x's "Overview of Xenium Zarr Output Files" and the reader of
   spatialdata-io, ``readers/xenium.py``.)
 
-The nucleus centre of a cell (the seed samples features at *nuclear* coordinates; ``x_centroid`` is the
+The nucleus centre of a cell (CellPath-Bench samples features at *nuclear* coordinates; ``x_centroid`` is the
 whole cell's centroid) is taken, per cell, from the first source that has it:
 
 1. ``nucleus_boundaries``: the area (shoelace) centroid of the cell's nucleus polygon. A cell with several
