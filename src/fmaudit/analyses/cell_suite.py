@@ -335,6 +335,7 @@ def run_cell_shard(
     out = pd.concat([out, res], axis=1)
     out["f1_convention"] = F1_CONVENTION
     out["auroc_convention"] = AUROC_CONVENTION
+    out.attrs["engine_workers"] = workers  # how the calls ran (benchmarks/bench_cell_shard.py reports it)
     elapsed = time.perf_counter() - t0
     n_ok = int((out["status"] == "ok").sum())
     logger.info("%s %gx %s: %d runs (%d ok) in %.1f s (%.2f runs/s)", encoder, magnification, protocol, len(out),

@@ -12,35 +12,58 @@ process, so two cores do two calls at once.
 
 :class:`FitPool` is that: ``submit`` sends one call to a worker and returns a future of the fitted
 :class:`~fmaudit.probes.logistic_batch.BatchLogistic`; with ``workers <= 1`` it fits at once in this process
-with the ``n_threads`` it is given (a future already done), so a caller has one code path either way. Workers
-are spawned (not forked: torch's thread pools do not survive a fork), start single-threaded (torch and BLAS),
-and are started once per pool, so a shard pays their start (about a second each, importing torch) once.
+with the ``n_threads`` it is given (a future already done), so a caller has one code path either way.
+
+The workers are plain ``python -m fmaudit.probes.pool`` processes, fed over their stdin and stdout: not
+multiprocessing's spawn or forkserver, which re-run the parent's main module in each worker (a Snakemake
+``script:`` is a main module without a ``__main__`` guard), and not fork, which torch's thread pools do not
+survive. Each starts single-threaded (torch, OpenMP and BLAS), once per pool (about a second, importing
+torch), and exits when its stdin closes, so a killed shard leaves none behind. What crosses the pipes is
+pickled by this module and read only by it, between this process and its own children.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+import traceback
+from concurrent.futures import Future
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
-from threadpoolctl import threadpool_limits
 
 from fmaudit.probes.logistic_batch import BatchLogistic, fit_logistic_batch
 
-# The limits set in a worker: kept for the worker's life (threadpoolctl restores them only when asked).
-_WORKER_LIMITS: list = []
+_HEADER = struct.Struct("<Q")
+_SINGLE_THREADED = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def _start_worker() -> None:
-    torch.set_num_threads(1)
-    _WORKER_LIMITS.append(threadpool_limits(limits=1))
+def _send(stream: BinaryIO, payload: Any) -> None:
+    data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)
+    stream.flush()
 
 
-def _fit_call(X: np.ndarray, y: np.ndarray, subsets: list, Cs: np.ndarray, n_classes: int,
-              engine: dict[str, Any]) -> BatchLogistic:
-    return fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **dict(engine, n_threads=1))
+def _receive(stream: BinaryIO) -> Any:
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError("the other end closed the pipe")
+    (size,) = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError("the other end closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+class WorkerError(RuntimeError):
+    """An engine call failed in a worker process; the message carries the worker's traceback."""
 
 
 class FitPool:
@@ -61,15 +84,56 @@ class FitPool:
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
-        self._executor: ProcessPoolExecutor | None = None
+        self._tasks: queue.Queue = queue.Queue()
+        self._processes: list[subprocess.Popen] = []
+        self._threads: list[threading.Thread] = []
         if self.workers > 1:
-            self._executor = ProcessPoolExecutor(max_workers=self.workers, initializer=_start_worker,
-                                                 mp_context=multiprocessing.get_context("spawn"))
+            env = dict(os.environ, **_SINGLE_THREADED,
+                       PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+            for _ in range(self.workers):
+                process = subprocess.Popen([sys.executable, "-m", "fmaudit.probes.pool"], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, env=env)
+                thread = threading.Thread(target=self._feed, args=(process,), daemon=True)
+                thread.start()
+                self._processes.append(process)
+                self._threads.append(thread)
 
     @property
     def parallel(self) -> bool:
         """True when calls run in worker processes (each single-threaded)."""
-        return self._executor is not None
+        return bool(self._processes)
+
+    def _feed(self, process: subprocess.Popen) -> None:
+        """One worker's thread: hand it the next queued call, wait for its answer, complete the future."""
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            future, call = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                _send(process.stdin, call)
+                status, value = _receive(process.stdout)
+            except (EOFError, OSError, pickle.PickleError) as exc:
+                future.set_exception(WorkerError(f"engine worker (pid {process.pid}) stopped: {exc}"))
+                self._fail_queued(exc)
+                return
+            if status == "ok":
+                future.set_result(value)
+            else:
+                future.set_exception(WorkerError(f"engine call failed in worker {process.pid}:\n{value}"))
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                return
+            if task is None:
+                self._tasks.put(None)  # for another thread
+                return
+            task[0].set_exception(WorkerError(f"engine worker stopped: {exc}"))
 
     def submit(self, X: np.ndarray, y: np.ndarray, subsets: list, Cs: np.ndarray, n_classes: int,
                **engine: Any) -> Future:
@@ -78,7 +142,7 @@ class FitPool:
         Parameters
         ----------
         X : ndarray of shape (N, D)
-            The call's feature rows (sent to a worker by pickling: only the rows its subsets use).
+            The call's feature rows (sent to a worker by pickling).
         y : ndarray of shape (N,)
             Class index of each row.
         subsets : list of ndarray
@@ -94,12 +158,13 @@ class FitPool:
         Returns
         -------
         concurrent.futures.Future
-            Its ``result()`` is the fitted :class:`~fmaudit.probes.logistic_batch.BatchLogistic` (or raises
-            the call's exception).
+            Its ``result()`` is the fitted :class:`~fmaudit.probes.logistic_batch.BatchLogistic`, or raises the
+            call's exception (from a worker: :class:`WorkerError` with the worker's traceback).
         """
-        if self._executor is not None:
-            return self._executor.submit(_fit_call, X, y, subsets, Cs, n_classes, engine)
         future: Future = Future()
+        if self._processes:
+            self._tasks.put((future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1))))
+            return future
         try:
             future.set_result(fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine))
         except Exception as exc:  # the caller sees it at result(), as from a worker
@@ -107,13 +172,49 @@ class FitPool:
         return future
 
     def close(self) -> None:
-        """Stop the workers (waiting for calls in flight); the pool cannot be used after."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        """Let the workers finish the calls in flight and exit; the pool cannot be used after."""
+        for _ in self._threads:
+            self._tasks.put(None)
+        for thread in self._threads:
+            thread.join()
+        for process in self._processes:
+            process.stdin.close()
+            process.wait()
+            process.stdout.close()
+        self._processes, self._threads = [], []
 
     def __enter__(self) -> FitPool:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """A worker's loop: engine calls in from ``stdin``, fitted models (or tracebacks) out to ``stdout``.
+
+    Parameters
+    ----------
+    stdin, stdout : binary streams
+        The pipes from and to the :class:`FitPool` that started this process.
+    """
+    torch.set_num_threads(1)
+    while True:
+        try:
+            X, y, subsets, Cs, n_classes, engine = _receive(stdin)
+        except EOFError:
+            return
+        try:
+            model: BatchLogistic = fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine)
+            answer = ("ok", model)
+        except Exception:
+            answer = ("error", traceback.format_exc())
+        _send(stdout, answer)
+
+
+if __name__ == "__main__":
+    # the answers get file descriptor 1 to themselves: anything else printed there goes to stderr
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin.buffer, answers)
