@@ -22,9 +22,36 @@ __all__ = ["DECISIONS", "DEFAULT_CS", "AbstentionGate", "fit_validation_split"]
 
 def fit_validation_split(labels: Any, groups: Any = None, validation_fraction: float = 0.2,
                          random_state: int = 0, strata: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """(fit_idx, validation_idx), sorted, group-disjoint when ``groups`` are given (see the module doc).
+    """(fit_idx, validation_idx), sorted, group-disjoint when ``groups`` are given (step 1 of :mod:`fmaudit.ood.gate`).
 
     ``strata`` (default: the labels) stratifies the division, e.g. class and data provider jointly.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items,)
+        Class of each training item.
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item; a group lies wholly on one side. None: items are divided one by one.
+    validation_fraction : float
+        Share of the items (or groups) in the validation part, in (0, 1). ``1/k`` for an integer k takes the
+        first of k stratified folds; any other value goes to :func:`fmaudit.probes.split_train_val`.
+    random_state : int
+        Seed of the fold shuffle (division i of an evaluation uses ``seed + i``).
+    strata : array-like of shape (n_items,) or None
+        What the folds are stratified on (default ``labels``); a group is stratified by its most frequent stratum.
+
+    Returns
+    -------
+    fit_idx : ndarray of int
+        Sorted row indices of the fit part.
+    validation_idx : ndarray of int
+        Sorted row indices of the validation part.
+
+    Raises
+    ------
+    FmauditInputError
+        Labels not a non-empty 1-D array, a fraction outside (0, 1), ``strata`` or ``groups`` not one per item, a
+        missing group id, or fewer items (groups) than folds.
     """
     from sklearn.model_selection import KFold, StratifiedKFold
 
@@ -88,18 +115,60 @@ def _training_hash(X: np.ndarray, y: np.ndarray, groups: Any) -> str:
 # the gate
 # --------------------------------------------------------------------------------------------------
 class AbstentionGate:
-    """The audit paper's two-threshold abstention gate (module doc).
+    """The audit paper's two-threshold abstention gate (the steps: :mod:`fmaudit.ood.gate`).
 
-    Parameters: ``id_reject`` (nominal ID reject rate of the novelty threshold), ``retain`` (share of the
-    novelty-passing validation items kept by the confidence threshold), ``validation_fraction``,
-    ``random_state`` (fit/validation division and CV folds), ``C`` (None: chosen among ``Cs`` by ``cv_folds``-
-    fold grouped CV on log-loss), ``scorer`` / ``scorer_params`` (a feature scorer of
-    :mod:`fmaudit.ood.scorers`; default Mahalanobis, Ledoit-Wolf), ``n_classes`` (label space 0..K-1; default
-    max label + 1), ``probe_backend`` / ``probe_device`` (the probe engine's), ``max_iter``, ``tol``.
+    Parameters
+    ----------
+    id_reject : float
+        Nominal in-distribution reject rate of the novelty threshold, in (0, 1): the threshold is the
+        ``1 - id_reject`` quantile of the validation novelty scores (default 0.05).
+    retain : float
+        Share of the novelty-passing validation items the confidence threshold keeps, in (0, 1] (default 0.8).
+    validation_fraction : float
+        Share of the training items (or groups) held out to set both thresholds (default 0.2: 1 fold of 5).
+    random_state : int
+        Seed of the fit/validation division and of the probe's CV folds.
+    C : float or None
+        Inverse L2 strength of the probe; None chooses it among ``Cs`` by ``cv_folds``-fold (grouped) CV on
+        log-loss.
+    Cs : sequence of float
+        Candidate C values (default ``logspace(-6, 0, 7)``, the audit paper's).
+    cv_folds : int
+        Folds of the C selection (default 3).
+    scorer : {"maha", "relative_maha", "knn"}
+        Novelty scorer of :mod:`fmaudit.ood.scorers` (default Mahalanobis).
+    scorer_params : mapping or None
+        Constructor parameters of the scorer (default: its own, Ledoit-Wolf covariance for ``maha``).
+    n_classes : int or None
+        Size of the label space 0..K-1 (default: largest training label + 1).
+    probe_backend : str
+        Engine of the logistic probe (``"auto"``, as :class:`fmaudit.probes.LogisticProbe`).
+    probe_device : str or None
+        Torch device of the probe engine (None: its default).
+    max_iter : int
+        Iteration cap of the probe's solver.
+    tol : float
+        Stopping tolerance of the probe's solver.
 
-    Fitted: ``fit_index_``, ``validation_index_``, ``probe_``, ``C_``, ``scorer_``, ``novelty_threshold_``,
-    ``confidence_threshold_``, ``validation_point_`` (dict), ``n_features_in_``, ``n_classes_``,
-    ``training_data_hash_``, ``encoder_``, ``readout_`` (None unless given to ``fit`` or read from a card).
+    Attributes
+    ----------
+    fit_index_, validation_index_ : ndarray of int
+        Training rows of the fit and the validation part.
+    probe_ : LogisticProbe or LogisticCVProbe
+        The probe fitted on the fit part; ``C_`` its C (NaN when unknown).
+    scorer_ : object
+        The novelty scorer fitted on the fit part.
+    novelty_threshold_, confidence_threshold_ : float
+        The two thresholds set on the validation part.
+    validation_point_ : dict
+        The validation operating point: ``n_fit``, ``n_validation``, ``n_fit_groups``, ``n_validation_groups``,
+        ``reject_novel``, ``retain_confident``, ``coverage``, ``accuracy_ungated``, ``accuracy_accepted``.
+    n_features_in_, n_classes_ : int
+        Feature dimension and label-space size.
+    training_data_hash_ : str
+        16 hex digits of the sha256 of the training features, labels and groups.
+    encoder_, readout_ : str or None
+        Given to ``fit`` or read from a card; features of another readout are refused.
     """
 
     def __init__(self, id_reject: float = 0.05, retain: float = 0.8, validation_fraction: float = 0.2,
@@ -123,6 +192,13 @@ class AbstentionGate:
         self.tol = tol
 
     def get_params(self) -> dict[str, Any]:
+        """The constructor parameters as JSON-ready values (the card's ``settings``).
+
+        Returns
+        -------
+        dict
+            One key per constructor parameter; ``Cs`` a list of float, ``scorer_params`` a dict.
+        """
         out = {k: v for k, v in vars(self).items() if not k.endswith("_")}
         out["Cs"] = [float(c) for c in np.asarray(self.Cs, dtype=float).ravel()]
         out["scorer_params"] = dict(self.scorer_params or {})
@@ -151,7 +227,34 @@ class AbstentionGate:
             readout: str | None = None) -> "AbstentionGate":
         """Fit on the training split ``X`` (N, D), labels ``y`` (class indices 0..K-1) and optional groups
         (patients / slides: the division and the probe's CV folds keep each on one side). ``encoder`` and
-        ``readout`` are recorded for the card and checked by :meth:`decide`."""
+        ``readout`` are recorded for the card and checked by :meth:`decide`.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Training embeddings (finite).
+        y : array-like of shape (n_items,)
+            Class indices 0..K-1 (at least two classes, in the fit part too).
+        groups : array-like of shape (n_items,) or None
+            Patient or slide of each item; None divides items one by one.
+        strata : array-like of shape (n_items,) or None
+            What the division is stratified on (keyword-only; default ``y``), e.g. grade and data provider.
+        encoder : str or None
+            Encoder name recorded for the card.
+        readout : str or None
+            Readout recorded for the card; later features of another readout are refused.
+
+        Returns
+        -------
+        AbstentionGate
+            ``self``, fitted.
+
+        Raises
+        ------
+        FmauditInputError
+            Invalid settings (``id_reject``, ``retain``, ``C``), labels that are not class indices, one per row,
+            a single class, groups not one per item, or a division that leaves a side empty.
+        """
         self._check_params()
         X = check_embeddings(X, "X")
         k = self.n_classes if self.n_classes is not None else None
@@ -227,11 +330,37 @@ class AbstentionGate:
         return check_embeddings(X, "features", self.n_features_in_, where)
 
     def logits(self, X: Any, readout: str | None = None) -> np.ndarray:
-        """(N, K) probe logits (binary probes: the (-d/2, d/2) pair)."""
+        """(N, K) probe logits (binary probes: the (-d/2, d/2) pair).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Embeddings of the gate's encoder and readout.
+        readout : str or None
+            The caller's readout; a gate fitted on another readout refuses (None: not checked).
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_classes)
+            Logits of the standardised features.
+        """
         return self.probe_.decision_logits(self._check_input(X, readout))
 
     def novelty(self, X: Any, readout: str | None = None) -> np.ndarray:
-        """(N,) novelty scores of the gate's scorer."""
+        """(N,) novelty scores of the gate's scorer.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Embeddings of the gate's encoder and readout.
+        readout : str or None
+            The caller's readout; a gate fitted on another readout refuses (None: not checked).
+
+        Returns
+        -------
+        ndarray of shape (n_items,)
+            Novelty score per item; above ``novelty_threshold_`` is rejected as novel.
+        """
         return self.scorer_.score(self._check_input(X, readout))
 
     def _decide_arrays(self, X: np.ndarray) -> dict[str, np.ndarray]:
@@ -244,12 +373,45 @@ class AbstentionGate:
         return {"decision": decision, "novelty": novelty, "confidence": confidence, "prediction": prediction}
 
     def decide_arrays(self, X: Any, readout: str | None = None) -> dict[str, np.ndarray]:
-        """Arrays decision (0 accept, 1 reject_novel, 2 reject_unconfident), novelty, confidence, prediction."""
+        """Arrays decision (0 accept, 1 reject_novel, 2 reject_unconfident), novelty, confidence, prediction.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Embeddings of the gate's encoder and readout.
+        readout : str or None
+            The caller's readout; a gate fitted on another readout refuses (None: not checked).
+
+        Returns
+        -------
+        dict of str to ndarray of shape (n_items,)
+            ``decision`` (int: index into ``DECISIONS``; novelty is checked first), ``novelty``, ``confidence``
+            (max softmax) and ``prediction`` (class index).
+
+        Raises
+        ------
+        FmauditInputError
+            The gate is not fitted, the readout differs from the gate's, or ``X`` has the wrong width or NaN.
+        """
         return self._decide_arrays(self._check_input(X, readout))
 
     def decide(self, X: Any, readout: str | None = None) -> pd.DataFrame:
         """One row per item: decision (accept / reject_novel / reject_unconfident), novelty, confidence,
-        prediction. ``readout``: the caller's readout; a gate fitted on another readout refuses."""
+        prediction. ``readout``: the caller's readout; a gate fitted on another readout refuses.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Embeddings of the gate's encoder and readout.
+        readout : str or None
+            The caller's readout (None: not checked).
+
+        Returns
+        -------
+        DataFrame
+            One row per item in input order, columns ``decision`` (str), ``novelty``, ``confidence`` (float)
+            and ``prediction`` (int64 class index).
+        """
         out = self.decide_arrays(X, readout)
         return pd.DataFrame({"decision": np.asarray(DECISIONS, dtype=object)[out["decision"]],
                              "novelty": out["novelty"], "confidence": out["confidence"],

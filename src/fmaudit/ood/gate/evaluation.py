@@ -30,6 +30,19 @@ class GateSet:
 
     ``labels`` (class indices of the gate's label space) give accuracy quantities; OOD sets outside the
     label space have none. ``groups``: resampling units of the bootstrap (patients / slides), else items.
+
+    Parameters
+    ----------
+    name : str
+        The set's name in the tables (unique; not ``validation``).
+    features : ndarray of shape (n_items, n_features)
+        Embeddings of the set, same encoder and readout as the training split.
+    labels : ndarray of shape (n_items,) or None
+        Class indices of the gate's label space; None for a set outside it (no accuracy rows).
+    groups : ndarray of shape (n_items,) or None
+        Patient or slide of each item, the bootstrap's resampling unit; None resamples items.
+    tier : str
+        ``"id"`` for the test split, else the OOD tier (``near``, ``far``, ...).
     """
 
     name: str
@@ -97,7 +110,25 @@ def _check_set(gate: AbstentionGate, s: GateSet) -> tuple[np.ndarray, np.ndarray
 
 
 def evaluate_gate(gate: AbstentionGate, sets: Sequence[GateSet], *, ordinal: bool = False) -> pd.DataFrame:
-    """Point quantities of one fitted gate on each set: columns set, tier, quantity, value, n_items."""
+    """Point quantities of one fitted gate on each set: columns set, tier, quantity, value, n_items.
+
+    Parameters
+    ----------
+    gate : AbstentionGate
+        A fitted gate.
+    sets : sequence of GateSet
+        Sets to apply it to.
+    ordinal : bool
+        Also give the quadratic-weighted kappa of all / novelty-passing / accepted items (keyword-only; for
+        graded tasks).
+
+    Returns
+    -------
+    DataFrame
+        One row per set and quantity: ``coverage``, ``coverage_novelty_gate``, ``reject_novel``,
+        ``reject_unconfident``, ``reject_any`` and, for labelled sets, ``accuracy_ungated``,
+        ``accuracy_novelty_gate``, ``accuracy_accepted`` (and ``qwk_*``); ``n_items`` the set's size.
+    """
     rows = []
     for s in sets:
         X, labels, _ = _check_set(gate, s)
@@ -131,6 +162,49 @@ def gate_operating_points(X_train: Any, y_train: Any, groups_train: Any, sets: S
     ``validation`` rows hold the thresholds (tau_novelty, tau_confidence), the selected C and the validation
     operating point. ``strata`` (one per training item; default the labels) stratifies every division, as the
     test split was (audit paper: "stratified in the same way as the test split").
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train, n_features)
+        Embeddings of the training split.
+    y_train : array-like of shape (n_train,)
+        Class indices of the training split.
+    groups_train : array-like of shape (n_train,) or None
+        Patient or slide of each training item (the divisions are group-disjoint); None: items.
+    sets : sequence of GateSet
+        The test split and the OOD sets, names unique and not ``validation``.
+    gate_params : mapping or None
+        Keyword arguments of :class:`AbstentionGate`; its ``random_state`` is the seed of division 0.
+    n_splits : int
+        Fit/validation divisions, at least 1 (the schema's ``ood.gate.n_splits``).
+    n_boot : int
+        Cluster-bootstrap resamples per division and set, at least 1 (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int
+        Seed of division 0's resamples (division i: ``bootstrap_seed + i``).
+    ordinal : bool
+        Add the ``qwk_*`` quantities (graded tasks).
+    alpha : float
+        Two-sided level of the percentile interval (0.05: 95%).
+    unit : str
+        Name of the resampling unit written to ``ci_unit`` when a set has groups (e.g. ``"patient"``).
+    strata : array-like of shape (n_train,) or None
+        What every division is stratified on (default ``y_train``).
+    encoder, readout : str or None
+        Recorded on every fitted gate (for its card).
+
+    Returns
+    -------
+    table : DataFrame
+        Columns as listed above, one row per (set, quantity), the ``validation`` rows first.
+    gate : AbstentionGate
+        The gate of division 0, the one to export.
+
+    Raises
+    ------
+    FmauditInputError
+        ``n_splits`` or ``n_boot`` below 1, duplicate or reserved set names, an unknown gate parameter, or
+        invalid training data or sets.
     """
     params = dict(gate_params or {})
     base_seed = int(params.pop("random_state", 0))

@@ -30,6 +30,31 @@ def save_gate(gate: AbstentionGate, directory: PathLike, *, encoder: str | None 
     ``encoder`` / ``readout`` default to those given to ``fit``; ``data_hash`` to the gate's training-data
     hash (pass the manifest/embedding hash of a workflow run instead). Arrays go first and the card last, each
     atomically; the card records the arrays' sha256.
+
+    Parameters
+    ----------
+    gate : AbstentionGate
+        A fitted gate.
+    directory : path-like
+        Folder to write (created if missing); its ``gate.safetensors`` and ``gate.json`` are replaced.
+    encoder, readout : str or None
+        Recorded on the card (keyword-only; default: those the gate was fitted with).
+    data_hash : str or None
+        Hash of the training data recorded as the card's ``data_hash`` (default the gate's own hash).
+    class_names : sequence of str or None
+        One name per class index (default ``class_0`` ...).
+    extra : mapping or None
+        JSON-ready values stored under the card's ``extra`` key (e.g. the task and setting).
+
+    Returns
+    -------
+    Path
+        The card's path, ``directory / "gate.json"``.
+
+    Raises
+    ------
+    FmauditInputError
+        The gate is not fitted, or ``class_names`` has not one name per class.
     """
     from safetensors.numpy import save_file
 
@@ -79,7 +104,26 @@ def save_gate(gate: AbstentionGate, directory: PathLike, *, encoder: str | None 
 
 
 def load_gate(directory: PathLike) -> AbstentionGate:
-    """A fitted :class:`AbstentionGate` from a folder written by :func:`save_gate` (no pickle)."""
+    """A fitted :class:`AbstentionGate` from a folder written by :func:`save_gate` (no pickle).
+
+    Parameters
+    ----------
+    directory : path-like
+        A folder holding ``gate.json`` and ``gate.safetensors``.
+
+    Returns
+    -------
+    AbstentionGate
+        The gate with its probe, scorer, thresholds, validation point, hash, encoder and readout restored, and
+        the card itself as ``card_``; it decides as the saved gate did.
+
+    Raises
+    ------
+    FmauditInputError
+        No card (not a gate folder, or an unfinished export), a card that is not JSON or of another format or a
+        newer version, missing or unreadable arrays, arrays whose sha256 differs from the card's, or array
+        shapes that disagree with the card.
+    """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
