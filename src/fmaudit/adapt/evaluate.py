@@ -70,7 +70,23 @@ _CHUNK_VALUES = 1 << 24
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    """The methods in evaluation order, ``none`` always included (every gain is against it)."""
+    """The methods in evaluation order, ``none`` always included (every gain is against it).
+
+    Parameters
+    ----------
+    methods : sequence of str
+        Method names of ``METHODS``, each at most once.
+
+    Returns
+    -------
+    list of str
+        ``none`` first, then the other methods in the given order.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown or repeated method.
+    """
     methods = list(methods)
     unknown = [x for x in methods if x not in METHODS]
     if unknown:
@@ -87,7 +103,23 @@ def check_methods(methods: Sequence[str]) -> list[str]:
 def batch_scores(P: np.ndarray, y: np.ndarray, n_bins: int = metrics.DEFAULT_N_BINS) -> dict[str, np.ndarray]:
     """Per-draw metrics of probabilities P (R, n, K) against labels y (R, n), in the conventions of
     :mod:`fmaudit.metrics`: macro-F1 over all K classes (zero_division 0), balanced accuracy, per-class recall
-    (NaN for a class absent from the draw), top-label ECE, and the label-free selection scores."""
+    (NaN for a class absent from the draw), top-label ECE, and the label-free selection scores.
+
+    Parameters
+    ----------
+    P : ndarray of shape (n_draws, n_items, n_classes)
+        Class probabilities of each draw's items, rows summing to 1.
+    y : ndarray of shape (n_draws, n_items)
+        True class indices 0..K-1.
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure (default 15).
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``macro_f1``, ``balanced_accuracy``, ``accuracy``, ``ece``, ``marginal_entropy`` (entropy of the mean
+        prediction), ``mean_entropy``, ``mean_max_prob``, each (n_draws,); ``recall`` (n_draws, n_classes).
+    """
     R, n, K = P.shape
     pred = P.argmax(axis=-1)
     flat = (np.arange(R)[:, None] * K + y) * K + pred
@@ -116,7 +148,23 @@ def batch_scores(P: np.ndarray, y: np.ndarray, n_bins: int = metrics.DEFAULT_N_B
 
 @dataclass
 class MethodScores:
-    """Per-draw results of one method on R draws: arrays of shape (R,) unless said otherwise."""
+    """Per-draw results of one method on R draws: arrays of shape (R,) unless said otherwise.
+
+    Parameters
+    ----------
+    macro_f1, balanced_accuracy, accuracy : ndarray
+        Discrimination of the T = 1 pipeline.
+    recall : ndarray of shape (R, K)
+        Per-class recall, NaN for a class absent from the draw.
+    ece_raw : ndarray
+        Top-label ECE at T = 1.
+    ece_source_t : ndarray
+        Top-label ECE with the source temperature.
+    marginal_entropy, mean_entropy, mean_max_prob : ndarray
+        Label-free selection scores of the T = 1 probabilities.
+    extra : dict of str to ndarray
+        Method-specific columns (``EXTRA_COLUMNS``: e.g. ``estimated_prior_l1``, ``em_iterations``).
+    """
 
     macro_f1: np.ndarray
     balanced_accuracy: np.ndarray
@@ -154,7 +202,19 @@ def _bbse_estimates(weights: np.ndarray, confusion: np.ndarray) -> tuple[np.ndar
 @dataclass
 class StandardizedPool:
     """A target pool seen through one source probe, computed once and reused for every prior and draw:
-    source-standardised features ``Z`` (N, D) float64, labels (N,), unadapted logits (N, K)."""
+    source-standardised features ``Z`` (N, D) float64, labels (N,), unadapted logits (N, K).
+
+    Parameters
+    ----------
+    probe : SourceProbe
+        The fitted source probe.
+    Z : ndarray of shape (n_items, n_features), float64
+        The pool's features standardised by ``probe``.
+    labels : ndarray of shape (n_items,)
+        True class indices.
+    logits : ndarray of shape (n_items, n_classes)
+        Logits of the unadapted pipeline.
+    """
 
     probe: SourceProbe
     Z: np.ndarray
@@ -171,7 +231,22 @@ class StandardizedPool:
 
 
 def standardize_pool(probe: SourceProbe, X: Any, y: Any) -> StandardizedPool:
-    """The target pool (X, y) standardised by ``probe``, with its unadapted logits."""
+    """The target pool (X, y) standardised by ``probe``, with its unadapted logits.
+
+    Parameters
+    ----------
+    probe : SourceProbe
+        A fitted source probe.
+    X : array-like of shape (n_items, n_features)
+        Raw target embeddings (the whole pool draws are taken from).
+    y : array-like of shape (n_items,)
+        Target class indices in the probe's label space.
+
+    Returns
+    -------
+    StandardizedPool
+        The pool, ready for :func:`score_draws`.
+    """
     X = check_features(X, "target features")
     y = check_labels(y, X.shape[0], probe.n_classes_, "target labels")
     Z = probe.standardize(X)
@@ -221,6 +296,33 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
 
     Returns per method the per-draw :class:`MethodScores`. The re-standardising methods share one gather of
     the draw features, one pass for their statistics and one batched product for their logits.
+
+    Parameters
+    ----------
+    pool : StandardizedPool
+        The target pool.
+    index : ndarray of shape (n_draws, n_items)
+        Rows of the pool in each draw (``fmaudit.adapt.priors.resample_target``); draws beyond a memory bound
+        are scored in chunks.
+    methods : sequence of str
+        Methods to score (``none`` is added first).
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+    shot_im : mapping or None
+        Settings of SHOT-IM over ``SHOT_IM_DEFAULTS`` (``epochs``, ``lr``, ``momentum``, ``weight_decay``,
+        ``batch_size``, ``dtype``).
+    device : str or None
+        Torch device of SHOT-IM's head.
+
+    Returns
+    -------
+    dict of str to MethodScores
+        Per method, in the order of :func:`check_methods`.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown method, or ``index`` not a non-empty 2-D matrix.
     """
     methods = check_methods(methods)
     probe = pool.probe
@@ -322,6 +424,22 @@ def scores_frame(scores: Mapping[str, MethodScores], class_names: Sequence[str],
     delta_ece_raw / delta_ece_source_t (method minus none: negative is better calibrated), recall_<class>,
     marginal_entropy, mean_entropy, mean_max_prob, and the method-specific columns of ``EXTRA_COLUMNS`` (NaN
     where they do not apply).
+
+    Parameters
+    ----------
+    scores : mapping of str to MethodScores
+        Output of :func:`score_draws`; must hold ``none``.
+    class_names : sequence of str
+        Class names, in label order, for the ``recall_<class>`` columns.
+    n_bins : int
+        ECE bins, written to the ``ece_convention`` column.
+    draw_columns : mapping or None
+        Columns put first on every method's rows (e.g. ``prior``, ``draw``, ``draw_seed``, ``seed``).
+
+    Returns
+    -------
+    DataFrame
+        One row per draw and method, columns as above plus ``ece_convention``.
     """
     base = scores["none"]
     R = base.macro_f1.shape[0]
@@ -358,7 +476,59 @@ def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = 
                    sample_size: int | None = None, n_draws: int = 25, random_state: int = 0, C: float = 1.0,
                    val_fraction: float = 0.2, n_bins: int = metrics.DEFAULT_N_BINS, source_groups: Any = None,
                    shot_im: Mapping[str, Any] | None = None, device: Any = None) -> pd.DataFrame:
-    """Per draw x method rows of :func:`evaluate` (see there); with ``prior=None`` one "draw", the whole target."""
+    """Per draw x method rows of :func:`evaluate` (see there); with ``prior=None`` one "draw", the whole target.
+
+    Parameters
+    ----------
+    Xs : array-like of shape (n_source, n_features)
+        Source embeddings.
+    ys : array-like of shape (n_source,)
+        Source class indices.
+    Xt : array-like of shape (n_target, n_features)
+        Target embeddings, same encoder and readout.
+    yt : array-like of shape (n_target,)
+        Target class indices (used to score, and by the non-deployable oracle only).
+    methods : sequence of str
+        Methods of ``METHODS`` (default all).
+    n_classes : int or None
+        Size of the label space (keyword-only; default ``len(class_names)`` or largest label + 1).
+    class_names : sequence of str or None
+        Class names in label order (default ``class_0`` ...).
+    prior : mapping or sequence of float or None
+        Target class prior to resample to (class -> share, or K shares); None scores the whole target once.
+    prior_name : str or None
+        Name of the prior in the ``prior`` column and the draw seeds (default ``custom``).
+    sample_size : int or None
+        Items per draw; required with ``prior``.
+    n_draws : int
+        Draws per prior.
+    random_state : int
+        Source seed: the source split and, with the prior's name, each draw's seed.
+    C : float
+        Inverse L2 strength of the source probe.
+    val_fraction : float
+        Source hold-out share.
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+    source_groups : array-like of shape (n_source,) or None
+        Patient or slide of each source item (group-disjoint hold-out).
+    shot_im : mapping or None
+        SHOT-IM settings (see :func:`score_draws`).
+    device : str or None
+        Torch device of the probe engine and SHOT-IM.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`scores_frame`, led by ``prior``, ``draw``, ``draw_seed``, ``n_items`` (and
+        ``classes_with_replacement`` with a prior), ``seed``, ``temperature_source``, ``in_domain_macro_f1``.
+
+    Raises
+    ------
+    FmauditInputError
+        Source and target of different widths, invalid labels, class names not one per class, unknown
+        methods, a prior without ``sample_size`` or with unknown classes.
+    """
     Xs = check_features(Xs, "source features")
     Xt = check_features(Xt, "target features")
     if Xs.shape[1] != Xt.shape[1]:
@@ -403,7 +573,20 @@ SUMMARY_COLUMNS = ("macro_f1", "gain_macro_f1", "balanced_accuracy", "ece_raw", 
 
 def summarize_draws(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per method: means over draws of the metric columns, with the number of draws and of draws
-    where the method lost macro-F1 against ``none``."""
+    where the method lost macro-F1 against ``none``.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw rows of :func:`evaluate_draws` (one prior).
+
+    Returns
+    -------
+    DataFrame
+        One row per method in first-seen order: ``method``, ``deployable``, the means of ``SUMMARY_COLUMNS``
+        and ``recall_*``, ``n_draws``, ``n_draws_negative_gain``, and the constant columns (``prior``,
+        ``n_items``, ``temperature_source`` ...) where present.
+    """
     recall_cols = [c for c in rows.columns if c.startswith("recall_")]
     cols = [c for c in SUMMARY_COLUMNS if c in rows.columns] + recall_cols
     grouped = rows.groupby("method", sort=False)
@@ -426,5 +609,21 @@ def evaluate(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = METHOD
     :func:`scores_frame`). Without ``prior`` the whole target is evaluated once; with ``prior`` (class ->
     share, or K shares) and ``sample_size``, ``n_draws`` resampled draws (:mod:`fmaudit.adapt.priors`) are
     evaluated and the rows are their means. Keywords: those of :func:`evaluate_draws`.
+
+    Parameters
+    ----------
+    Xs, ys : array-like
+        Source embeddings (n_source, n_features) and class indices.
+    Xt, yt : array-like
+        Target embeddings (n_target, n_features) and class indices.
+    methods : sequence of str
+        Methods of ``METHODS`` (default all).
+    **kwargs
+        Keywords of :func:`evaluate_draws` (``class_names``, ``prior``, ``sample_size``, ``n_draws`` ...).
+
+    Returns
+    -------
+    DataFrame
+        :func:`summarize_draws` of the draws: one row per method, ``none`` first.
     """
     return summarize_draws(evaluate_draws(Xs, ys, Xt, yt, methods, **kwargs))

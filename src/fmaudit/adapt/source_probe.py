@@ -38,13 +38,39 @@ def _mask_absent(logits: np.ndarray, present: np.ndarray) -> np.ndarray:
 class SourceProbe:
     """The default probe of the prior-shift audit, with what label-free methods know about the source.
 
-    Parameters: ``C`` (inverse L2 strength, 1.0), ``val_fraction`` (source hold-out share), ``random_state``
-    (the source split: one source seed), ``device`` for the logistic engine, ``tol`` its stopping tolerance.
+    Parameters
+    ----------
+    C : float
+        Inverse L2 strength of the logistic regression (default 1.0, the hema paper's).
+    val_fraction : float
+        Share of the source items (or groups) in the hold-out (default 0.2).
+    random_state : int
+        Seed of the source train / hold-out split: one source seed.
+    device : str or None
+        Torch device of the batched logistic engine (None: its default).
+    tol : float
+        Stopping tolerance of the logistic solver.
 
-    Fitted: ``train_index_``, ``val_index_`` (rows of the source arrays), ``mean_``, ``scale_`` (source scaler),
-    ``W_`` (D, K), ``b_`` (K,) on standardised features, ``present_`` (K,) classes seen in training,
-    ``source_prior_`` (K,) training class shares, ``temperature_`` and ``temperature_at_bound_`` (source
-    temperature), ``confusion_`` (K, K) hold-out joint ``P(pred = i, y = j)``, ``val_macro_f1_``, ``n_classes_``.
+    Attributes
+    ----------
+    train_index_, val_index_ : ndarray of int
+        Rows of the source arrays in the training split and the hold-out.
+    mean_, scale_ : ndarray of shape (n_features,)
+        The source scaler (ddof 0).
+    W_ : ndarray of shape (n_features, n_classes)
+        Weights on standardised features; ``b_`` (n_classes,) the intercepts.
+    present_ : ndarray of shape (n_classes,), bool
+        Classes seen in training; absent ones get probability 0.
+    source_prior_ : ndarray of shape (n_classes,)
+        Class shares of the training split.
+    temperature_ : float
+        Source temperature fitted on the hold-out logits; ``temperature_at_bound_`` says it hit a search bound.
+    confusion_ : ndarray of shape (n_classes, n_classes)
+        Hold-out joint ``P(pred = i, y = j)`` (BBSE's).
+    val_macro_f1_ : float
+        In-domain macro-F1 on the hold-out.
+    n_classes_ : int
+        Size of the label space.
     """
 
     def __init__(self, C: float = 1.0, val_fraction: float = 0.2, random_state: int = 0, device: Any = None,
@@ -56,6 +82,29 @@ class SourceProbe:
         self.tol = tol
 
     def fit(self, X: Any, y: Any, n_classes: int | None = None, groups: Any = None) -> "SourceProbe":
+        """Split the source, fit the probe on the training split and measure the hold-out.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Source embeddings (every labelled source item the probe may learn from).
+        y : array-like of shape (n_items,)
+            Source class indices 0..K-1, at least two classes.
+        n_classes : int or None
+            Size of the label space (default: largest label + 1).
+        groups : array-like of shape (n_items,) or None
+            Patient or slide of each item: the hold-out is group-disjoint; None: stratified by class.
+
+        Returns
+        -------
+        SourceProbe
+            ``self``, fitted.
+
+        Raises
+        ------
+        FmauditInputError
+            No items, a single class (overall or in the training split), or an empty hold-out.
+        """
         _fit_probes([self], X, y, n_classes, groups)
         return self
 
@@ -64,7 +113,23 @@ class SourceProbe:
             raise FmauditInputError("SourceProbe: call fit first")
 
     def standardize(self, X: Any) -> np.ndarray:
-        """Source-standardised features ``(X - mean_) / scale_``."""
+        """Source-standardised features ``(X - mean_) / scale_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Raw embeddings of the probe's encoder.
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_features), float64
+            The standardised features.
+
+        Raises
+        ------
+        FmauditInputError
+            The probe is not fitted, or ``X`` has another width or invalid values.
+        """
         self._check_fitted()
         X = check_features(X)
         if X.shape[1] != self.W_.shape[0]:
@@ -73,17 +138,66 @@ class SourceProbe:
         return (X - self.mean_) / self.scale_
 
     def logits_standardized(self, Z: np.ndarray) -> np.ndarray:
+        """Logits of already source-standardised features (absent classes pushed below the present ones).
+
+        Parameters
+        ----------
+        Z : ndarray of shape (..., n_features)
+            Features in the source-standardised space (any leading axes, e.g. (R, n, D) draws).
+
+        Returns
+        -------
+        ndarray of shape (..., n_classes)
+            ``Z @ W_ + b_``, each absent class ``ABSENT_CLASS_LOGIT_GAP`` below the row's lowest present one.
+        """
         return _mask_absent(Z @ self.W_ + self.b_, self.present_)
 
     def decision_logits(self, X: Any) -> np.ndarray:
-        """Logits (N, K) of the unadapted pipeline (source scaler, source probe)."""
+        """Logits (N, K) of the unadapted pipeline (source scaler, source probe).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_items, n_features)
+            Raw embeddings.
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_classes)
+            The logits of method ``none``.
+        """
         return self.logits_standardized(self.standardize(X))
 
 
 def fit_source_probes(X: Any, y: Any, n_classes: int | None, seeds: Sequence[int], groups: Any = None,
                       C: float = 1.0, val_fraction: float = 0.2, device: Any = None,
                       tol: float = 1e-6) -> list[SourceProbe]:
-    """One fitted :class:`SourceProbe` per source seed, all logistic fits in one batched engine call."""
+    """One fitted :class:`SourceProbe` per source seed, all logistic fits in one batched engine call.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_items, n_features)
+        Source embeddings.
+    y : array-like of shape (n_items,)
+        Source class indices 0..K-1.
+    n_classes : int or None
+        Size of the label space (default: largest label + 1).
+    seeds : sequence of int
+        Source seeds, one probe (and one train / hold-out split) each; at least one.
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item (group-disjoint hold-outs).
+    C, val_fraction, device, tol
+        As in :class:`SourceProbe`, shared by every probe.
+
+    Returns
+    -------
+    list of SourceProbe
+        Fitted probes, in the order of ``seeds``.
+
+    Raises
+    ------
+    FmauditInputError
+        No seeds, or source data a probe cannot be fitted on (see :meth:`SourceProbe.fit`).
+    """
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise FmauditInputError("source seeds: none given")
