@@ -7,7 +7,7 @@ docs/methods.md#prior-shift-and-label-free-adaptation).
 - ``source_probe``: the default source probe and what the label-free methods may know about the source.
 - ``evaluate``: the batched evaluation of every method on target draws.
 - ``selection``: label-free encoder selection and its regret against the oracle choice.
-- ``summary``: the seed's summaries (scenario means with hierarchical-bootstrap intervals, negative cells,
+- ``summary``: the hema paper's summaries (scenario means with hierarchical-bootstrap intervals, negative cells,
   effective robustness, relative gap, per-class recall, calibration under adaptation).
 - ``scratch``: the ResNet-18 trained from scratch on the source, the non-frozen reference row.
 

@@ -276,7 +276,7 @@ def _draw_statistics(G: np.ndarray, label_sets: list[np.ndarray], K: int):
         mean = (sums / safe).sum(axis=1) / present.sum(axis=1, keepdims=True)
         within = np.maximum(S2 - (sums * sums / safe).sum(axis=1), 0.0)
         dof = n - present.sum(axis=1)  # sum_k (n_k - 1) over the non-empty classes
-        # full collapse (every item in one pseudo-class, the seed's rule) or no class with two items: the source
+        # full collapse (every item in one pseudo-class, the hema paper's rule) or no class with two items: the source
         # std, which is 1 in the source-standardised space
         collapsed = (present.sum(axis=1) == 1) | (dof == 0)
         std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(dof == 0, 1, dof)[:, None]))
