@@ -39,8 +39,9 @@ import pandas as pd
 
 from fmaudit import grid, metrics
 from fmaudit.adapt import methods as m
-from fmaudit.adapt.evaluate import SHOT_IM_DEFAULTS, fit_source_probes
+from fmaudit.adapt.evaluate import SHOT_IM_DEFAULTS
 from fmaudit.adapt.priors import WBC5_CLASS_ORDER, WBC5_SCENARIOS, draw_seed, prior_vector, resample_target
+from fmaudit.adapt.source_probe import fit_source_probes
 from fmaudit.analyses.prior_shift import run_prior_shift_shard
 
 METHODS = ["none", "global_standardization", "class_balanced_restandardization", "shot_im", "bbse", "saerens_em",

@@ -1,27 +1,22 @@
-"""The source probe and the batched evaluation of every method, against a straightforward per-draw pipeline,
-and the seed's signs on a world with a planted scanner shift and planted priors."""
+"""The batched evaluation of every method, against a straightforward per-draw pipeline, and the hema paper's
+signs on a world with a planted scanner shift and planted priors (the source probe: test_source_probe.py)."""
 
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from fmaudit import metrics
 from fmaudit.adapt import evaluate as evaluate_fn
 from fmaudit.adapt import methods as m
 from fmaudit.adapt.evaluate import (
     METHODS,
-    SourceProbe,
     batch_scores,
     evaluate_draws,
-    fit_source_probes,
     score_draws,
     standardize_pool,
 )
 from fmaudit.adapt.priors import WBC5_CLASS_ORDER, WBC5_SCENARIOS, draw_seed, resample_target
-from fmaudit.calibration import fit_temperature
+from fmaudit.adapt.source_probe import fit_source_probes
 from fmaudit.io import FmauditInputError
 
 
@@ -37,28 +32,6 @@ def scanner_world(seed, d=32, k=5, n_source=500, n_target=1500, separation=1.0, 
     scale, offset = np.exp(rng.normal(scale=scale_sd, size=d)), rng.normal(scale=shift, size=d)
     xt = (means[yt] + rng.normal(size=(yt.size, d))) * scale + offset
     return xs, ys, xt, yt
-
-
-# ---------------------------------------------------------------- the probe
-
-
-def test_source_probe_is_the_standardised_logistic_probe():
-    xs, ys, xt, _ = scanner_world(0, d=8, n_source=300)
-    probe = SourceProbe(random_state=1).fit(xs, ys, n_classes=5)
-    train, val = probe.train_index_, probe.val_index_
-    assert np.intersect1d(train, val).size == 0 and train.size + val.size == ys.size
-    ref = make_pipeline(StandardScaler(),
-                        LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000)).fit(xs[train], ys[train])
-    np.testing.assert_allclose(metrics.softmax(probe.decision_logits(xt)), ref.predict_proba(xt), atol=1e-4)
-    assert probe.temperature_ == pytest.approx(fit_temperature(probe.decision_logits(xs[val]), ys[val]), rel=1e-6)
-    np.testing.assert_allclose(probe.source_prior_, np.bincount(ys[train], minlength=5) / train.size)
-    np.testing.assert_allclose(probe.confusion_, m.bbse_confusion(ys[val], probe.decision_logits(xs[val]).argmax(1), 5))
-    # one batched call fits every seed; seeds differ in their splits
-    a, b = fit_source_probes(xs, ys, 5, [1, 2])
-    # a batched fit converges to the engine's tolerance, not bit for bit the single fit (float32 products whose
-    # summation order depends on the batch): weights agree to ~3e-6 here
-    np.testing.assert_allclose(a.W_, probe.W_, atol=2e-5)
-    assert not np.array_equal(a.val_index_, b.val_index_)
 
 
 # ---------------------------------------------------------------- batched scores

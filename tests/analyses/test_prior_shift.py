@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from fmaudit import grid, metrics
-from fmaudit.adapt.evaluate import SourceProbe
 from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
+from fmaudit.adapt.source_probe import SourceProbe
 from fmaudit.analyses.prior_shift import run_prior_shift_shard
 from fmaudit.io import FmauditInputError
 from fmaudit.schema import REPO_ROOT, load_yaml

@@ -4,9 +4,10 @@ docs/methods.md#prior-shift-and-label-free-adaptation).
 - ``priors``: prior scenarios and largest-remainder resampling of a target to them, vectorised over draws.
 - ``methods``: the adaptation methods as pure functions (global standardisation, CBR, the oracle, BBSE,
   Saerens EM, SHOT-IM) and the label-free selection scores.
-- ``evaluate``: the default source probe and the batched evaluation of every method on target draws.
+- ``source_probe``: the default source probe and what the label-free methods may know about the source.
+- ``evaluate``: the batched evaluation of every method on target draws.
 - ``selection``: label-free encoder selection and its regret against the oracle choice.
-- ``summary``: the seed's summaries (scenario means with hierarchical-bootstrap intervals, negative cells,
+- ``summary``: the hema paper's summaries (scenario means with hierarchical-bootstrap intervals, negative cells,
   effective robustness, relative gap, per-class recall, calibration under adaptation).
 - ``scratch``: the ResNet-18 trained from scratch on the source, the non-frozen reference row.
 
@@ -14,7 +15,7 @@ docs/methods.md#prior-shift-and-label-free-adaptation).
 name is reached with ``from fmaudit.adapt.evaluate import ...``.
 """
 
-from fmaudit.adapt.evaluate import METHODS, NOT_DEPLOYABLE, SourceProbe, evaluate, evaluate_draws, fit_source_probes
+from fmaudit.adapt.evaluate import METHODS, NOT_DEPLOYABLE, evaluate, evaluate_draws
 from fmaudit.adapt.methods import (
     ShotIMHead,
     bbse_adjust,
@@ -29,6 +30,7 @@ from fmaudit.adapt.methods import (
     saerens_em,
 )
 from fmaudit.adapt.priors import WBC5_SCENARIOS, largest_remainder_counts, resample_target
+from fmaudit.adapt.source_probe import SourceProbe, fit_source_probes
 
 __all__ = [
     "METHODS",

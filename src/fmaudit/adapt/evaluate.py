@@ -1,13 +1,9 @@
-"""The source probe and the evaluation of every adaptation method on resampled target draws (hema paper).
+"""The evaluation of every adaptation method on resampled target draws (hema paper).
 
-Pipeline (docs/methods.md#adaptation-methods, docs/methods.md#linear-probes). The *source probe* is the project's
-default probe: a StandardScaler fitted on the source training split (ddof 0) and an L2 multinomial logistic regression
-with C = 1 on the standardised features (:func:`fmaudit.probes.fit_logistic_batch`). A group-disjoint (or stratified,
-without groups) hold-out of the source, ``val_fraction`` of it drawn with ``split_train_val(random_state=seed)``,
-gives what the label-free methods may know about the source: the source temperature
-(:class:`fmaudit.calibration.TemperatureScaler` on the hold-out logits), the BBSE joint confusion, and the in-domain
-macro-F1. The source
-label prior is the training split's class shares.
+Pipeline (docs/methods.md#adaptation-methods, docs/methods.md#linear-probes). The *source probe*
+(:class:`fmaudit.adapt.source_probe.SourceProbe`: the project's default probe, fitted on the source training split,
+with the source temperature, BBSE joint confusion and in-domain macro-F1 from a source hold-out) is adapted to each
+target draw.
 
 Methods, on a target draw (``fmaudit.adapt.methods``):
 
@@ -51,10 +47,9 @@ import pandas as pd
 from fmaudit import metrics
 from fmaudit.adapt import methods as m
 from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
-from fmaudit.calibration import TemperatureScaler
+from fmaudit.adapt.source_probe import SourceProbe, _mask_absent, fit_source_probes
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import softmax_last_axis
-from fmaudit.probes import ABSENT_CLASS_LOGIT_GAP, fit_logistic_batch, split_train_val
 from fmaudit.probes.logistic_batch import check_features, check_labels
 
 log = logging.getLogger(__name__)
@@ -75,7 +70,23 @@ _CHUNK_VALUES = 1 << 24
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    """The methods in evaluation order, ``none`` always included (every gain is against it)."""
+    """The methods in evaluation order, ``none`` always included (every gain is against it).
+
+    Parameters
+    ----------
+    methods : sequence of str
+        Method names of ``METHODS``, each at most once.
+
+    Returns
+    -------
+    list of str
+        ``none`` first, then the other methods in the given order.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown or repeated method.
+    """
     methods = list(methods)
     unknown = [x for x in methods if x not in METHODS]
     if unknown:
@@ -85,108 +96,6 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return ["none", *[x for x in methods if x != "none"]]
 
 
-def _mask_absent(logits: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Absent training classes get a logit ``ABSENT_CLASS_LOGIT_GAP`` below the row's lowest present one
-    (the batched engine's convention: probability 0, finite logits)."""
-    if present.all():
-        return logits
-    floor = np.where(present, logits, np.inf).min(axis=-1, keepdims=True) - ABSENT_CLASS_LOGIT_GAP
-    return np.where(present, logits, floor)
-
-
-class SourceProbe:
-    """The default probe of the prior-shift audit, with what label-free methods know about the source.
-
-    Parameters: ``C`` (inverse L2 strength, 1.0), ``val_fraction`` (source hold-out share), ``random_state``
-    (the source split: one source seed), ``device`` for the logistic engine, ``tol`` its stopping tolerance.
-
-    Fitted: ``train_index_``, ``val_index_`` (rows of the source arrays), ``mean_``, ``scale_`` (source scaler),
-    ``W_`` (D, K), ``b_`` (K,) on standardised features, ``present_`` (K,) classes seen in training,
-    ``source_prior_`` (K,) training class shares, ``temperature_`` and ``temperature_at_bound_`` (source
-    temperature), ``confusion_`` (K, K) hold-out joint ``P(pred = i, y = j)``, ``val_macro_f1_``, ``n_classes_``.
-    """
-
-    def __init__(self, C: float = 1.0, val_fraction: float = 0.2, random_state: int = 0, device: Any = None,
-                 tol: float = 1e-6):
-        self.C = C
-        self.val_fraction = val_fraction
-        self.random_state = random_state
-        self.device = device
-        self.tol = tol
-
-    def fit(self, X: Any, y: Any, n_classes: int | None = None, groups: Any = None) -> "SourceProbe":
-        _fit_probes([self], X, y, n_classes, groups)
-        return self
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "W_"):
-            raise FmauditInputError("SourceProbe: call fit first")
-
-    def standardize(self, X: Any) -> np.ndarray:
-        """Source-standardised features ``(X - mean_) / scale_``."""
-        self._check_fitted()
-        X = check_features(X)
-        if X.shape[1] != self.W_.shape[0]:
-            raise FmauditInputError(f"X has {X.shape[1]} features but the source probe was fitted on "
-                                    f"{self.W_.shape[0]}")
-        return (X - self.mean_) / self.scale_
-
-    def logits_standardized(self, Z: np.ndarray) -> np.ndarray:
-        return _mask_absent(Z @ self.W_ + self.b_, self.present_)
-
-    def decision_logits(self, X: Any) -> np.ndarray:
-        """Logits (N, K) of the unadapted pipeline (source scaler, source probe)."""
-        return self.logits_standardized(self.standardize(X))
-
-
-def fit_source_probes(X: Any, y: Any, n_classes: int | None, seeds: Sequence[int], groups: Any = None,
-                      C: float = 1.0, val_fraction: float = 0.2, device: Any = None,
-                      tol: float = 1e-6) -> list[SourceProbe]:
-    """One fitted :class:`SourceProbe` per source seed, all logistic fits in one batched engine call."""
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise FmauditInputError("source seeds: none given")
-    return _fit_probes([SourceProbe(C, val_fraction, s, device, tol) for s in seeds], X, y, n_classes, groups)
-
-
-def _fit_probes(probes: list[SourceProbe], X: Any, y: Any, n_classes: int | None, groups: Any) -> list[SourceProbe]:
-    """Fit ``probes`` (same C, val_fraction, device and tol; one random_state each) in one engine call."""
-    X = check_features(X, "source features")
-    y = check_labels(y, X.shape[0], n_classes, "source labels")
-    if y.size == 0:
-        raise FmauditInputError("source: no labelled items")
-    k = int(n_classes) if n_classes is not None else int(y.max()) + 1
-    if np.unique(y).size < 2:
-        raise FmauditInputError(f"source labels: a single class ({int(y[0])}); the probe needs at least two")
-    first = probes[0]
-    splits = []
-    for probe in probes:
-        seed = int(probe.random_state)
-        train, val = split_train_val(y, groups=groups, val_fraction=first.val_fraction, random_state=seed)
-        if val.size == 0:
-            raise FmauditInputError(f"source seed {seed}: the hold-out split is empty (val_fraction="
-                                    f"{first.val_fraction}, {y.size} items); the source temperature and BBSE need one")
-        if np.unique(y[train]).size < 2:
-            raise FmauditInputError(f"source seed {seed}: the training split holds a single class")
-        splits.append((train, val))
-    batch = fit_logistic_batch(X, y, [tr for tr, _ in splits], float(first.C), n_classes=k, standardize=True,
-                               device=first.device, tol=first.tol)
-    for r, (probe, (train, val)) in enumerate(zip(probes, splits)):
-        probe.train_index_, probe.val_index_ = train, val
-        probe.n_classes_ = k
-        probe.mean_, probe.scale_ = batch.mean_[r], batch.scale_[r]
-        probe.W_, probe.b_ = batch.W_[r], batch.b_[r]
-        probe.present_ = batch.present_[r]
-        probe.converged_ = bool(batch.converged_[r])
-        probe.source_prior_ = np.bincount(y[train], minlength=k) / train.size
-        val_logits = batch.decision_logits(X[val], r)
-        scaler = TemperatureScaler().fit(val_logits, y[val])
-        probe.temperature_, probe.temperature_at_bound_ = scaler.temperature_, scaler.at_bound_
-        pred = val_logits.argmax(axis=1)
-        probe.confusion_ = m.bbse_confusion(y[val], pred, k)
-        probe.val_macro_f1_ = metrics._macro_f1_from_confusion(metrics.confusion_counts(y[val], pred, k))
-    return probes
-
 
 # --------------------------------------------------------------------------------------------------
 # batched scoring
@@ -194,7 +103,23 @@ def _fit_probes(probes: list[SourceProbe], X: Any, y: Any, n_classes: int | None
 def batch_scores(P: np.ndarray, y: np.ndarray, n_bins: int = metrics.DEFAULT_N_BINS) -> dict[str, np.ndarray]:
     """Per-draw metrics of probabilities P (R, n, K) against labels y (R, n), in the conventions of
     :mod:`fmaudit.metrics`: macro-F1 over all K classes (zero_division 0), balanced accuracy, per-class recall
-    (NaN for a class absent from the draw), top-label ECE, and the label-free selection scores."""
+    (NaN for a class absent from the draw), top-label ECE, and the label-free selection scores.
+
+    Parameters
+    ----------
+    P : ndarray of shape (n_draws, n_items, n_classes)
+        Class probabilities of each draw's items, rows summing to 1.
+    y : ndarray of shape (n_draws, n_items)
+        True class indices 0..K-1.
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure (default 15).
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``macro_f1``, ``balanced_accuracy``, ``accuracy``, ``ece``, ``marginal_entropy`` (entropy of the mean
+        prediction), ``mean_entropy``, ``mean_max_prob``, each (n_draws,); ``recall`` (n_draws, n_classes).
+    """
     R, n, K = P.shape
     pred = P.argmax(axis=-1)
     flat = (np.arange(R)[:, None] * K + y) * K + pred
@@ -223,7 +148,23 @@ def batch_scores(P: np.ndarray, y: np.ndarray, n_bins: int = metrics.DEFAULT_N_B
 
 @dataclass
 class MethodScores:
-    """Per-draw results of one method on R draws: arrays of shape (R,) unless said otherwise."""
+    """Per-draw results of one method on R draws: arrays of shape (R,) unless said otherwise.
+
+    Parameters
+    ----------
+    macro_f1, balanced_accuracy, accuracy : ndarray
+        Discrimination of the T = 1 pipeline.
+    recall : ndarray of shape (R, K)
+        Per-class recall, NaN for a class absent from the draw.
+    ece_raw : ndarray
+        Top-label ECE at T = 1.
+    ece_source_t : ndarray
+        Top-label ECE with the source temperature.
+    marginal_entropy, mean_entropy, mean_max_prob : ndarray
+        Label-free selection scores of the T = 1 probabilities.
+    extra : dict of str to ndarray
+        Method-specific columns (``EXTRA_COLUMNS``: e.g. ``estimated_prior_l1``, ``em_iterations``).
+    """
 
     macro_f1: np.ndarray
     balanced_accuracy: np.ndarray
@@ -261,7 +202,19 @@ def _bbse_estimates(weights: np.ndarray, confusion: np.ndarray) -> tuple[np.ndar
 @dataclass
 class StandardizedPool:
     """A target pool seen through one source probe, computed once and reused for every prior and draw:
-    source-standardised features ``Z`` (N, D) float64, labels (N,), unadapted logits (N, K)."""
+    source-standardised features ``Z`` (N, D) float64, labels (N,), unadapted logits (N, K).
+
+    Parameters
+    ----------
+    probe : SourceProbe
+        The fitted source probe.
+    Z : ndarray of shape (n_items, n_features), float64
+        The pool's features standardised by ``probe``.
+    labels : ndarray of shape (n_items,)
+        True class indices.
+    logits : ndarray of shape (n_items, n_classes)
+        Logits of the unadapted pipeline.
+    """
 
     probe: SourceProbe
     Z: np.ndarray
@@ -278,7 +231,22 @@ class StandardizedPool:
 
 
 def standardize_pool(probe: SourceProbe, X: Any, y: Any) -> StandardizedPool:
-    """The target pool (X, y) standardised by ``probe``, with its unadapted logits."""
+    """The target pool (X, y) standardised by ``probe``, with its unadapted logits.
+
+    Parameters
+    ----------
+    probe : SourceProbe
+        A fitted source probe.
+    X : array-like of shape (n_items, n_features)
+        Raw target embeddings (the whole pool draws are taken from).
+    y : array-like of shape (n_items,)
+        Target class indices in the probe's label space.
+
+    Returns
+    -------
+    StandardizedPool
+        The pool, ready for :func:`score_draws`.
+    """
     X = check_features(X, "target features")
     y = check_labels(y, X.shape[0], probe.n_classes_, "target labels")
     Z = probe.standardize(X)
@@ -308,7 +276,7 @@ def _draw_statistics(G: np.ndarray, label_sets: list[np.ndarray], K: int):
         mean = (sums / safe).sum(axis=1) / present.sum(axis=1, keepdims=True)
         within = np.maximum(S2 - (sums * sums / safe).sum(axis=1), 0.0)
         dof = n - present.sum(axis=1)  # sum_k (n_k - 1) over the non-empty classes
-        # full collapse (every item in one pseudo-class, the seed's rule) or no class with two items: the source
+        # full collapse (every item in one pseudo-class, the hema paper's rule) or no class with two items: the source
         # std, which is 1 in the source-standardised space
         collapsed = (present.sum(axis=1) == 1) | (dof == 0)
         std = np.where(collapsed[:, None], 1.0, np.sqrt(within / np.where(dof == 0, 1, dof)[:, None]))
@@ -328,6 +296,33 @@ def score_draws(pool: StandardizedPool, index: np.ndarray, methods: Sequence[str
 
     Returns per method the per-draw :class:`MethodScores`. The re-standardising methods share one gather of
     the draw features, one pass for their statistics and one batched product for their logits.
+
+    Parameters
+    ----------
+    pool : StandardizedPool
+        The target pool.
+    index : ndarray of shape (n_draws, n_items)
+        Rows of the pool in each draw (``fmaudit.adapt.priors.resample_target``); draws beyond a memory bound
+        are scored in chunks.
+    methods : sequence of str
+        Methods to score (``none`` is added first).
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+    shot_im : mapping or None
+        Settings of SHOT-IM over ``SHOT_IM_DEFAULTS`` (``epochs``, ``lr``, ``momentum``, ``weight_decay``,
+        ``batch_size``, ``dtype``).
+    device : str or None
+        Torch device of SHOT-IM's head.
+
+    Returns
+    -------
+    dict of str to MethodScores
+        Per method, in the order of :func:`check_methods`.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown method, or ``index`` not a non-empty 2-D matrix.
     """
     methods = check_methods(methods)
     probe = pool.probe
@@ -429,6 +424,22 @@ def scores_frame(scores: Mapping[str, MethodScores], class_names: Sequence[str],
     delta_ece_raw / delta_ece_source_t (method minus none: negative is better calibrated), recall_<class>,
     marginal_entropy, mean_entropy, mean_max_prob, and the method-specific columns of ``EXTRA_COLUMNS`` (NaN
     where they do not apply).
+
+    Parameters
+    ----------
+    scores : mapping of str to MethodScores
+        Output of :func:`score_draws`; must hold ``none``.
+    class_names : sequence of str
+        Class names, in label order, for the ``recall_<class>`` columns.
+    n_bins : int
+        ECE bins, written to the ``ece_convention`` column.
+    draw_columns : mapping or None
+        Columns put first on every method's rows (e.g. ``prior``, ``draw``, ``draw_seed``, ``seed``).
+
+    Returns
+    -------
+    DataFrame
+        One row per draw and method, columns as above plus ``ece_convention``.
     """
     base = scores["none"]
     R = base.macro_f1.shape[0]
@@ -465,7 +476,59 @@ def evaluate_draws(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = 
                    sample_size: int | None = None, n_draws: int = 25, random_state: int = 0, C: float = 1.0,
                    val_fraction: float = 0.2, n_bins: int = metrics.DEFAULT_N_BINS, source_groups: Any = None,
                    shot_im: Mapping[str, Any] | None = None, device: Any = None) -> pd.DataFrame:
-    """Per draw x method rows of :func:`evaluate` (see there); with ``prior=None`` one "draw", the whole target."""
+    """Per draw x method rows of :func:`evaluate` (see there); with ``prior=None`` one "draw", the whole target.
+
+    Parameters
+    ----------
+    Xs : array-like of shape (n_source, n_features)
+        Source embeddings.
+    ys : array-like of shape (n_source,)
+        Source class indices.
+    Xt : array-like of shape (n_target, n_features)
+        Target embeddings, same encoder and readout.
+    yt : array-like of shape (n_target,)
+        Target class indices (used to score, and by the non-deployable oracle only).
+    methods : sequence of str
+        Methods of ``METHODS`` (default all).
+    n_classes : int or None
+        Size of the label space (keyword-only; default ``len(class_names)`` or largest label + 1).
+    class_names : sequence of str or None
+        Class names in label order (default ``class_0`` ...).
+    prior : mapping or sequence of float or None
+        Target class prior to resample to (class -> share, or K shares); None scores the whole target once.
+    prior_name : str or None
+        Name of the prior in the ``prior`` column and the draw seeds (default ``custom``).
+    sample_size : int or None
+        Items per draw; required with ``prior``.
+    n_draws : int
+        Draws per prior.
+    random_state : int
+        Source seed: the source split and, with the prior's name, each draw's seed.
+    C : float
+        Inverse L2 strength of the source probe.
+    val_fraction : float
+        Source hold-out share.
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+    source_groups : array-like of shape (n_source,) or None
+        Patient or slide of each source item (group-disjoint hold-out).
+    shot_im : mapping or None
+        SHOT-IM settings (see :func:`score_draws`).
+    device : str or None
+        Torch device of the probe engine and SHOT-IM.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`scores_frame`, led by ``prior``, ``draw``, ``draw_seed``, ``n_items`` (and
+        ``classes_with_replacement`` with a prior), ``seed``, ``temperature_source``, ``in_domain_macro_f1``.
+
+    Raises
+    ------
+    FmauditInputError
+        Source and target of different widths, invalid labels, class names not one per class, unknown
+        methods, a prior without ``sample_size`` or with unknown classes.
+    """
     Xs = check_features(Xs, "source features")
     Xt = check_features(Xt, "target features")
     if Xs.shape[1] != Xt.shape[1]:
@@ -510,7 +573,20 @@ SUMMARY_COLUMNS = ("macro_f1", "gain_macro_f1", "balanced_accuracy", "ece_raw", 
 
 def summarize_draws(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per method: means over draws of the metric columns, with the number of draws and of draws
-    where the method lost macro-F1 against ``none``."""
+    where the method lost macro-F1 against ``none``.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw rows of :func:`evaluate_draws` (one prior).
+
+    Returns
+    -------
+    DataFrame
+        One row per method in first-seen order: ``method``, ``deployable``, the means of ``SUMMARY_COLUMNS``
+        and ``recall_*``, ``n_draws``, ``n_draws_negative_gain``, and the constant columns (``prior``,
+        ``n_items``, ``temperature_source`` ...) where present.
+    """
     recall_cols = [c for c in rows.columns if c.startswith("recall_")]
     cols = [c for c in SUMMARY_COLUMNS if c in rows.columns] + recall_cols
     grouped = rows.groupby("method", sort=False)
@@ -533,5 +609,21 @@ def evaluate(Xs: Any, ys: Any, Xt: Any, yt: Any, methods: Sequence[str] = METHOD
     :func:`scores_frame`). Without ``prior`` the whole target is evaluated once; with ``prior`` (class ->
     share, or K shares) and ``sample_size``, ``n_draws`` resampled draws (:mod:`fmaudit.adapt.priors`) are
     evaluated and the rows are their means. Keywords: those of :func:`evaluate_draws`.
+
+    Parameters
+    ----------
+    Xs, ys : array-like
+        Source embeddings (n_source, n_features) and class indices.
+    Xt, yt : array-like
+        Target embeddings (n_target, n_features) and class indices.
+    methods : sequence of str
+        Methods of ``METHODS`` (default all).
+    **kwargs
+        Keywords of :func:`evaluate_draws` (``class_names``, ``prior``, ``sample_size``, ``n_draws`` ...).
+
+    Returns
+    -------
+    DataFrame
+        :func:`summarize_draws` of the draws: one row per method, ``none`` first.
     """
     return summarize_draws(evaluate_draws(Xs, ys, Xt, yt, methods, **kwargs))

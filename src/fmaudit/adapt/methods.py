@@ -19,8 +19,9 @@ draw, so R draws are adapted in one call; statistics are always taken over the n
   the head is what can move).
 - :func:`marginal_entropy`, :func:`mean_entropy`, :func:`mean_max_probability`: label-free selection scores.
 
-The space CBR standardises in is not stated by the seed; the project's assumption (docs/methods.md#adaptation-methods)
-is raw feature space, with pseudo-labels from the unadapted pipeline (source scaler + source probe).
+The space CBR standardises in is not stated by the hema paper; the project's assumption
+(docs/methods.md#adaptation-methods) is raw feature space, with pseudo-labels from the unadapted pipeline (source
+scaler + source probe).
 """
 
 from __future__ import annotations
@@ -82,14 +83,43 @@ def _probabilities(P: Any, name: str = "P") -> np.ndarray:
 # feature re-standardisation
 # --------------------------------------------------------------------------------------------------
 def global_statistics(Z: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, std) of the items of each batch, ddof 0: shapes (..., D)."""
+    """(mean, std) of the items of each batch, ddof 0: shapes (..., D).
+
+    Parameters
+    ----------
+    Z : array-like of shape (..., n_items, n_features)
+        Features; leading axes are batches (draws), statistics are taken over each batch's items.
+
+    Returns
+    -------
+    mean, std : ndarray of shape (..., n_features)
+        Per-batch mean and std (ddof 0).
+
+    Raises
+    ------
+    FmauditInputError
+        Fewer than 2 axes, no items, or NaN/inf features.
+    """
     Z = _features(Z)
     return Z.mean(axis=-2), Z.std(axis=-2)
 
 
 def global_standardize(Z: Any, eps: float | np.ndarray = STD_EPS) -> np.ndarray:
     """``(Z - mean_t) / (std_t + eps)`` with the batch's own mean and std (ddof 0);
-    docs/methods.md#adaptation-methods."""
+    docs/methods.md#adaptation-methods.
+
+    Parameters
+    ----------
+    Z : array-like of shape (..., n_items, n_features)
+        Features; leading axes are batches (draws), statistics are taken over each batch's items.
+    eps : float or ndarray of shape (n_features,)
+        Added to the std before dividing (default 1e-8; an array expresses a raw-space eps in another space).
+
+    Returns
+    -------
+    ndarray of shape (..., n_items, n_features)
+        The re-standardised features.
+    """
     mean, std = global_statistics(Z)
     return (np.asarray(Z, dtype=np.float64) - mean[..., None, :]) / (std[..., None, :] + eps)
 
@@ -99,7 +129,33 @@ def class_balanced_statistics(Z: Any, labels: Any, n_classes: int,
     """(mean, std, n_per_class) of the class-balanced statistics of ``labels`` (see :func:`cbr_standardize`).
 
     Shapes: mean and std (..., D), n_per_class (..., K). ``fallback_std`` (D,) or (..., D) is the std of a batch
-    whose items all fall in one class (full collapse, the seed's rule) or where no class holds two items.
+    whose items all fall in one class (full collapse, the hema paper's rule) or where no class holds two items.
+
+    Parameters
+    ----------
+    Z : array-like of shape (..., n_items, n_features)
+        Features; leading axes are batches (draws), statistics are taken over each batch's items.
+    labels : array-like of shape (..., n_items)
+        Integer class indices 0..K-1 (pseudo-labels or true labels).
+    n_classes : int
+        K, at least 1.
+    fallback_std : array-like of shape (n_features,) or (..., n_features)
+        Finite, non-negative std used on collapse (the source std).
+
+    Returns
+    -------
+    mean : ndarray of shape (..., n_features)
+        Unweighted mean of the non-empty classes' means.
+    std : ndarray of shape (..., n_features)
+        Pooled within-class std, or ``fallback_std``.
+    n_per_class : ndarray of shape (..., n_classes), int64
+        Items per class in each batch.
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid features, ``n_classes`` below 1, labels not integer indices in range, or an invalid
+        ``fallback_std``.
     """
     Z = _features(Z)
     n_classes = int(n_classes)
@@ -120,7 +176,7 @@ def class_balanced_statistics(Z: Any, labels: Any, n_classes: int,
     resid = Z - np.take_along_axis(means_k, y[..., None], axis=-2)
     within = np.einsum("...nd,...nd->...d", resid, resid)
     dof = (n_k - present).sum(axis=-1)  # sum_k (n_k - 1) over non-empty classes
-    # the seed: "if all target cells collapse to one pseudo-class we fall back to the source standard
+    # the hema paper: "if all target cells collapse to one pseudo-class we fall back to the source standard
     # deviation"; also when no class has two items (no within-class spread to pool)
     collapsed = (present.sum(axis=-1) == 1) | (dof == 0)
     std = np.sqrt(within / np.where(dof == 0, 1.0, dof)[..., None])
@@ -139,6 +195,33 @@ def cbr_standardize(Z: Any, pseudo_labels: Any, source_std: Any, n_classes: int,
     standard deviation") or no class has two or more items, ``std`` is ``source_std`` (the mean is still the one
     class's). ``Z_std = (Z - mean) / (std + eps)``. Pseudo-labels come from the unadapted pipeline (source
     scaler, source probe).
+
+    Parameters
+    ----------
+    Z : array-like of shape (..., n_items, n_features)
+        Features; leading axes are batches (draws), statistics are taken over each batch's items.
+    pseudo_labels : array-like of shape (..., n_items)
+        Integer class indices predicted by the unadapted pipeline.
+    source_std : array-like of shape (n_features,) or (..., n_features)
+        The source scaler's std, the fallback on collapse.
+    n_classes : int
+        Size of the label space K.
+    eps : float or ndarray of shape (n_features,)
+        Added to the std before dividing (default 1e-8; an array expresses a raw-space eps in another space).
+
+    Returns
+    -------
+    Z_std : ndarray of shape (..., n_items, n_features)
+        ``(Z - mean) / (std + eps)``.
+    mean : ndarray of shape (..., n_features)
+        The class-balanced mean.
+    std : ndarray of shape (..., n_features)
+        The pooled within-class std (or ``source_std`` on collapse).
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid features, labels not integer indices in 0..K-1 of the items' shape, or an invalid ``source_std``.
     """
     mean, std, _ = class_balanced_statistics(Z, pseudo_labels, n_classes, source_std)
     Z_std = (np.asarray(Z, dtype=np.float64) - mean[..., None, :]) / (std[..., None, :] + eps)
@@ -148,7 +231,35 @@ def cbr_standardize(Z: Any, pseudo_labels: Any, source_std: Any, n_classes: int,
 def oracle_standardize(Z: Any, labels: Any, source_std: Any, n_classes: int,
                        eps: float | np.ndarray = STD_EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CBR's statistics from the true target labels. NOT deployable: it reads target labels; it bounds what
-    class-balanced statistics can do and is reported as such."""
+    class-balanced statistics can do and is reported as such.
+
+    Parameters
+    ----------
+    Z : array-like of shape (..., n_items, n_features)
+        Features; leading axes are batches (draws), statistics are taken over each batch's items.
+    labels : array-like of shape (..., n_items)
+        The true target class indices.
+    source_std : array-like of shape (n_features,) or (..., n_features)
+        The source scaler's std, the fallback on collapse.
+    n_classes : int
+        Size of the label space K.
+    eps : float or ndarray of shape (n_features,)
+        Added to the std before dividing (default 1e-8; an array expresses a raw-space eps in another space).
+
+    Returns
+    -------
+    Z_std : ndarray of shape (..., n_items, n_features)
+        ``(Z - mean) / (std + eps)``.
+    mean : ndarray of shape (..., n_features)
+        The class-balanced mean.
+    std : ndarray of shape (..., n_features)
+        The pooled within-class std (or ``source_std`` on collapse).
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid features, labels not integer indices in 0..K-1 of the items' shape, or an invalid ``source_std``.
+    """
     return cbr_standardize(Z, labels, source_std, n_classes, eps)
 
 
@@ -156,7 +267,27 @@ def oracle_standardize(Z: Any, labels: Any, source_std: Any, n_classes: int,
 # label-shift estimators
 # --------------------------------------------------------------------------------------------------
 def bbse_confusion(y_val: Any, pred_val: Any, n_classes: int) -> np.ndarray:
-    """Joint confusion on the labelled source hold-out: ``C[i, j] = P_s(pred = i, y = j)``."""
+    """Joint confusion on the labelled source hold-out: ``C[i, j] = P_s(pred = i, y = j)``.
+
+    Parameters
+    ----------
+    y_val : array-like of shape (n_items,)
+        True class indices of the hold-out, non-empty.
+    pred_val : array-like of shape (n_items,)
+        The source probe's predictions on it.
+    n_classes : int
+        Size of the label space K.
+
+    Returns
+    -------
+    ndarray of shape (n_classes, n_classes)
+        Joint shares (rows predicted, columns true), summing to 1.
+
+    Raises
+    ------
+    FmauditInputError
+        Empty or non-1-D labels, or indices outside 0..K-1.
+    """
     y_val = np.asarray(y_val)
     if y_val.ndim != 1 or y_val.size == 0:
         raise FmauditInputError(f"y_val: expected non-empty 1-D labels, got shape {y_val.shape}")
@@ -172,6 +303,27 @@ def bbse_weights(y_val: Any, pred_val: Any, pred_target: Any, n_classes: int) ->
     ``C`` is :func:`bbse_confusion` of the source hold-out and ``mu_t[i]`` the share of target predictions
     equal to i. A singular ``C`` (e.g. a class never predicted on the hold-out) is solved by least squares.
     ``pred_target`` may carry leading batch dimensions (one weight vector per draw: (..., K)).
+
+    Parameters
+    ----------
+    y_val : array-like of shape (n_val,)
+        True class indices of the source hold-out.
+    pred_val : array-like of shape (n_val,)
+        The source probe's predictions on the hold-out.
+    pred_target : array-like of shape (..., n_items)
+        The source probe's predictions on the target (batches: draws).
+    n_classes : int
+        Size of the label space K.
+
+    Returns
+    -------
+    ndarray of shape (..., n_classes)
+        Importance weights ``q_t(y) / p_s(y)`` estimates, >= 0.
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid hold-out labels or predictions, or empty target predictions.
     """
     n_classes = int(n_classes)
     C = bbse_confusion(y_val, pred_val, n_classes)
@@ -182,7 +334,20 @@ def bbse_weights(y_val: Any, pred_val: Any, pred_target: Any, n_classes: int) ->
 
 
 def bbse_weights_from_confusion(confusion: np.ndarray, pred_target: np.ndarray) -> np.ndarray:
-    """:func:`bbse_weights` from a precomputed joint confusion (K, K) and target predictions (..., n)."""
+    """:func:`bbse_weights` from a precomputed joint confusion (K, K) and target predictions (..., n).
+
+    Parameters
+    ----------
+    confusion : ndarray of shape (n_classes, n_classes)
+        Joint confusion of the source hold-out (:func:`bbse_confusion`).
+    pred_target : ndarray of shape (..., n_items)
+        Integer target predictions 0..K-1 (not checked here).
+
+    Returns
+    -------
+    ndarray of shape (..., n_classes)
+        Importance weights, clipped at 0.
+    """
     n_classes = confusion.shape[0]
     mu = (pred_target[..., None] == np.arange(n_classes)).mean(axis=-2)  # (..., K)
     rhs = mu.reshape(-1, n_classes).T
@@ -195,7 +360,25 @@ def bbse_weights_from_confusion(confusion: np.ndarray, pred_target: np.ndarray) 
 
 def bbse_adjust(P: Any, weights: Any) -> np.ndarray:
     """``p'(y|x) ∝ w_y p(y|x)``, renormalised; a row whose reweighted mass is 0 (every class with probability
-    has weight 0) keeps its original probabilities. ``weights`` (K,) or (..., K) for batched ``P``."""
+    has weight 0) keeps its original probabilities. ``weights`` (K,) or (..., K) for batched ``P``.
+
+    Parameters
+    ----------
+    P : array-like of shape (..., n_items, n_classes)
+        Class probabilities, rows summing to 1; leading axes are batches.
+    weights : array-like of shape (n_classes,) or (..., n_classes)
+        Class weights (BBSE's), one vector per batch or one for all.
+
+    Returns
+    -------
+    ndarray of shape (..., n_items, n_classes)
+        The reweighted probabilities, rows summing to 1.
+
+    Raises
+    ------
+    FmauditInputError
+        ``P`` not probabilities of at least two classes.
+    """
     P = _probabilities(P)
     w = np.asarray(weights, dtype=np.float64)[..., None, :]
     adjusted = P * w
@@ -204,7 +387,20 @@ def bbse_adjust(P: Any, weights: Any) -> np.ndarray:
 
 
 def bbse_target_prior(weights: Any, source_prior: Any) -> np.ndarray:
-    """The BBSE estimate of the target prior ``q = w * p_s``, renormalised to sum to 1 (after clipping)."""
+    """The BBSE estimate of the target prior ``q = w * p_s``, renormalised to sum to 1 (after clipping).
+
+    Parameters
+    ----------
+    weights : array-like of shape (..., n_classes)
+        BBSE weights.
+    source_prior : array-like of shape (n_classes,)
+        Class shares of the source (in BBSE's use: the column sums of the hold-out confusion).
+
+    Returns
+    -------
+    ndarray of shape (..., n_classes)
+        Estimated target shares summing to 1 (the source prior where every weight is 0).
+    """
     q = np.asarray(weights, dtype=np.float64) * np.asarray(source_prior, dtype=np.float64)
     total = q.sum(axis=-1, keepdims=True)
     return np.where(total > 0, q / np.where(total > 0, total, 1.0), np.asarray(source_prior, dtype=np.float64))
@@ -250,6 +446,29 @@ def saerens_em(P_target: Any, source_prior: Any, tol: float = EM_TOL,
     (docs/methods.md#adaptation-methods: 1e-12). The posteriors returned are those at the returned prior. EM can drift
     to degenerate priors on small or overconfident batches; calibrating the probabilities first helps (Alexandari 2020).
     A batch that has not converged after ``max_iter`` iterations is logged.
+
+    Parameters
+    ----------
+    P_target : array-like of shape (..., n_items, n_classes)
+        The source probe's probabilities on the target, rows summing to 1 (batches: draws).
+    source_prior : array-like of shape (n_classes,)
+        Source class shares, >= 0, summing to 1.
+    tol : float
+        Stop when no class share moves more than this in an iteration (default 1e-12).
+    max_iter : int
+        Iteration cap per batch.
+
+    Returns
+    -------
+    target_prior : ndarray of shape (..., n_classes)
+        The estimated target prior.
+    posteriors : ndarray of shape (..., n_items, n_classes)
+        The probabilities adjusted to it.
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid probabilities, or a source prior of another length, negative or not summing to 1.
     """
     P = _probabilities(P_target, "P_target")
     ps = np.asarray(source_prior, dtype=np.float64)
@@ -269,6 +488,23 @@ def im_loss(logits: Any, eps: float = SHOT_EPS):
     both entropies, as tim-learn/SHOT computes it. Batched over leading dimensions.
 
     A torch tensor gives a (differentiable) tensor; anything else a float or numpy array.
+
+    Parameters
+    ----------
+    logits : array-like or torch.Tensor of shape (..., n_items, n_classes)
+        Head logits of each batch's items.
+    eps : float
+        Added inside the logarithms (default 1e-5, SHOT's).
+
+    Returns
+    -------
+    float, ndarray of shape (...) or torch.Tensor
+        The loss per batch (lower: confident and diverse predictions).
+
+    Raises
+    ------
+    FmauditInputError
+        Fewer than 2 axes.
     """
     as_torch = isinstance(logits, torch.Tensor)
     z = logits if as_torch else torch.as_tensor(np.asarray(logits, dtype=np.float64))
@@ -298,6 +534,20 @@ def im_loss_gradient(logits: torch.Tensor, eps: float = SHOT_EPS) -> tuple[torch
 
     With p = softmax(z), n items and p̄ their mean: dL/dp_ik = (-log(p_ik + eps) - p_ik / (p_ik + eps)
     + log(p̄_k + eps) + p̄_k / (p̄_k + eps)) / n, then through the softmax dL/dz = p * (g - sum_k p g).
+
+    Parameters
+    ----------
+    logits : torch.Tensor of shape (..., n_items, n_classes)
+        Head logits of each batch's items.
+    eps : float
+        Added inside the logarithms (default 1e-5, SHOT's).
+
+    Returns
+    -------
+    loss : torch.Tensor of shape (...)
+        The loss per batch.
+    grad : torch.Tensor of shape (..., n_items, n_classes)
+        Its gradient with respect to ``logits``.
     """
     n = logits.shape[-2]
     p = torch.softmax(logits, dim=-1)
@@ -327,13 +577,41 @@ class ShotIMHead:
     A leading batch dimension (R draws) gives every draw its own head; the heads are optimised in lock-step
     with one shared shuffle per epoch, which gives each the updates it would get alone.
 
-    Parameters: ``epochs``, ``lr``, ``momentum``, ``weight_decay``, ``batch_size``, ``eps``, ``random_state``
-    (the mini-batch order), ``device`` (None/"cpu", "cuda" or "auto"), ``dtype`` ("float32" or "float64"),
-    ``present`` (K,) bool of the classes the source probe knows (absent classes keep probability 0).
+    Parameters
+    ----------
+    epochs : int
+        Passes' worth of steps (default 15, SHOT's).
+    lr : float
+        Base learning rate of the decaying schedule (default 0.01).
+    momentum : float
+        Nesterov momentum (default 0.9).
+    weight_decay : float
+        L2 decay on weights and bias (default 1e-3).
+    batch_size : int
+        Items per mini-batch, at least 2 (default 64).
+    eps : float
+        Added inside the loss's logarithms (default 1e-5).
+    random_state : int
+        Seed of the mini-batch order.
+    device : str or None
+        None or ``"cpu"``, ``"cuda"`` or ``"auto"``.
+    dtype : {"float32", "float64"}
+        Precision of the optimisation (default float32, as SHOT trains).
+    present : array-like of shape (n_classes,) of bool or None
+        Classes the source probe knows; absent classes keep probability 0. None: all present.
 
-    Fitted: ``W_`` (R, D, K) or (D, K), ``b_`` (R, K) or (K,) as float64, ``loss_`` (epochs,) the mean IM loss
-    of each epoch's worth of steps (averaged over the draws), ``n_steps_``, ``n_skipped_batches_`` (batches of
-    one item).
+    Attributes
+    ----------
+    W_ : ndarray of shape (R, D, K) or (D, K), float64
+        The tuned weights (one head per draw with batched features).
+    b_ : ndarray of shape (R, K) or (K,), float64
+        The tuned intercepts.
+    loss_ : ndarray of shape (epochs,)
+        Mean IM loss of each epoch's worth of steps (averaged over the draws).
+    n_steps_ : int
+        Steps taken, ``epochs x ceil(n / batch_size)``.
+    n_skipped_batches_ : int
+        Batches of one item skipped.
     """
 
     def __init__(self, epochs: int = 15, lr: float = 0.01, momentum: float = 0.9, weight_decay: float = 1e-3,
@@ -351,7 +629,28 @@ class ShotIMHead:
         self.present = present
 
     def fit(self, Z: Any, W: Any, b: Any) -> "ShotIMHead":
-        """Tune the head (W (D, K), b (K,)) on target features Z (n, D) or (R, n, D)."""
+        """Tune the head (W (D, K), b (K,)) on target features Z (n, D) or (R, n, D).
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features) or (..., n_items, n_features)
+            Source-standardised target features (unlabelled); leading axes give one head each.
+        W : array-like of shape (n_features, n_classes)
+            The source probe's weights, the starting point.
+        b : array-like of shape (n_classes,)
+            The source probe's intercepts.
+
+        Returns
+        -------
+        ShotIMHead
+            ``self``, fitted.
+
+        Raises
+        ------
+        FmauditInputError
+            An unknown dtype, non-finite or empty features, ``W`` / ``b`` of the wrong shape, non-positive
+            settings, or batches that would hold one item only.
+        """
         if self.dtype not in ("float32", "float64"):
             raise FmauditInputError(f"ShotIMHead: dtype must be 'float32' or 'float64', got {self.dtype!r}")
         np_dtype = np.dtype(self.dtype)
@@ -440,6 +739,23 @@ class ShotIMHead:
         return self
 
     def decision_logits(self, Z: Any) -> np.ndarray:
+        """Logits of the tuned head (absent classes at -1e4).
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features) or (R, n_items, n_features)
+            Source-standardised features, batched like the features the head was fitted on.
+
+        Returns
+        -------
+        ndarray of shape (..., n_items, n_classes)
+            ``Z @ W_ + b_``.
+
+        Raises
+        ------
+        FmauditInputError
+            The head is not fitted, or invalid features.
+        """
         if not hasattr(self, "W_"):
             raise FmauditInputError("ShotIMHead: call fit before decision_logits")
         Z = _features(Z)
@@ -459,7 +775,18 @@ def _entropy(p: np.ndarray) -> np.ndarray:
 
 def marginal_entropy(P: Any) -> np.ndarray | float:
     """``H(mean_i p_i)``, natural log: the entropy of the mean prediction of each batch
-    (docs/methods.md#label-free-encoder-selection)."""
+    (docs/methods.md#label-free-encoder-selection).
+
+    Parameters
+    ----------
+    P : array-like of shape (..., n_items, n_classes)
+        Class probabilities, rows summing to 1; leading axes are batches.
+
+    Returns
+    -------
+    float or ndarray of shape (...)
+        Per batch; a float for unbatched ``P``.
+    """
     P = _probabilities(P)
     out = _entropy(P.mean(axis=-2))
     return float(out) if np.ndim(out) == 0 else out
@@ -467,14 +794,36 @@ def marginal_entropy(P: Any) -> np.ndarray | float:
 
 def mean_entropy(P: Any) -> np.ndarray | float:
     """``mean_i H(p_i)``: mean per-item entropy (the argmin alternative of
-    docs/methods.md#label-free-encoder-selection)."""
+    docs/methods.md#label-free-encoder-selection).
+
+    Parameters
+    ----------
+    P : array-like of shape (..., n_items, n_classes)
+        Class probabilities, rows summing to 1; leading axes are batches.
+
+    Returns
+    -------
+    float or ndarray of shape (...)
+        Per batch; a float for unbatched ``P``.
+    """
     P = _probabilities(P)
     out = _entropy(P).mean(axis=-1)
     return float(out) if np.ndim(out) == 0 else out
 
 
 def mean_max_probability(P: Any) -> np.ndarray | float:
-    """``mean_i max_k p_ik``: mean confidence."""
+    """``mean_i max_k p_ik``: mean confidence.
+
+    Parameters
+    ----------
+    P : array-like of shape (..., n_items, n_classes)
+        Class probabilities, rows summing to 1; leading axes are batches.
+
+    Returns
+    -------
+    float or ndarray of shape (...)
+        Per batch; a float for unbatched ``P``.
+    """
     P = _probabilities(P)
     out = P.max(axis=-1).mean(axis=-1)
     return float(out) if np.ndim(out) == 0 else out

@@ -33,7 +33,19 @@ WBC5_CLASS_ORDER = ("basophil", "eosinophil", "lymphocyte", "monocyte", "neutrop
 
 @dataclass(frozen=True)
 class PriorScenario:
-    """A named class prior; ``assumption`` says what is not from the hema paper (empty when nothing is)."""
+    """A named class prior; ``assumption`` says what is not from the hema paper (empty when nothing is).
+
+    Parameters
+    ----------
+    name : str
+        The scenario's name (``balanced``, ``mild`` ...).
+    shares : mapping of str to float
+        Class name -> share, over the five WBC classes, summing to 1.
+    named_in_seed : bool
+        Whether the hema paper names this scenario (True) or the project added it (False).
+    assumption : str
+        What is assumed rather than taken from the hema paper (e.g. the shares); empty when nothing is.
+    """
 
     name: str
     shares: Mapping[str, float]
@@ -43,8 +55,8 @@ class PriorScenario:
 
 _ADULT_DIFFERENTIAL = "shares assumed from an adult reference white-cell differential (the hema paper gives no numbers)"
 
-#: The six WBC scenarios of the hema preset (resources/presets/hema.yaml ``prior_shift.priors``): the seed names
-#: balanced, mild, clinical / peripheral-blood-like and neutrophil-heavy priors without giving their shares.
+#: The six WBC scenarios of the hema preset (resources/presets/hema.yaml ``prior_shift.priors``): the hema paper
+#: names balanced, mild, clinical / peripheral-blood-like and neutrophil-heavy priors without giving their shares.
 WBC5_SCENARIOS: dict[str, PriorScenario] = {
     s.name: s
     for s in (
@@ -67,7 +79,23 @@ SCENARIO_ALIASES = {"clinical": "peripheral-blood", "peripheral-blood-like": "pe
 
 
 def balanced_prior(class_names: Sequence[str]) -> dict[str, float]:
-    """Equal shares over ``class_names``."""
+    """Equal shares over ``class_names``.
+
+    Parameters
+    ----------
+    class_names : sequence of str
+        The task's classes, at least two.
+
+    Returns
+    -------
+    dict of str to float
+        Class name -> 1 / K.
+
+    Raises
+    ------
+    FmauditInputError
+        Fewer than two classes.
+    """
     k = len(class_names)
     if k < 2:
         raise FmauditInputError(f"a prior needs at least 2 classes, got {list(class_names)}")
@@ -75,7 +103,23 @@ def balanced_prior(class_names: Sequence[str]) -> dict[str, float]:
 
 
 def named_scenario(name: str) -> PriorScenario:
-    """A scenario of :data:`WBC5_SCENARIOS` by name or alias; an unknown name lists the known ones."""
+    """A scenario of :data:`WBC5_SCENARIOS` by name or alias; an unknown name lists the known ones.
+
+    Parameters
+    ----------
+    name : str
+        A scenario name or an alias of ``SCENARIO_ALIASES`` (e.g. ``clinical``).
+
+    Returns
+    -------
+    PriorScenario
+        The scenario.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown name.
+    """
     key = SCENARIO_ALIASES.get(name, name)
     if key not in WBC5_SCENARIOS:
         known = sorted([*WBC5_SCENARIOS, *SCENARIO_ALIASES])
@@ -89,6 +133,26 @@ def prior_vector(prior: Mapping[str, float] | Sequence[float], class_names: Sequ
 
     ``prior`` is a class-name -> share mapping over exactly ``class_names``, or K shares in class order.
     Shares must be finite, >= 0 and sum to 1 (within 1e-6); they are renormalised to sum to 1 exactly.
+
+    Parameters
+    ----------
+    prior : mapping of str to float, or sequence of float
+        The shares, by class name or in class order.
+    class_names : sequence of str
+        The task's classes, in label order.
+    name : str
+        What the prior is (e.g. ``"prior 'mild'"``), for the error messages.
+
+    Returns
+    -------
+    ndarray of shape (n_classes,)
+        The shares in label order, summing to 1.
+
+    Raises
+    ------
+    FmauditInputError
+        Classes other than the task's, a wrong number of shares, non-numeric, negative or non-finite shares,
+        or shares not summing to 1.
     """
     class_names = [str(c) for c in class_names]
     if isinstance(prior, Mapping):
@@ -116,7 +180,25 @@ def prior_vector(prior: Mapping[str, float] | Sequence[float], class_names: Sequ
 
 def largest_remainder_counts(shares: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
     """Class counts summing to ``n``: floor(n * share), then one more item for each of the largest fractional
-    parts (ties to the lowest class index) until the total is ``n``."""
+    parts (ties to the lowest class index) until the total is ``n``.
+
+    Parameters
+    ----------
+    shares : array-like of shape (n_classes,)
+        Class shares, >= 0, summing to 1.
+    n : int
+        Total count, at least 1.
+
+    Returns
+    -------
+    ndarray of shape (n_classes,), int64
+        Items per class, summing to ``n``.
+
+    Raises
+    ------
+    FmauditInputError
+        ``n`` below 1, or shares not a non-empty 1-D array of non-negative values summing to 1.
+    """
     shares = np.asarray(shares, dtype=np.float64)
     n = int(n)
     if n < 1:
@@ -133,7 +215,24 @@ def largest_remainder_counts(shares: Sequence[float] | np.ndarray, n: int) -> np
 
 
 def draw_seed(source_seed: int, target: str, prior: str, draw: int) -> int:
-    """The recorded seed of one draw: a 32-bit integer derived from (source seed, target, prior, draw)."""
+    """The recorded seed of one draw: a 32-bit integer derived from (source seed, target, prior, draw).
+
+    Parameters
+    ----------
+    source_seed : int
+        The source seed (source split) the draw belongs to.
+    target : str
+        Target domain name.
+    prior : str
+        Prior scenario name.
+    draw : int
+        Draw number 0..R-1.
+
+    Returns
+    -------
+    int
+        Seed for ``np.random.default_rng``, in 0..2**32 - 1; independent of the encoder.
+    """
     entropy = [int(source_seed), zlib.crc32(str(target).encode()), zlib.crc32(str(prior).encode()), int(draw)]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint32)[0])
 
@@ -142,9 +241,16 @@ def draw_seed(source_seed: int, target: str, prior: str, draw: int) -> int:
 class TargetDraws:
     """R resampled draws of one target under one prior.
 
-    ``index`` (R, n) rows of the target pool, grouped by class in class order; ``seeds`` (R,) the recorded
-    draw seeds; ``counts`` (K,) items per class in every draw; ``with_replacement`` (K,) whether a class's pool
-    was too small, so that class was drawn with replacement.
+    Parameters
+    ----------
+    index : ndarray of shape (R, n), int64
+        Rows of the target pool, grouped by class in class order.
+    seeds : ndarray of shape (R,), int64
+        The recorded draw seeds.
+    counts : ndarray of shape (K,), int64
+        Items per class in every draw.
+    with_replacement : ndarray of shape (K,), bool
+        Whether a class's pool was too small, so that class was drawn with replacement.
     """
 
     index: np.ndarray
@@ -154,10 +260,12 @@ class TargetDraws:
 
     @property
     def n_draws(self) -> int:
+        """Number of draws R."""
         return self.index.shape[0]
 
     @property
     def sample_size(self) -> int:
+        """Items per draw n."""
         return self.index.shape[1]
 
 
@@ -168,6 +276,32 @@ def resample_target(labels: Sequence[int] | np.ndarray, shares: Sequence[float] 
 
     ``labels`` are class indices 0..K-1 of the pool. A class with a positive count and an empty pool is an
     error that names the class and ``where``.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_pool,)
+        Integer class indices of the pool's items.
+    shares : array-like of shape (n_classes,)
+        The prior, in label order (:func:`prior_vector`).
+    sample_size : int
+        Items per draw n.
+    seeds : sequence of int
+        One seed per draw (:func:`draw_seed`), at least one.
+    class_names : sequence of str or None
+        Class names for the error messages (default ``class 0`` ...).
+    where : str
+        What the pool is (e.g. the target domain), for the error messages.
+
+    Returns
+    -------
+    TargetDraws
+        The (R, n) index matrix and how it was drawn.
+
+    Raises
+    ------
+    FmauditInputError
+        Labels not a non-empty 1-D integer array or outside the prior's classes, invalid shares or size, no
+        seeds, or a class the prior asks for with no items in the pool.
     """
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:

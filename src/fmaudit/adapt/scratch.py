@@ -2,7 +2,7 @@
 
 The hema paper reports it beside the 15 frozen encoders ("Sup. ResNet-18 (scratch)": 0.908 in-domain, 0.255 on
 MLL23), outside the encoder ranking. It answers whether a frozen foundation model transfers better than a
-small network fitted to the source alone. The seed gives no training recipe; the project's (stated) one:
+small network fitted to the source alone. The hema paper gives no training recipe; the project's (stated) one:
 
 - ``torchvision.models.resnet18(weights=None, num_classes=K)``, every weight initialised under
   ``torch.manual_seed(random_state)``;
@@ -55,11 +55,35 @@ def _as_float(batch: np.ndarray) -> np.ndarray:
 class ScratchResNet18:
     """ResNet-18 trained from scratch on source images (recipe in the module doc).
 
-    Parameters: ``epochs``, ``lr``, ``batch_size``, ``weight_decay``, ``momentum``, ``augment`` (flips),
-    ``random_state``, ``device`` (None/"cpu", "cuda" or "auto").
+    Parameters
+    ----------
+    epochs : int
+        Training epochs (default 30).
+    lr : float
+        Initial SGD learning rate, decayed by a cosine to 0 over the epochs (default 0.05).
+    batch_size : int
+        Images per mini-batch (default 64).
+    weight_decay : float
+        L2 weight decay (default 5e-4).
+    momentum : float
+        SGD momentum (default 0.9).
+    augment : bool
+        Random horizontal and vertical flips during training (default True).
+    random_state : int
+        Seed of the weight initialisation, the batch order and the flips.
+    device : str or None
+        None or ``"cpu"``, ``"cuda"`` or ``"auto"``.
 
-    Fitted: ``model_`` (the torch module, eval mode), ``mean_`` / ``std_`` (3,) input normalisation,
-    ``n_classes_``, ``loss_`` (epochs,) mean training loss per epoch.
+    Attributes
+    ----------
+    model_ : torch.nn.Module
+        The trained network, in eval mode.
+    mean_, std_ : ndarray of shape (3,)
+        Per-channel input normalisation from the training images (0-1 scale).
+    n_classes_ : int
+        Size of the label space.
+    loss_ : ndarray of shape (epochs,)
+        Mean training loss per epoch.
     """
 
     def __init__(self, epochs: int = 30, lr: float = 0.05, batch_size: int = 64, weight_decay: float = 5e-4,
@@ -78,6 +102,28 @@ class ScratchResNet18:
         return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).to(device)
 
     def fit(self, images: Any, labels: Any, n_classes: int | None = None) -> "ScratchResNet18":
+        """Train the network on source images (the recipe of the module doc).
+
+        Parameters
+        ----------
+        images : array-like of shape (n_items, height, width, 3)
+            RGB images, uint8 (0-255) or float (0-1).
+        labels : array-like of shape (n_items,)
+            Integer class indices 0..K-1, at least two classes.
+        n_classes : int or None
+            Size of the label space K (default: largest label + 1).
+
+        Returns
+        -------
+        ScratchResNet18
+            ``self``, fitted.
+
+        Raises
+        ------
+        FmauditInputError
+            Images not (N, H, W, 3) uint8 or finite float, labels not one integer index per image, fewer than
+            two classes, or non-positive epochs, batch size or learning rate.
+        """
         from torchvision.models import resnet18
 
         images = _images(images, "source images")
@@ -160,7 +206,25 @@ class ScratchResNet18:
 
     @torch.no_grad()
     def decision_logits(self, images: Any, batch_size: int = 256) -> np.ndarray:
-        """Logits (N, K) in eval mode (BatchNorm running statistics)."""
+        """Logits (N, K) in eval mode (BatchNorm running statistics).
+
+        Parameters
+        ----------
+        images : array-like of shape (n_items, height, width, 3)
+            RGB images, uint8 (0-255) or float (0-1).
+        batch_size : int
+            Images per forward pass (memory only; the logits do not depend on it).
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_classes), float64
+            The logits.
+
+        Raises
+        ------
+        FmauditInputError
+            The network is not fitted, or invalid images.
+        """
         if not hasattr(self, "model_"):
             raise FmauditInputError("ScratchResNet18: call fit first")
         images = _images(images, "images")
@@ -170,6 +234,18 @@ class ScratchResNet18:
         return np.concatenate(parts)
 
     def predict_proba(self, images: Any) -> np.ndarray:
+        """Class probabilities, the softmax of :meth:`decision_logits`.
+
+        Parameters
+        ----------
+        images : array-like of shape (n_items, height, width, 3)
+            RGB images, uint8 (0-255) or float (0-1).
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_classes)
+            Probabilities, rows summing to 1.
+        """
         return metrics.softmax(self.decision_logits(images))
 
 
@@ -195,6 +271,42 @@ def evaluate_scratch(source_images: Any, source_labels: Any, targets: Mapping[st
     ``targets``: target domain -> (images, labels). The source hold-out (``split_train_val``, seeded by
     ``random_state``) gives the in-domain row and the source temperature. One row per domain, with
     ``model`` = "resnet18-scratch", ``frozen`` False, ``in_domain``, the metrics and per-class recall.
+
+    Parameters
+    ----------
+    source_images : array-like of shape (n_source, height, width, 3)
+        Source RGB images, uint8 (0-255) or float (0-1).
+    source_labels : array-like of shape (n_source,)
+        Source class indices 0..K-1.
+    targets : mapping of str to (array-like, array-like)
+        Target domain -> (images, labels), labels one per image.
+    class_names : sequence of str
+        The K class names, label order (for the ``recall_<class>`` columns).
+    source_domain : str
+        Name of the source domain in the ``source_domain`` / ``target_domain`` columns.
+    val_fraction : float
+        Share of the source items (or groups) in the hold-out.
+    random_state : int
+        Seed of the source split and of the network (``seed`` column).
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure.
+    source_groups : array-like of shape (n_source,) or None
+        Patient or slide of each source image (group-disjoint hold-out).
+    **model_params
+        Further :class:`ScratchResNet18` parameters (``epochs``, ``lr``, ``device`` ...).
+
+    Returns
+    -------
+    DataFrame
+        One row per domain (the source hold-out first), columns ``model``, ``frozen``, ``source_domain``,
+        ``target_domain``, ``in_domain``, ``n_items``, ``macro_f1``, ``balanced_accuracy``, ``ece_raw``,
+        ``ece_source_t``, ``recall_<class>``, ``seed``, ``temperature_source``, ``n_source_train``,
+        ``ece_convention``.
+
+    Raises
+    ------
+    FmauditInputError
+        Invalid images or labels, an empty source hold-out, or a target's labels not one per image.
     """
     images = _images(source_images, "source images")
     y = np.asarray(source_labels)

@@ -58,6 +58,28 @@ def selection_regret(rows: pd.DataFrame, rules: Sequence[str] = tuple(SELECTION_
     encoder (e.g. a BBSE rule on an adapted pipeline) gets no row for that rule; encoders with a NaN score are
     not candidates. Columns: keys, rule, n_encoders, selected_encoder, oracle_encoder, selected_<metric>,
     oracle_<metric>, regret.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-encoder prior-shift rows, as described above.
+    rules : sequence of str
+        Rules of ``SELECTION_RULES`` (default all).
+    metric : str
+        Labelled metric the oracle maximises and the regret is measured in (default ``macro_f1``).
+    keys : sequence of str
+        Columns that identify one selection problem (those absent from ``rows`` are dropped).
+
+    Returns
+    -------
+    DataFrame
+        One row per problem and rule, columns as listed above.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown rule, ``encoder`` or ``metric`` or a rule's score column missing, or an encoder twice in one
+        problem.
     """
     unknown = [r for r in rules if r not in SELECTION_RULES]
     if unknown:
@@ -91,9 +113,23 @@ def selection_regret(rows: pd.DataFrame, rules: Sequence[str] = tuple(SELECTION_
 
 
 def regret_table(regret: pd.DataFrame, by: Sequence[str] = ("rule", "method", "prior")) -> pd.DataFrame:
-    """The seed's regret table: per ``by`` group, mean and max regret over selection problems, the share of
+    """The hema paper's regret table: per ``by`` group, mean and max regret over selection problems, the share of
     problems where the rule picked the oracle's encoder, and how many problems (unit: problem = target x prior x
-    source seed x draw)."""
+    source seed x draw).
+
+    Parameters
+    ----------
+    regret : DataFrame
+        Rows of :func:`selection_regret`.
+    by : sequence of str
+        Grouping columns (those absent are dropped).
+
+    Returns
+    -------
+    DataFrame
+        One row per group, columns ``by`` then ``mean_regret``, ``max_regret``, ``n_problems``,
+        ``share_oracle_choice``.
+    """
     by = [b for b in by if b in regret.columns]
     hit = regret.assign(_hit=(regret["selected_encoder"] == regret["oracle_encoder"]).astype(float))
     return hit.groupby(by, sort=False, observed=True).agg(

@@ -1,10 +1,10 @@
-"""Summaries of the prior-shift rows in the seed's shapes (hema paper; docs/methods.md#hierarchical-bootstrap).
+"""Summaries of the prior-shift rows in the hema paper's shapes (hema paper; docs/methods.md#hierarchical-bootstrap).
 
 Input everywhere: the per-draw x method rows of the prior-shift shards (``fmaudit.analyses.prior_shift``),
 concatenated over encoders, with at least ``encoder``, ``target_domain``, ``prior``, ``seed``, ``draw``,
 ``method`` and the metric columns.
 
-Definitions (the seed reports these without formulas; these are the project's):
+Definitions (the hema paper reports these without formulas; these are the project's):
 
 - *scenario*: a target x prior; *cell*: an encoder x scenario ("29 of the 270 encoder x scenario cells":
   15 encoders x 3 targets x 6 priors). A cell's value is its mean over source seeds and draws; a cell is
@@ -45,8 +45,28 @@ def _require(rows: pd.DataFrame, columns: Sequence[str], what: str) -> None:
 
 
 def scenario_gains(rows: pd.DataFrame, value: str = "gain_macro_f1") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per prior, per target) for the seed's figure 3: bars = mean gain per method x prior over targets'
-    scenario means, dots = each target's scenario mean. The per-prior table also counts positive scenarios."""
+    """(per prior, per target) for the hema paper's figure 3: bars = mean gain per method x prior over targets'
+    scenario means, dots = each target's scenario mean. The per-prior table also counts positive scenarios.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    value : str
+        The gain column averaged (default ``gain_macro_f1``).
+
+    Returns
+    -------
+    bars : DataFrame
+        One row per method x prior: ``method``, ``prior``, ``mean_gain``, ``n_targets``, ``n_positive_targets``.
+    dots : DataFrame
+        One row per method x prior x target: ``method``, ``prior``, ``target_domain``, ``mean_gain``, ``n_rows``.
+
+    Raises
+    ------
+    FmauditInputError
+        No rows, or a column missing.
+    """
     _require(rows, ["method", "prior", "target_domain", value], "scenario_gains")
     dots = rows.groupby(["method", "prior", "target_domain"], sort=False, observed=True)[value].agg(
         mean_gain="mean", n_rows="size").reset_index()
@@ -63,7 +83,36 @@ def gain_intervals(rows: pd.DataFrame, by: Sequence[str] = ("method",), value: s
     (:func:`fmaudit.stats.hierarchical_bootstrap_mean`, levels ``levels``, outermost first).
 
     Also: the number of scenarios and of positive scenario means in the group, and the resampling unit named
-    in words (``unit``)."""
+    in words (``unit``).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    by : sequence of str
+        Grouping columns (default ``method``).
+    value : str
+        The column averaged (default ``gain_macro_f1``).
+    levels : sequence of str
+        Resampling levels, outermost first (default encoder, seed, draw).
+    n_boot : int
+        Bootstrap resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int
+        Seed of the resamples.
+    alpha : float
+        Two-sided level of the percentile interval (0.05: 95%).
+
+    Returns
+    -------
+    DataFrame
+        One row per group: the ``by`` columns, ``mean``, ``ci_lo``, ``ci_hi`` (NaN for method ``none``, 0 by
+        definition), ``n_scenarios``, ``n_positive_scenarios``, ``n_encoders``, ``n_boot``, ``n_valid``, ``unit``.
+
+    Raises
+    ------
+    FmauditInputError
+        No rows, or a column missing.
+    """
     by = list(by)
     _require(rows, [*by, *levels, value, "target_domain", "prior"], "gain_intervals")
     out = []
@@ -85,7 +134,27 @@ def gain_intervals(rows: pd.DataFrame, by: Sequence[str] = ("method",), value: s
 def negative_cells(rows: pd.DataFrame, value: str = "gain_macro_f1",
                    cell: Sequence[str] = CELL) -> pd.DataFrame:
     """One row per method x cell (encoder x target x prior): mean ``value`` over seeds and draws, and whether
-    it is negative."""
+    it is negative.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    value : str
+        The gain column averaged (default ``gain_macro_f1``).
+    cell : sequence of str
+        Columns that make a cell (default encoder, target_domain, prior).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``method``, the cell columns, ``mean_gain``, ``n_rows``, ``negative`` (bool: mean gain < 0).
+
+    Raises
+    ------
+    FmauditInputError
+        No rows, or a column missing.
+    """
     cell = list(cell)
     _require(rows, ["method", *cell, value], "negative_cells")
     cells = rows.groupby(["method", *cell], sort=False, observed=True)[value].agg(
@@ -95,8 +164,22 @@ def negative_cells(rows: pd.DataFrame, value: str = "gain_macro_f1",
 
 
 def negative_cell_counts(cells: pd.DataFrame, by: Sequence[str] = ("method",)) -> pd.DataFrame:
-    """The seed's "29/270" table: per ``by`` group, negative cells over all cells, the worst cell's gain and
-    which cell it is (by=("method", "encoder") or ("method", "prior") break the count down)."""
+    """The hema paper's "29/270" table: per ``by`` group, negative cells over all cells, the worst cell's gain and
+    which cell it is (by=("method", "encoder") or ("method", "prior") break the count down).
+
+    Parameters
+    ----------
+    cells : DataFrame
+        Rows of :func:`negative_cells`.
+    by : sequence of str
+        Grouping columns (default ``method``).
+
+    Returns
+    -------
+    DataFrame
+        One row per group: the ``by`` columns, ``n_negative``, ``n_cells``, ``negative_cells`` (``"29/270"``),
+        ``worst_gain``, ``worst_cell`` (e.g. ``"encoder=x, target_domain=y, prior=z"``).
+    """
     by = list(by)
     out = []
     for key, group in cells.groupby(by, sort=False, observed=True):
@@ -121,7 +204,33 @@ def robustness_table(rows: pd.DataFrame, by: Sequence[str] = ("method", "target_
     gap and the effective robustness (definitions: module doc).
 
     ``reference_rows`` (same columns, e.g. a model trained from scratch) are scored against each group's line
-    without entering its fit, and come after the group's encoders; ``frozen`` is kept when the rows have it."""
+    without entering its fit, and come after the group's encoders; ``frozen`` is kept when the rows have it.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    by : sequence of str
+        Groups, each with its own trend line (default method, target_domain, prior).
+    in_domain : str
+        Column of the in-domain macro-F1 (default ``in_domain_macro_f1``).
+    target : str
+        Column of the target macro-F1 (default ``macro_f1``).
+    reference_rows : DataFrame or None
+        Rows of models scored against the line without fitting it (e.g. the scratch ResNet-18).
+
+    Returns
+    -------
+    DataFrame
+        One row per group and encoder: the ``by`` columns, ``encoder``, the two macro-F1 columns, ``frozen``
+        where present, ``relative_gap``, ``effective_robustness`` (NaN with fewer than 3 encoders or no spread
+        in-domain) and ``effective_robustness_fit`` (how the line was fitted).
+
+    Raises
+    ------
+    FmauditInputError
+        No rows, or a column missing (in ``rows`` or ``reference_rows``).
+    """
     by = list(by)
     _require(rows, [*by, "encoder", in_domain, target], "robustness_table")
     extra = [c for c in ("frozen",) if c in rows.columns]
@@ -153,7 +262,25 @@ def robustness_table(rows: pd.DataFrame, by: Sequence[str] = ("method", "target_
 
 
 def per_class_recall(rows: pd.DataFrame, by: Sequence[str] = ("method", "prior")) -> pd.DataFrame:
-    """Long table: per ``by`` group and class, the mean recall over draws where the class is present."""
+    """Long table: per ``by`` group and class, the mean recall over draws where the class is present.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    by : sequence of str
+        Grouping columns (default method, prior).
+
+    Returns
+    -------
+    DataFrame
+        One row per group and class: the ``by`` columns, ``class`` (name without ``recall_``), ``recall``.
+
+    Raises
+    ------
+    FmauditInputError
+        No ``recall_<class>`` column, no rows, or a grouping column missing.
+    """
     by = list(by)
     cols = [c for c in rows.columns if c.startswith("recall_")]
     if not cols:
@@ -167,7 +294,26 @@ def per_class_recall(rows: pd.DataFrame, by: Sequence[str] = ("method", "prior")
 
 def calibration_under_adaptation(rows: pd.DataFrame, by: Sequence[str] = ("method", "prior")) -> pd.DataFrame:
     """Per ``by`` group: mean ECE without and with the source temperature, and their change against the
-    unadapted pipeline on the same draws (negative = better calibrated)."""
+    unadapted pipeline on the same draws (negative = better calibrated).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Per-draw x method prior-shift rows, concatenated over encoders (module doc).
+    by : sequence of str
+        Grouping columns (default method, prior).
+
+    Returns
+    -------
+    DataFrame
+        One row per group: the ``by`` columns, ``ece_raw``, ``ece_source_t``, ``delta_ece_raw``,
+        ``delta_ece_source_t`` and ``ece_convention`` where the rows have it.
+
+    Raises
+    ------
+    FmauditInputError
+        No rows, or a column missing.
+    """
     by = list(by)
     cols = ["ece_raw", "ece_source_t", "delta_ece_raw", "delta_ece_source_t"]
     _require(rows, [*by, *cols], "calibration_under_adaptation")

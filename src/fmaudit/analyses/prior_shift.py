@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from fmaudit import grid, metrics
-from fmaudit.adapt.evaluate import check_methods, fit_source_probes, score_draws, scores_frame, standardize_pool
+from fmaudit.adapt.evaluate import check_methods, score_draws, scores_frame, standardize_pool
 from fmaudit.adapt.priors import draw_seed, prior_vector, resample_target
+from fmaudit.adapt.source_probe import fit_source_probes
 from fmaudit.io import FmauditInputError
 from fmaudit.probes.logistic_batch import check_features, check_labels
 

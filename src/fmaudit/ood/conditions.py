@@ -28,9 +28,18 @@ __all__ = ["HeldOutClasses", "align_perturbed", "far_ood_items", "hold_out_class
 class HeldOutClasses:
     """A task with some classes held out.
 
-    ``keep`` (N,) bool: items of the remaining classes; ``held_out`` (N,) bool: items of the held-out
-    classes; ``labels`` (N,) int: remaining items renumbered 0..K'-1, -1 for held-out items;
-    ``class_names``: the K' remaining names; ``held_out_names``: the held-out names.
+    Parameters
+    ----------
+    keep : ndarray of shape (n_items,), bool
+        Items of the remaining classes.
+    held_out : ndarray of shape (n_items,), bool
+        Items of the held-out classes (``~keep``).
+    labels : ndarray of shape (n_items,), int64
+        Remaining items renumbered 0..K'-1 in their original order, -1 for held-out items.
+    class_names : list of str
+        The K' remaining class names, in the order of the new labels.
+    held_out_names : list of str
+        The held-out class names, as given.
     """
 
     keep: np.ndarray
@@ -42,7 +51,30 @@ class HeldOutClasses:
 
 def hold_out_classes(labels: Any, class_names: Sequence[str], held_out: Sequence[str], *,
                      condition: str = "") -> HeldOutClasses:
-    """Hold out the classes named ``held_out`` (the audit paper's ``hold_out``); at least two classes must remain."""
+    """Hold out the classes named ``held_out`` (the audit paper's ``hold_out``); at least two classes must remain.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items,)
+        Class indices 0..K-1 of the task.
+    class_names : sequence of str
+        The task's K class names, index order.
+    held_out : sequence of str
+        Names of the classes to hold out (distinct, at least one).
+    condition : str
+        The condition's name (e.g. ``holdout_blast``), prefixed to the error messages (keyword-only).
+
+    Returns
+    -------
+    HeldOutClasses
+        The masks, renumbered labels and names.
+
+    Raises
+    ------
+    FmauditInputError
+        Labels not 1-D or outside 0..K-1, no, repeated or unknown held-out class, or fewer than two classes
+        left.
+    """
     names = [str(c) for c in class_names]
     y = np.asarray(labels)
     where = f"condition {condition!r}: " if condition else ""
@@ -71,7 +103,27 @@ def hold_out_classes(labels: Any, class_names: Sequence[str], held_out: Sequence
 
 def far_ood_items(donor_splits: Any, donor_name: str = "donor", split: str = "test") -> np.ndarray:
     """Row indices of the donor task's ``split`` items (its test split, the audit paper); all its items when the
-    donor has no such split (a data set used only as an OOD source)."""
+    donor has no such split (a data set used only as an OOD source).
+
+    Parameters
+    ----------
+    donor_splits : array-like of shape (n_donor_items,)
+        The split of each donor item (``train`` / ``val`` / ``test`` ...).
+    donor_name : str
+        The donor task's name, for the error message.
+    split : str
+        Split whose items are the far-OOD set (default ``test``).
+
+    Returns
+    -------
+    ndarray of int
+        Sorted row indices into the donor's arrays.
+
+    Raises
+    ------
+    FmauditInputError
+        The donor has no items.
+    """
     splits = np.asarray(donor_splits).astype(str)
     idx = np.flatnonzero(splits == split)
     if idx.size == 0:
@@ -87,6 +139,27 @@ def align_perturbed(test_item_ids: Sequence[str], derived_item_ids: Sequence[str
 
     The copies are found by their derived ids ``<item_id>__<tag>``; a missing copy raises naming it (the
     derived manifest was made from another test split: re-derive and re-embed it).
+
+    Parameters
+    ----------
+    test_item_ids : sequence of str
+        Item ids of the ID test split, in the order of its feature rows.
+    derived_item_ids : sequence of str
+        Item ids of the derived manifest's embeddings (``<item_id>__<tag>``), unique.
+    derived_features : array-like of shape (n_derived, n_features)
+        Embeddings of the derived manifest, one row per derived id.
+    tag : str
+        The perturbation's tag (:func:`fmaudit.ood.perturb.perturbation_tag`), also the condition name.
+
+    Returns
+    -------
+    ndarray of shape (n_test, n_features)
+        Row i is the perturbed copy of ``test_item_ids[i]``.
+
+    Raises
+    ------
+    FmauditInputError
+        Features not one row per derived id, duplicated derived ids, or a test item without its copy.
     """
     feats = np.asarray(derived_features)
     ids = [str(i) for i in derived_item_ids]

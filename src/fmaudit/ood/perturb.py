@@ -89,7 +89,24 @@ def _number(spec: Mapping[str, Any], key: str, kind: str) -> float:
 
 def parse_perturbation(spec: Mapping[str, Any] | str) -> dict[str, Any]:
     """The canonical spec: a dict with ``kind`` and every parameter of that kind (defaults filled in),
-    checked. Accepts a dict or its JSON string; raises FmauditInputError naming the bad key."""
+    checked. Accepts a dict or its JSON string; raises FmauditInputError naming the bad key.
+
+    Parameters
+    ----------
+    spec : mapping or str
+        A perturbation spec (``{"kind": "blur", "sigma": 2.0}``) or its JSON string.
+
+    Returns
+    -------
+    dict
+        ``kind`` and every parameter of that kind (``KINDS``), numbers as int or float.
+
+    Raises
+    ------
+    FmauditInputError
+        Not JSON or not a mapping, an unknown kind or parameter, a required parameter missing, or a value
+        outside its range.
+    """
     if isinstance(spec, str):
         try:
             spec = json.loads(spec)
@@ -156,13 +173,35 @@ def parse_perturbation(spec: Mapping[str, Any] | str) -> dict[str, Any]:
 
 
 def perturbation_string(spec: Mapping[str, Any] | str) -> str:
-    """Canonical JSON of a spec (sorted keys, no spaces): the ``perturbation`` column's value."""
+    """Canonical JSON of a spec (sorted keys, no spaces): the ``perturbation`` column's value.
+
+    Parameters
+    ----------
+    spec : mapping or str
+        A perturbation spec (``{"kind": "blur", "sigma": 2.0}``) or its JSON string.
+
+    Returns
+    -------
+    str
+        The JSON of :func:`parse_perturbation`'s spec; equal strings mean equal pixels.
+    """
     return json.dumps(parse_perturbation(spec), sort_keys=True, separators=(",", ":"))
 
 
 def perturbation_tag(spec: Mapping[str, Any] | str) -> str:
     """Short filename-safe name of a spec: ``blur_s2``, ``jpeg_q20``, ``exposure_f1.5``, ``pen_seed0`` ...
-    (the OOD condition name; artefact specs with non-default parameters get a short hash appended)."""
+    (the OOD condition name; artefact specs with non-default parameters get a short hash appended).
+
+    Parameters
+    ----------
+    spec : mapping or str
+        A perturbation spec (``{"kind": "blur", "sigma": 2.0}``) or its JSON string.
+
+    Returns
+    -------
+    str
+        The tag, also the suffix of derived item ids.
+    """
     s = parse_perturbation(spec)
     kind = s["kind"]
     if kind == "blur":
@@ -203,7 +242,20 @@ def _convolve_axis(a: np.ndarray, kernel: np.ndarray, axis: int) -> np.ndarray:
 
 def gaussian_blur(pixels: np.ndarray, sigma: float) -> np.ndarray:
     """Separable Gaussian blur of an (H, W[, C]) array, in float64, sigma in pixels of this array (the
-    spatial axes only): ``scipy.ndimage.gaussian_filter(a, (sigma, sigma, 0), mode="reflect", truncate=4)``."""
+    spatial axes only): ``scipy.ndimage.gaussian_filter(a, (sigma, sigma, 0), mode="reflect", truncate=4)``.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (height, width) or (height, width, channels)
+        Image values (any numeric dtype).
+    sigma : float
+        Standard deviation of the kernel in pixels of ``pixels``, > 0.
+
+    Returns
+    -------
+    ndarray of the same shape, float64
+        The blurred values, not rounded.
+    """
     a = np.asarray(pixels, dtype=np.float64)
     kernel = _gaussian_kernel(float(sigma))
     return _convolve_axis(_convolve_axis(a, kernel, 0), kernel, 1)
@@ -282,6 +334,20 @@ def apply_perturbation(image, spec: Mapping[str, Any] | str, item_key: str = "")
     """The perturbed copy of an RGB PIL image (a new image; the input is not modified).
 
     ``item_key`` (the item's id) seeds the random artefact kinds together with the spec's seed.
+
+    Parameters
+    ----------
+    image : PIL.Image.Image
+        The unperturbed image (any mode; converted to RGB).
+    spec : mapping or str
+        A perturbation spec (``{"kind": "blur", "sigma": 2.0}``) or its JSON string.
+    item_key : str
+        The item's id; with the spec's ``seed`` it fixes the random artefact kinds' draws.
+
+    Returns
+    -------
+    PIL.Image.Image
+        A new RGB image of the same size.
     """
     from PIL import Image
 
@@ -314,6 +380,25 @@ def derive_manifest(manifest: pd.DataFrame, condition: Mapping[str, Any] | str,
     Every column is kept; ``item_id`` becomes ``<item_id>__<tag>``; added columns: ``perturbation`` (the
     canonical spec string), ``source_item_id`` (the unperturbed item) and ``condition`` (the tag). Rows that
     already carry a perturbation are refused (perturbations do not stack).
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A valid manifest (:func:`fmaudit.datasets.manifest.validate_manifest`), with a ``split`` column.
+    condition : mapping or str
+        The perturbation spec (or its JSON string).
+    splits : sequence of str
+        Splits whose rows are perturbed.
+
+    Returns
+    -------
+    DataFrame
+        The derived manifest, validated, index reset.
+
+    Raises
+    ------
+    FmauditInputError
+        An invalid manifest or spec, no row in ``splits``, or a row already perturbed.
     """
     validate_manifest(manifest)
     spec = perturbation_string(condition)

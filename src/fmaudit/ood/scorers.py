@@ -72,7 +72,30 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 def check_embeddings(Z: Any, name: str = "Z", n_features: int | None = None, fitted_on: str = "") -> np.ndarray:
     """``Z`` as a float64 (N, D) array; raises FmauditInputError on a wrong shape, no rows, NaN/inf, or a
-    dimension other than ``n_features``."""
+    dimension other than ``n_features``.
+
+    Parameters
+    ----------
+    Z : array-like of shape (n_items, n_features)
+        Embeddings, one row per item.
+    name : str
+        What ``Z`` is, for the error messages (e.g. ``"X"``, ``"set 'far'"``).
+    n_features : int or None
+        Feature dimension ``Z`` must have (that of a fitted scorer or gate); None accepts any.
+    fitted_on : str
+        What was fitted on ``n_features`` features, for the message (default "the scorer").
+
+    Returns
+    -------
+    ndarray of shape (n_items, n_features), float64
+        ``Z`` converted, every value finite.
+
+    Raises
+    ------
+    FmauditInputError
+        ``Z`` is not 2-D, has no rows, holds NaN/inf (the first offending rows are named) or has another width
+        than ``n_features``.
+    """
     arr = float_array(Z, name, 2, "embedding array (n_items, n_features)")
     if arr.shape[0] == 0:
         raise FmauditInputError(f"{name}: no rows")
@@ -95,7 +118,18 @@ def _check_class_labels(y: Any, n_items: int, name: str = "y") -> np.ndarray:
 
 
 def l2_normalize(Z: np.ndarray) -> np.ndarray:
-    """Rows divided by their Euclidean norm; all-zero rows stay zero (as ``sklearn.preprocessing.normalize``)."""
+    """Rows divided by their Euclidean norm; all-zero rows stay zero (as ``sklearn.preprocessing.normalize``).
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_items, n_features)
+        Embeddings, one row per item.
+
+    Returns
+    -------
+    ndarray of shape (n_items, n_features)
+        Rows of unit L2 norm (zero rows unchanged).
+    """
     norm = np.linalg.norm(Z, axis=1, keepdims=True)
     return Z / np.where(norm > 0, norm, 1.0)
 
@@ -120,6 +154,30 @@ def pooled_within_class_covariance(Z: np.ndarray, y: np.ndarray, estimator: str 
 
     A class with one row still gives a mean; its residual is 0. The estimator sees every residual at once
     (one shared covariance, the audit paper and Lee et al.).
+
+    Parameters
+    ----------
+    Z : ndarray of shape (n_items, n_features)
+        Training embeddings.
+    y : ndarray of shape (n_items,)
+        Class of each row (any sortable labels; no missing values).
+    estimator : {"ledoit_wolf", "empirical"}
+        Covariance estimator of the residuals: scikit-learn's ``LedoitWolf`` (shrunk, the audit paper's) or
+        ``EmpiricalCovariance`` (divides by N, no shrinkage).
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+        The sorted distinct labels of ``y``.
+    means : ndarray of shape (n_classes, n_features)
+        Class means, rows in the order of ``classes``.
+    covariance : ndarray of shape (n_features, n_features)
+        The pooled within-class covariance.
+
+    Raises
+    ------
+    FmauditInputError
+        ``estimator`` is not one of ``COVARIANCES``.
     """
     classes, codes = np.unique(y, return_inverse=True)
     codes = codes.reshape(-1)
@@ -167,8 +225,26 @@ def _check_fitted(obj: Any, attr: str) -> None:
 class Mahalanobis:
     """Squared Mahalanobis distance to the nearest class mean under one pooled within-class covariance.
 
-    Fitted: ``classes_``, ``means_`` (K, D), ``covariance_`` (D, D), ``whitening_`` (D, r) with
-    ``whitening_ @ whitening_.T = pinv(covariance_)``, ``n_features_in_``. ``precision_`` is that product.
+    Parameters
+    ----------
+    covariance : {"ledoit_wolf", "empirical"}
+        Estimator of the pooled within-class covariance (default Ledoit-Wolf, the audit paper's; "empirical" is
+        Lee et al. 2018's).
+    normalize : bool
+        L2-normalise embeddings before fitting and scoring (default False: raw embeddings).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Training classes, the columns of :meth:`class_distances`.
+    means_ : ndarray of shape (n_classes, n_features)
+        Class means.
+    covariance_ : ndarray of shape (n_features, n_features)
+        Pooled within-class covariance (absent on a scorer rebuilt by :func:`scorer_from_state`).
+    whitening_ : ndarray of shape (n_features, rank)
+        ``whitening_ @ whitening_.T = pinv(covariance_)``; distances are Euclidean after it.
+    n_features_in_ : int
+        Feature dimension seen in ``fit``.
     """
 
     name = "maha"
@@ -182,6 +258,26 @@ class Mahalanobis:
         return l2_normalize(Z) if self.normalize else Z
 
     def fit(self, Z: Any, y: Any) -> "Mahalanobis":
+        """Fit the class means and the pooled within-class covariance on training embeddings.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Training embeddings (at least 2 rows, finite).
+        y : array-like of shape (n_items,)
+            Class of each row.
+
+        Returns
+        -------
+        Mahalanobis
+            ``self``, fitted (earlier fitted attributes are cleared first).
+
+        Raises
+        ------
+        FmauditInputError
+            Unknown ``covariance``, fewer than 2 rows, labels not one per row or missing, or a covariance whose
+            eigenvalues are all zero.
+        """
         if self.covariance not in COVARIANCES:
             raise FmauditInputError(f"covariance={self.covariance!r}: expected one of {COVARIANCES}")
         for attr in [a for a in vars(self) if a.endswith("_")]:
@@ -197,24 +293,61 @@ class Mahalanobis:
 
     @property
     def precision_(self) -> np.ndarray:
+        """(D, D) pseudo-inverse of the pooled covariance, ``whitening_ @ whitening_.T``."""
         _check_fitted(self, "whitening_")
         return self.whitening_ @ self.whitening_.T
 
     def class_distances(self, Z: Any) -> np.ndarray:
-        """(N, K) squared Mahalanobis distance of every row to every class mean (columns follow ``classes_``)."""
+        """(N, K) squared Mahalanobis distance of every row to every class mean (columns follow ``classes_``).
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Embeddings to score (L2-normalised first when ``normalize``).
+
+        Returns
+        -------
+        ndarray of shape (n_items, n_classes)
+            ``(z - mu_k)^T pinv(Sigma) (z - mu_k)`` per row and class.
+        """
         _check_fitted(self, "whitening_")
         Z = self._prepare(Z)
         return _squared_distances(Z @ self.whitening_, self.means_ @ self.whitening_)
 
     def score(self, Z: Any) -> np.ndarray:
-        """(N,) ``min_k (z - mu_k)^T pinv(Sigma) (z - mu_k)``."""
+        """(N,) ``min_k (z - mu_k)^T pinv(Sigma) (z - mu_k)``.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Embeddings to score.
+
+        Returns
+        -------
+        ndarray of shape (n_items,)
+            Novelty score per row, higher = more out-of-distribution.
+        """
         return self.class_distances(Z).min(axis=1)
 
     # export -------------------------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
+        """The constructor parameters as JSON-ready values (what an exported gate's card records).
+
+        Returns
+        -------
+        dict
+            Keys ``covariance`` (str) and ``normalize`` (bool).
+        """
         return {"covariance": self.covariance, "normalize": bool(self.normalize)}
 
     def state_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as plain arrays, enough for :func:`scorer_from_state` to rebuild the scorer.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``means`` (K, D), ``whitening`` (D, r), ``classes`` (K,) int64.
+        """
         _check_fitted(self, "whitening_")
         return {"means": self.means_, "whitening": self.whitening_, "classes": np.asarray(self.classes_, np.int64)}
 
@@ -228,7 +361,16 @@ class Mahalanobis:
 class RelativeMahalanobis(Mahalanobis):
     """Ren et al. 2021: ``min_k MD_k(z) - MD_0(z)``; MD_0 is the distance to the global training mean under the
     global covariance (the same estimator as the class part). Fitted adds ``background_mean_`` (D,) and
-    ``background_whitening_`` (D, r0)."""
+    ``background_whitening_`` (D, r0).
+
+    Parameters
+    ----------
+    covariance : {"empirical", "ledoit_wolf"}
+        Estimator of both covariances, the class-pooled and the global one (default "empirical", Ren et al.'s;
+        "ledoit_wolf" is the audit paper's).
+    normalize : bool
+        L2-normalise embeddings before fitting and scoring (default False).
+    """
 
     name = "relative_maha"
 
@@ -236,6 +378,20 @@ class RelativeMahalanobis(Mahalanobis):
         super().__init__(covariance=covariance, normalize=normalize)
 
     def fit(self, Z: Any, y: Any) -> "RelativeMahalanobis":
+        """Fit the class part (:meth:`Mahalanobis.fit`) and the background mean and covariance of all rows.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Training embeddings (at least 2 rows).
+        y : array-like of shape (n_items,)
+            Class of each row.
+
+        Returns
+        -------
+        RelativeMahalanobis
+            ``self``, fitted.
+        """
         super().fit(Z, y)
         Z = self._prepare(Z)
         self.background_mean_ = Z.mean(axis=0)
@@ -243,15 +399,46 @@ class RelativeMahalanobis(Mahalanobis):
         return self
 
     def background_distance(self, Z: Any) -> np.ndarray:
+        """(N,) squared Mahalanobis distance ``MD_0`` to the global training mean under the global covariance.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Embeddings to score.
+
+        Returns
+        -------
+        ndarray of shape (n_items,)
+            ``MD_0(z)`` per row.
+        """
         _check_fitted(self, "background_whitening_")
         Zp = self._prepare(Z)
         return _squared_distances(Zp @ self.background_whitening_,
                                   (self.background_mean_ @ self.background_whitening_)[None, :])[:, 0]
 
     def score(self, Z: Any) -> np.ndarray:
+        """(N,) relative Mahalanobis score ``min_k MD_k(z) - MD_0(z)``.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Embeddings to score.
+
+        Returns
+        -------
+        ndarray of shape (n_items,)
+            Novelty score per row, higher = more out-of-distribution (may be negative).
+        """
         return self.class_distances(Z).min(axis=1) - self.background_distance(Z)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as plain arrays (:meth:`Mahalanobis.state_arrays` plus the background part).
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``means``, ``whitening``, ``classes``, ``background_mean`` (D,), ``background_whitening`` (D, r0).
+        """
         out = super().state_arrays()
         out.update(background_mean=self.background_mean_, background_whitening=self.background_whitening_)
         return out
@@ -268,6 +455,16 @@ class KNNDistance:
     Fitted: ``bank_`` (M, D) (normalised when ``normalize``), ``k_`` = min(k, M), ``n_features_in_``.
     Squared distances use ``|q|^2 + |b|^2 - 2 q.b`` in float64 (scikit-learn's ``euclidean_distances``
     expansion), clipped at 0, in blocks of ``block_size`` queries to bound memory.
+
+    Parameters
+    ----------
+    k : int
+        Rank of the neighbour whose distance is the score (default 50, Sun et al.'s; capped at the bank size
+        with a warning).
+    normalize : bool
+        L2-normalise bank and queries (default True, as Sun et al.).
+    block_size : int
+        Queries scored per block (memory: ``block_size x M`` float64 distances).
     """
 
     name = "knn"
@@ -282,6 +479,25 @@ class KNNDistance:
         return l2_normalize(Z) if self.normalize else Z
 
     def fit(self, Z: Any, y: Any = None) -> "KNNDistance":
+        """Store the training embeddings as the neighbour bank.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_bank, n_features)
+            Training embeddings (the bank).
+        y : ignored
+            Accepted so that every feature scorer fits as ``fit(Z, y)``.
+
+        Returns
+        -------
+        KNNDistance
+            ``self``, fitted.
+
+        Raises
+        ------
+        FmauditInputError
+            ``k`` is not a positive integer, or ``Z`` is not a finite 2-D array.
+        """
         if int(self.k) != self.k or int(self.k) < 1:
             raise FmauditInputError(f"k={self.k!r}: must be a positive integer")
         for attr in [a for a in vars(self) if a.endswith("_")]:
@@ -298,7 +514,18 @@ class KNNDistance:
         return self
 
     def score(self, Z: Any) -> np.ndarray:
-        """(N,) Euclidean distance to the ``k_``-th nearest bank embedding."""
+        """(N,) Euclidean distance to the ``k_``-th nearest bank embedding.
+
+        Parameters
+        ----------
+        Z : array-like of shape (n_items, n_features)
+            Query embeddings (normalised like the bank).
+
+        Returns
+        -------
+        ndarray of shape (n_items,)
+            Novelty score per query, higher = more out-of-distribution.
+        """
         _check_fitted(self, "bank_")
         Q = self._prepare(Z)
         bank_sq = np.einsum("ij,ij->i", self.bank_, self.bank_)
@@ -312,9 +539,23 @@ class KNNDistance:
         return out
 
     def params(self) -> dict[str, Any]:
+        """The constructor parameters a card records (``block_size`` only bounds memory and is left out).
+
+        Returns
+        -------
+        dict
+            Keys ``k`` (int, as asked) and ``normalize`` (bool).
+        """
         return {"k": int(self.k), "normalize": bool(self.normalize)}
 
     def state_arrays(self) -> dict[str, np.ndarray]:
+        """The fitted state as plain arrays, enough for :func:`scorer_from_state` to rebuild the scorer.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``bank`` (M, D) and ``k_effective`` (1,) int64, the k used after capping.
+        """
         _check_fitted(self, "bank_")
         return {"bank": self.bank_, "k_effective": np.asarray([self.k_], np.int64)}
 
@@ -328,7 +569,26 @@ _FEATURE_CLASSES = {"maha": Mahalanobis, "relative_maha": RelativeMahalanobis, "
 
 
 def make_feature_scorer(name: str, **params: Any):
-    """A feature-space scorer by name: ``maha``, ``relative_maha`` or ``knn`` (constructor parameters as kwargs)."""
+    """A feature-space scorer by name: ``maha``, ``relative_maha`` or ``knn`` (constructor parameters as kwargs).
+
+    Parameters
+    ----------
+    name : {"maha", "relative_maha", "knn"}
+        The scorer (``FEATURE_SCORERS``).
+    **params
+        Constructor parameters of its class, e.g. ``covariance="empirical"`` or ``k=10``.
+
+    Returns
+    -------
+    Mahalanobis or RelativeMahalanobis or KNNDistance
+        An unfitted scorer.
+
+    Raises
+    ------
+    FmauditInputError
+        Unknown name (a logit scorer's name says to use its function instead) or a parameter the class does
+        not take.
+    """
     if name not in _FEATURE_CLASSES:
         hint = " (a logit scorer: use energy_score / msp_score on the probe's logits)" if name in LOGIT_SCORERS else ""
         raise FmauditInputError(f"unknown feature scorer {name!r}{hint}; known: {', '.join(FEATURE_SCORERS)}")
@@ -339,7 +599,27 @@ def make_feature_scorer(name: str, **params: Any):
 
 
 def scorer_from_state(name: str, params: Mapping[str, Any], arrays: Mapping[str, np.ndarray]):
-    """Rebuild a fitted feature scorer from :meth:`params` and :meth:`state_arrays` (no pickle)."""
+    """Rebuild a fitted feature scorer from :meth:`params` and :meth:`state_arrays` (no pickle).
+
+    Parameters
+    ----------
+    name : {"maha", "relative_maha", "knn"}
+        The scorer's ``name``.
+    params : mapping
+        Its constructor parameters, as ``params()`` gave them.
+    arrays : mapping of str to ndarray
+        Its fitted state, as ``state_arrays()`` gave it (an exported gate's ``scorer.*`` arrays).
+
+    Returns
+    -------
+    Mahalanobis or RelativeMahalanobis or KNNDistance
+        A fitted scorer that scores as the original did.
+
+    Raises
+    ------
+    FmauditInputError
+        Unknown name or parameter, or a state array missing.
+    """
     scorer = make_feature_scorer(name, **dict(params))
     try:
         scorer._set_state(arrays)
@@ -352,7 +632,25 @@ def scorer_from_state(name: str, params: Mapping[str, Any], arrays: Mapping[str,
 # logit scorers
 # --------------------------------------------------------------------------------------------------
 def as_logits(values: Any, name: str = "logits") -> np.ndarray:
-    """(N, K) float64 logits; a 1-D array is a binary decision value d and becomes (-d/2, d/2)."""
+    """(N, K) float64 logits; a 1-D array is a binary decision value d and becomes (-d/2, d/2).
+
+    Parameters
+    ----------
+    values : array-like of shape (n_items, n_classes) or (n_items,)
+        Probe logits, or one binary decision value per item (docs/methods.md#binary-logits).
+    name : str
+        What the values are, for the error messages.
+
+    Returns
+    -------
+    ndarray of shape (n_items, n_classes), float64
+        Logits; two columns for a decision value.
+
+    Raises
+    ------
+    FmauditInputError
+        Not 1-D or 2-D, or not finite.
+    """
     arr = np.asarray(values)
     if arr.ndim == 1:
         return binary_logits_from_decision(arr)
@@ -365,7 +663,25 @@ def _logsumexp(z: np.ndarray) -> np.ndarray:
 
 
 def energy_score(logits: Any, T: float = 1.0) -> np.ndarray:
-    """(N,) ``-T * logsumexp(logits / T)``: the free energy E(x; f), higher = more OOD (Liu et al. 2020)."""
+    """(N,) ``-T * logsumexp(logits / T)``: the free energy E(x; f), higher = more OOD (Liu et al. 2020).
+
+    Parameters
+    ----------
+    logits : array-like of shape (n_items, n_classes) or (n_items,)
+        Probe logits, or binary decision values (see :func:`as_logits`).
+    T : float
+        Energy temperature, > 0 (default 1, Liu et al.'s).
+
+    Returns
+    -------
+    ndarray of shape (n_items,)
+        Energy score per item.
+
+    Raises
+    ------
+    FmauditInputError
+        ``T`` not positive, or invalid logits.
+    """
     if not float(T) > 0:
         raise FmauditInputError(f"T: the energy temperature must be > 0, got {T!r}")
     z = as_logits(logits)
@@ -373,10 +689,32 @@ def energy_score(logits: Any, T: float = 1.0) -> np.ndarray:
 
 
 def max_softmax(logits: Any) -> np.ndarray:
-    """(N,) maximum softmax probability: the probe's confidence."""
+    """(N,) maximum softmax probability: the probe's confidence.
+
+    Parameters
+    ----------
+    logits : array-like of shape (n_items, n_classes) or (n_items,)
+        Probe logits, or binary decision values (see :func:`as_logits`).
+
+    Returns
+    -------
+    ndarray of shape (n_items,)
+        Largest class probability per item, in [1/K, 1].
+    """
     return softmax_last_axis(as_logits(logits)).max(axis=1)
 
 
 def msp_score(logits: Any) -> np.ndarray:
-    """(N,) ``1 - max softmax`` (Hendrycks & Gimpel 2017)."""
+    """(N,) ``1 - max softmax`` (Hendrycks & Gimpel 2017).
+
+    Parameters
+    ----------
+    logits : array-like of shape (n_items, n_classes) or (n_items,)
+        Probe logits, or binary decision values (see :func:`as_logits`).
+
+    Returns
+    -------
+    ndarray of shape (n_items,)
+        Novelty score per item, higher = more out-of-distribution.
+    """
     return 1.0 - max_softmax(logits)

@@ -78,6 +78,31 @@ def risk_coverage_curve(probs: Any = None, labels: Any = None, coverages: Sequen
     Without ``coverages`` one row per k = 1..N; with them one row per coverage c at k = max(1, round(c N)).
     Columns: k, coverage (k/N), risk, selective_accuracy (1 - risk), confidence_threshold (the k-th largest
     confidence: keeping items with confidence >= it keeps at least k).
+
+    Parameters
+    ----------
+    probs : array-like of shape (n_items, n_classes) or None
+        Class probabilities per item, rows summing to 1; confidence = max, correct = argmax equals the label.
+    labels : array-like of shape (n_items,) or None
+        True class indices, with ``probs``.
+    coverages : sequence of float or None
+        Coverages in (0, 1] to report; None gives every k.
+    confidence : array-like of shape (n_items,) or None
+        Confidence per item, instead of ``probs`` (keyword-only).
+    correct : array-like of shape (n_items,) or None
+        Whether each item's prediction is right, with ``confidence`` (keyword-only).
+
+    Returns
+    -------
+    DataFrame
+        One row per k (or per coverage), columns ``k``, ``coverage``, ``risk``, ``selective_accuracy``,
+        ``confidence_threshold``.
+
+    Raises
+    ------
+    FmauditInputError
+        Neither ``probs`` and ``labels`` nor ``confidence`` and ``correct``, arrays of unequal length or empty,
+        NaN/inf confidence, or a coverage outside (0, 1].
     """
     if probs is not None:
         p, y = metrics.validate_probs_labels(probs, labels)
@@ -131,8 +156,21 @@ def _summary_values(y: np.ndarray, pred: np.ndarray, conf: np.ndarray, k: int, o
 class PredictionDraws:
     """The selective-prediction metrics of one set of predictions and their bootstrap draws (one split).
 
-    ``point``: metric -> value; ``draws``: metric -> (B,) values over the resamples (empty without a
-    bootstrap); ``n``: items; ``unit`` / ``n_units``: what was resampled and how many there were."""
+    Parameters
+    ----------
+    point : dict of str to float
+        Metric -> value on the set (keys of :func:`prediction_summary` less ``n``).
+    draws : dict of str to ndarray of shape (n_boot,)
+        Metric -> its values over the resamples; empty without a bootstrap.
+    n : int
+        Number of items.
+    unit : str
+        What was resampled (the caller's unit name, or ``"item"``).
+    n_units : int
+        How many units there were.
+    n_boot : int
+        Number of resamples (0: none).
+    """
 
     point: dict[str, float]
     draws: dict[str, np.ndarray]
@@ -147,7 +185,44 @@ def prediction_draws(labels: Any, predictions: Any, confidence: Any, n_classes: 
                      n_bins: int = metrics.DEFAULT_N_BINS, groups: Any = None, n_boot: int,
                      random_state: int = 0, unit: str = "group") -> PredictionDraws:
     """The metrics of :func:`prediction_summary` and, with ``n_boot > 0``, their draws over ``n_boot``
-    (cluster, when ``groups`` are given) bootstrap resamples seeded by ``random_state``."""
+    (cluster, when ``groups`` are given) bootstrap resamples seeded by ``random_state``.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items,)
+        True class indices 0..K-1.
+    predictions : array-like of shape (n_items,)
+        Predicted class indices 0..K-1.
+    confidence : array-like of shape (n_items,)
+        Confidence of each prediction (e.g. max probability, a slide vote's share); finite.
+    n_classes : int or None
+        Size of the label space K (default: largest label or prediction + 1).
+    ordinal : bool
+        Add the quadratic-weighted kappa ``qwk`` (graded tasks; keyword-only).
+    coverages : sequence of float
+        Coverages in (0, 1] of the ``selective_accuracy_c<c>`` metrics (default 0.5, 0.8, 0.9, 0.95).
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure (default 15).
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item, the bootstrap's resampling unit; None resamples items.
+    n_boot : int
+        Bootstrap resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``); 0 gives no interval.
+    random_state : int
+        Seed of the resamples (``fmaudit.stats.bootstrap_counts``).
+    unit : str
+        Name written to ``ci_unit`` when ``groups`` are given (e.g. ``"patient"``); ``"item"`` otherwise.
+
+    Returns
+    -------
+    PredictionDraws
+        The point values, the draws (empty when ``n_boot`` is 0) and how they were drawn.
+
+    Raises
+    ------
+    FmauditInputError
+        Arrays not one entry per item, labels or predictions outside 0..K-1, NaN/inf confidence, or a coverage
+        outside (0, 1].
+    """
     y, pred, conf, k = _check_predictions(labels, predictions, confidence, n_classes)
     coverages = _check_coverages(coverages)
     point = _summary_values(y, pred, conf, k, ordinal, coverages, int(n_bins))
@@ -175,6 +250,44 @@ def prediction_summary(labels: Any, predictions: Any, confidence: Any, n_classes
     selective_accuracy_c<c> per coverage, qwk (ordinal only). With ``n_boot > 0`` each metric gets
     ``<metric>_ci_lo`` / ``_ci_hi`` from a (cluster, when ``groups`` are given) bootstrap, and ``ci_unit``,
     ``ci_n_units``, ``n_boot`` say how it was drawn.
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items,)
+        True class indices 0..K-1.
+    predictions : array-like of shape (n_items,)
+        Predicted class indices 0..K-1.
+    confidence : array-like of shape (n_items,)
+        Confidence of each prediction (e.g. max probability, a slide vote's share); finite.
+    n_classes : int or None
+        Size of the label space K (default: largest label or prediction + 1).
+    ordinal : bool
+        Add the quadratic-weighted kappa ``qwk`` (graded tasks; keyword-only).
+    coverages : sequence of float
+        Coverages in (0, 1] of the ``selective_accuracy_c<c>`` metrics (default 0.5, 0.8, 0.9, 0.95).
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure (default 15).
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item, the bootstrap's resampling unit; None resamples items.
+    n_boot : int
+        Bootstrap resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``); 0 gives no interval.
+    random_state : int
+        Seed of the resamples (``fmaudit.stats.bootstrap_counts``).
+    alpha : float
+        Two-sided level of the percentile intervals (0.05: 95%).
+    unit : str
+        Name written to ``ci_unit`` when ``groups`` are given (e.g. ``"patient"``); ``"item"`` otherwise.
+
+    Returns
+    -------
+    dict
+        The keys listed above; floats except ``n``, ``ci_n_units``, ``n_boot`` (int) and ``ci_unit`` (str).
+
+    Raises
+    ------
+    FmauditInputError
+        Arrays not one entry per item, labels or predictions outside 0..K-1, NaN/inf confidence, or a coverage
+        outside (0, 1].
     """
     res = prediction_draws(labels, predictions, confidence, n_classes, ordinal=ordinal, coverages=coverages,
                            n_bins=n_bins, groups=groups, n_boot=n_boot, random_state=random_state, unit=unit)
@@ -191,7 +304,27 @@ def pooled_summary(parts: Sequence[PredictionDraws], alpha: float = 0.05) -> dic
     """The audit paper's summary over several train/test splits: each metric's mean over the splits (``n`` the mean
     number of test items), and, where the splits were resampled, the percentile interval of the bootstrap draws
     pooled over them (``n_boot`` per split, ``n_boot_pooled`` in all; ``ci_n_units`` the mean number of
-    resampled units per split); ``<metric>_sd_over_splits`` (ddof 1) is the spread of the split means."""
+    resampled units per split); ``<metric>_sd_over_splits`` (ddof 1) is the spread of the split means.
+
+    Parameters
+    ----------
+    parts : sequence of PredictionDraws
+        One per train/test split, same metrics.
+    alpha : float
+        Two-sided level of the percentile intervals (0.05: 95%).
+
+    Returns
+    -------
+    dict
+        ``n``, ``n_splits``, each metric and its ``_sd_over_splits``; with resampled splits also ``_ci_lo`` /
+        ``_ci_hi`` per metric, ``ci_unit`` (the splits' units joined by ``+``), ``ci_n_units``, ``n_boot``,
+        ``n_boot_pooled``.
+
+    Raises
+    ------
+    FmauditInputError
+        No splits.
+    """
     if not parts:
         raise FmauditInputError("pooled_summary: no splits")
     keys = list(parts[0].point)
@@ -217,7 +350,36 @@ def selective_summary(probs: Any, labels: Any, *, ordinal: bool = False,
                       groups: Any = None, n_boot: int, random_state: int = 0, alpha: float = 0.05,
                       unit: str = "group") -> dict[str, Any]:
     """:func:`prediction_summary` of a probe's probabilities: prediction = argmax (ties to the lowest class),
-    confidence = max probability."""
+    confidence = max probability.
+
+    Parameters
+    ----------
+    probs : array-like of shape (n_items, n_classes)
+        Class probabilities per item, rows summing to 1.
+    labels : array-like of shape (n_items,)
+        True class indices 0..K-1.
+    ordinal : bool
+        Add the quadratic-weighted kappa ``qwk`` (graded tasks; keyword-only).
+    coverages : sequence of float
+        Coverages in (0, 1] of the ``selective_accuracy_c<c>`` metrics (default 0.5, 0.8, 0.9, 0.95).
+    n_bins : int
+        Equal-width bins of the top-label ECE, (lo, hi] closure (default 15).
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item, the bootstrap's resampling unit; None resamples items.
+    n_boot : int
+        Bootstrap resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``); 0 gives no interval.
+    random_state : int
+        Seed of the resamples (``fmaudit.stats.bootstrap_counts``).
+    alpha : float
+        Two-sided level of the percentile intervals (0.05: 95%).
+    unit : str
+        Name written to ``ci_unit`` when ``groups`` are given (e.g. ``"patient"``); ``"item"`` otherwise.
+
+    Returns
+    -------
+    dict
+        The summary of :func:`prediction_summary`.
+    """
     p, y = metrics.validate_probs_labels(probs, labels)
     return prediction_summary(y, p.argmax(axis=1), p.max(axis=1), p.shape[1], ordinal=ordinal,
                               coverages=coverages, n_bins=n_bins, groups=groups, n_boot=n_boot,
@@ -234,6 +396,35 @@ def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None,
     Returns one row per sigma, ascending: sigma, n, accuracy, accuracy_change (minus sigma 0; NaN without a
     sigma-0 row), and qwk / qwk_change when ``ordinal``. With ``n_boot > 0`` the intervals of accuracy and of
     its change are paired: one resample of items (of groups, with a ``group`` column) is shared by all sigmas.
+
+    Parameters
+    ----------
+    predictions : DataFrame
+        The per-(sigma, item) predictions described above.
+    n_classes : int or None
+        Size of the label space K (default: largest label or prediction + 1).
+    ordinal : bool
+        Add ``qwk`` and ``qwk_change`` (keyword-only).
+    n_boot : int
+        Bootstrap resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``); 0 gives no interval.
+    random_state : int
+        Seed of the resamples.
+    alpha : float
+        Two-sided level of the percentile intervals (0.05: 95%).
+    unit : str
+        Name written to ``ci_unit`` when ``predictions`` has a ``group`` column; ``"item"`` otherwise.
+
+    Returns
+    -------
+    DataFrame
+        One row per sigma as described; with a bootstrap also ``accuracy_ci_lo`` / ``_hi``,
+        ``accuracy_change_ci_lo`` / ``_hi`` (NaN at sigma 0), ``ci_unit``, ``ci_n_units``, ``n_boot``.
+
+    Raises
+    ------
+    FmauditInputError
+        Missing columns, no rows, a negative or missing sigma, an item twice at one sigma, or labels or
+        predictions outside 0..K-1.
     """
     need = {"sigma", "item_id", "label", "prediction"}
     missing = sorted(need - set(predictions.columns))

@@ -51,7 +51,45 @@ def select_C_by_cv(X: Any, y: Any, groups: Any = None, *, Cs: Sequence[float] = 
                    n_classes: int | None = None, n_folds: int = 3, random_state: int = 0, max_iter: int = 10000,
                    tol: float = 1e-6, device: str | None = None) -> tuple[float, np.ndarray]:
     """(selected C, (n_folds, n_Cs) held-out scores, higher = better) of an L2 logistic probe on
-    standardised features; ``groups=None`` gives class-stratified folds (module doc)."""
+    standardised features; ``groups=None`` gives class-stratified folds (module doc).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_items, n_features)
+        Training embeddings; standardised once on all of them, outside the folds.
+    y : array-like of shape (n_items,)
+        Class indices 0..K-1.
+    groups : array-like of shape (n_items,) or None
+        Patient or slide of each item: ``StratifiedGroupKFold``; None: ``StratifiedKFold``.
+    Cs : sequence of float
+        Candidate C values, positive (keyword-only; default ``logspace(-6, 0, 7)``).
+    criterion : {"log_loss", "accuracy"}
+        Held-out score that picks C: mean log-likelihood (minus the log-loss) or accuracy.
+    n_classes : int or None
+        Size of the label space (default: largest label + 1).
+    n_folds : int
+        Cross-validation folds.
+    random_state : int
+        Seed of the fold shuffle.
+    max_iter : int
+        Iteration cap of the logistic solver.
+    tol : float
+        Stopping tolerance of the logistic solver.
+    device : str or None
+        Torch device of the batched logistic engine (None: its default).
+
+    Returns
+    -------
+    C : float
+        The C of the best mean held-out score (ties: the first in ``Cs``).
+    scores : ndarray of shape (n_folds, n_Cs)
+        Held-out score per fold and C, higher = better.
+
+    Raises
+    ------
+    FmauditInputError
+        Unknown criterion, invalid features or labels, a non-positive or empty ``Cs``, or fewer groups than folds.
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.probes import fit_logistic_batch, subset_scaler
     from fmaudit.probes.logistic_batch import check_features, check_labels
@@ -92,6 +130,50 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
     Rows: ``analysis`` "fixed_C" (column C) or "selection" (columns folds, criterion, selected_C); metrics of
     :func:`fmaudit.ood.selective.prediction_summary` (accuracy, QWK for ordinal tasks, ECE, mean confidence,
     AURC, E-AURC, selective accuracy).
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train, n_features)
+        Training embeddings.
+    y_train : array-like of shape (n_train,)
+        Training class indices.
+    groups_train : array-like of shape (n_train,) or None
+        Patient or slide of each training item; needed by the ``grouped`` protocols.
+    X_test : array-like of shape (n_test, n_features)
+        Test embeddings.
+    y_test : array-like of shape (n_test,)
+        Test class indices.
+    n_classes : int
+        Size of the label space (keyword-only).
+    groups_test : array-like or None
+        Not read: the table's metrics carry no interval (``n_boot=0``), so test groups change nothing.
+    Cs : sequence of float
+        C grid, both for the fixed-C rows and for the selection.
+    protocols : sequence of (str, str)
+        (folds, criterion) pairs: folds ``grouped`` or ``ungrouped``, criterion ``log_loss`` or ``accuracy``.
+    n_folds : int
+        Cross-validation folds of the selection.
+    random_state : int
+        Seed of the folds.
+    ordinal : bool
+        Add QWK (graded tasks).
+    coverages : sequence of float
+        Coverages of the selective-accuracy columns.
+    device : str or None
+        Torch device of the logistic engine.
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+
+    Returns
+    -------
+    DataFrame
+        One row per fixed C, then one per protocol; columns ``analysis``, ``C``, ``folds``, ``criterion``,
+        ``selected_C``, the summary metrics, ``n_train``, ``n_test``.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown protocol, or a grouped protocol without ``groups_train``.
     """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.probes import LogisticProbe, fit_logistic_batch
@@ -127,7 +209,23 @@ def probe_sensitivity(X_train: Any, y_train: Any, groups_train: Any, X_test: Any
 def scorer_settings(knn_ks: Sequence[int] = DEFAULT_KNN_KS,
                     covariances: Sequence[str] = ("ledoit_wolf", "empirical"),
                     normalize: Sequence[bool] = (False, True)) -> list[tuple[str, str, Any]]:
-    """(scorer, setting, unfitted scorer) triples of the scorer sensitivity analysis (the audit paper's sections)."""
+    """(scorer, setting, unfitted scorer) triples of the scorer sensitivity analysis (the audit paper's sections).
+
+    Parameters
+    ----------
+    knn_ks : sequence of int
+        k values of kNN (default 1, 10, 50, 200).
+    covariances : sequence of str
+        Covariance estimators of Mahalanobis (``COVARIANCES`` of :mod:`fmaudit.ood.scorers`).
+    normalize : sequence of bool
+        L2-normalisation settings tried for Mahalanobis and for kNN at k = 50.
+
+    Returns
+    -------
+    list of (str, str, object)
+        Scorer name (``maha`` / ``knn``), setting label (e.g. ``"k=10"``, ``"normalize=True"``) and the unfitted
+        scorer, in table order.
+    """
     out = []
     for flag in normalize:
         out.append(("maha", f"normalize={flag}", Mahalanobis(normalize=flag)))
@@ -152,6 +250,33 @@ def scorer_sensitivity(X_train: Any, y_train: Any, X_id: Any, ood_sets: Mapping[
     are fitted on the training split. Identical settings (e.g. ``normalize=False`` and
     ``covariance=ledoit_wolf`` of Mahalanobis) are fitted once. Columns: readout, tier, condition, scorer,
     setting, auroc, fpr_at_95tpr, n_id, n_ood.
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train, n_features)
+        Training embeddings the scorers are fitted on.
+    y_train : array-like of shape (n_train,)
+        Training classes (for the Mahalanobis class means).
+    X_id : array-like of shape (n_id, n_features)
+        In-distribution embeddings (the test split), the negatives of the detection metrics.
+    ood_sets : mapping of str to (str, array-like)
+        Condition name -> (tier, OOD embeddings), the positives.
+    readout : str
+        Readout the arrays come from, written to the ``readout`` column (keyword-only).
+    knn_ks, covariances, normalize
+        The settings, as in :func:`scorer_settings`.
+    tpr : float
+        True-positive rate of the false-positive-rate column (0.95 names it ``fpr_at_95tpr``).
+
+    Returns
+    -------
+    DataFrame
+        One row per (setting, condition), columns as listed above.
+
+    Raises
+    ------
+    FmauditInputError
+        No OOD sets, or invalid embeddings.
     """
     if not ood_sets:
         raise FmauditInputError("scorer_sensitivity: no OOD sets")
