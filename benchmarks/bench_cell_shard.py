@@ -246,6 +246,12 @@ def baseline(args) -> dict:
                           shard, cb.run_groups(sub), sk_tol, processes=args.processes)
     summary = cb.summarise(timed["times"], len(sub))
     engine_out, sk_out = timed["results"]["engine"], timed["results"]["sklearn"]
+    workers = int(engine_out.attrs.get("engine_workers", 1))
+    summary.update(engine_workers=workers)
+    if workers > 1:  # its calls ran single-threaded: their accuracy at that tol, as they ran
+        summary.update(engine_err_workers=cb.engine_error(calls, engine_tol, 1))
+        print(f"engine calls in {workers} single-threaded worker processes; at tol {engine_tol:g} on one thread: "
+              f"max |dP| {summary['engine_err_workers']:.2e}")
     f1_sk = np.array([sk_out[i][0] for i in range(len(sub))])
     C_sk = np.array([sk_out[i][1] for i in range(len(sub))])
     gaps = np.abs(f1_sk - engine_out["macro_f1"].to_numpy())
