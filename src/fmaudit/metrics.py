@@ -99,7 +99,29 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 def float_array(values: Any, name: str, ndim: int, what: str) -> np.ndarray:
     """``values`` as a float64 array of ``ndim`` dimensions; the error names ``name`` and says ``what`` was
-    expected (e.g. ``"array (N, K)"``). Finite values and sizes are the caller's to check."""
+    expected (e.g. ``"array (N, K)"``). Finite values and sizes are the caller's to check.
+
+    Parameters
+    ----------
+    values : array-like
+        Anything ``np.asarray(..., dtype=float64)`` accepts.
+    name : str
+        The argument's name, quoted in the error message.
+    ndim : int
+        The number of dimensions required.
+    what : str
+        What was expected, in words, for the error message (e.g. ``"array (N, K)"``).
+
+    Returns
+    -------
+    ndarray of float64
+        ``values`` converted, with ``ndim`` dimensions.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``values`` cannot be converted to floats or has another number of dimensions.
+    """
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError) as err:
@@ -110,7 +132,20 @@ def float_array(values: Any, name: str, ndim: int, what: str) -> np.ndarray:
 
 
 def reject_missing_labels(labels: np.ndarray, name: str) -> None:
-    """Raise FmauditInputError naming the first missing label (NaN in a float array, None in an object array)."""
+    """Raise FmauditInputError naming the first missing label (NaN in a float array, None in an object array).
+
+    Parameters
+    ----------
+    labels : ndarray of shape (N,)
+        Labels as read from a table: any dtype; NaN (float) and None (object) mean missing.
+    name : str
+        The column or argument name quoted in the error.
+
+    Raises
+    ------
+    FmauditInputError
+        When a label is missing; the message gives the first such row.
+    """
     if labels.dtype.kind == "f" and not np.isfinite(labels).all():
         raise FmauditInputError(f"{name}: NaN label at row {int(np.flatnonzero(~np.isfinite(labels))[0])} (missing)")
     if labels.dtype == object and any(v is None for v in labels):
@@ -135,6 +170,20 @@ def validate_probs(probs: Any, name: str = "probs", sum_tolerance: float = PROB_
 
     Raises FmauditInputError on a wrong shape, non-finite or negative values, or rows that do not sum to 1
     within ``sum_tolerance``.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Candidate probabilities, N >= 1 items and K >= 2 classes.
+    name : str, default "probs"
+        The argument's name, quoted in error messages.
+    sum_tolerance : float, default 1e-4
+        Largest allowed ``|row sum - 1|``.
+
+    Returns
+    -------
+    ndarray of float64, shape (N, K)
+        ``probs`` converted (a copy only when conversion needs one).
     """
     arr = _as_2d_float(probs, name)
     if (arr < 0).any():
@@ -152,12 +201,51 @@ def validate_probs(probs: Any, name: str = "probs", sum_tolerance: float = PROB_
 
 
 def validate_logits(logits: Any, name: str = "logits") -> np.ndarray:
-    """Return ``logits`` as a float64 (N, K) array; raises on a wrong shape or non-finite values."""
+    """Return ``logits`` as a float64 (N, K) array; raises on a wrong shape or non-finite values.
+
+    Parameters
+    ----------
+    logits : array-like of shape (N, K)
+        Unnormalised class scores, N >= 1 items and K >= 2 classes, all finite.
+    name : str, default "logits"
+        The argument's name, quoted in error messages.
+
+    Returns
+    -------
+    ndarray of float64, shape (N, K)
+
+    Raises
+    ------
+    FmauditInputError
+        On a wrong shape, no rows, fewer than 2 columns or a NaN/inf value (the message gives its row).
+    """
     return _as_2d_float(logits, name)
 
 
 def validate_labels(labels: Any, n_items: int, n_classes: int, name: str = "labels") -> np.ndarray:
-    """Return ``labels`` as an int64 (N,) array of class indices in 0..n_classes-1."""
+    """Return ``labels`` as an int64 (N,) array of class indices in 0..n_classes-1.
+
+    Parameters
+    ----------
+    labels : array-like of shape (N,)
+        Class indices: integers, bools, or floats holding whole numbers.
+    n_items : int
+        Number of rows of the scores the labels go with; ``labels`` must have this length.
+    n_classes : int
+        K, the number of score columns; every label must lie in 0..K-1.
+    name : str, default "labels"
+        The argument's name, quoted in error messages.
+
+    Returns
+    -------
+    ndarray of int64, shape (N,)
+
+    Raises
+    ------
+    FmauditInputError
+        On a wrong shape or length, a missing or non-integer value, a non-numeric dtype (class names must be
+        mapped to indices first) or a value outside 0..K-1.
+    """
     arr = np.asarray(labels)
     if arr.ndim != 1:
         raise FmauditInputError(f"{name}: expected a 1-D array, got shape {arr.shape}")
@@ -186,7 +274,27 @@ def validate_labels(labels: Any, n_items: int, n_classes: int, name: str = "labe
 def validate_probs_labels(
     probs: Any, labels: Any, sum_tolerance: float = PROB_SUM_TOLERANCE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Validate a (probs, labels) pair; returns (float64 (N, K), int64 (N,))."""
+    """Validate a (probs, labels) pair; returns (float64 (N, K), int64 (N,)).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    sum_tolerance : float, default 1e-4
+        Largest allowed ``|row sum - 1|`` of ``probs``.
+
+    Returns
+    -------
+    probs : ndarray of float64, shape (N, K)
+    labels : ndarray of int64, shape (N,)
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p = validate_probs(probs, sum_tolerance=sum_tolerance)
     y = validate_labels(labels, p.shape[0], p.shape[1])
     return p, y
@@ -208,7 +316,25 @@ def _check_n_bins(n_bins: int) -> int:
 # logits
 # --------------------------------------------------------------------------------------------------
 def log_softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise ``log softmax(logits / temperature)``, computed stably (no clipping)."""
+    """Row-wise ``log softmax(logits / temperature)``, computed stably (no clipping).
+
+    Parameters
+    ----------
+    logits : array-like of shape (N, K)
+        Finite unnormalised class scores (validated as by :func:`validate_logits`).
+    temperature : float, default 1.0
+        Divisor of the logits, > 0; above 1 flattens the distribution (docs/methods.md#temperature-scaling).
+
+    Returns
+    -------
+    ndarray of float64, shape (N, K)
+        Log-probabilities; ``exp`` of each row sums to 1.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``temperature`` is not > 0 or the logits are not a finite (N, K) array.
+    """
     if not temperature > 0:
         raise FmauditInputError(f"temperature: must be > 0, got {temperature!r}")
     z = validate_logits(logits) / temperature
@@ -217,7 +343,25 @@ def log_softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
 
 
 def softmax(logits: Any, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise ``softmax(logits / temperature)`` as float64 (N, K)."""
+    """Row-wise ``softmax(logits / temperature)`` as float64 (N, K).
+
+    Parameters
+    ----------
+    logits : array-like of shape (N, K)
+        Finite unnormalised class scores.
+    temperature : float, default 1.0
+        Divisor of the logits, > 0 (docs/methods.md#temperature-scaling).
+
+    Returns
+    -------
+    ndarray of float64, shape (N, K)
+        Probabilities, rows summing to 1.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``temperature`` is not > 0 or the logits are not a finite (N, K) array.
+    """
     return np.exp(log_softmax(logits, temperature))
 
 
@@ -255,6 +399,22 @@ def binary_logits_from_decision(decision: Any) -> np.ndarray:
 
     ``softmax`` of the result equals ``sigmoid(d)``, i.e. sklearn ``predict_proba``, so a fitted temperature
     is that of ``sigmoid(d / T)``. PRISM's ``(-d, d)`` would double it.
+
+    Parameters
+    ----------
+    decision : array-like of shape (N,) or (N, 1)
+        Finite binary decision values (e.g. ``decision_function`` of a binary classifier; positive favours
+        class 1).
+
+    Returns
+    -------
+    ndarray of float64, shape (N, 2)
+        Column 0 is ``-d/2``, column 1 is ``d/2``.
+
+    Raises
+    ------
+    FmauditInputError
+        On another shape or a NaN/inf value.
     """
     d = np.asarray(decision, dtype=np.float64)
     if d.ndim == 2 and d.shape[1] == 1:
@@ -270,6 +430,25 @@ def nll_from_logits(logits: Any, labels: Any, temperature: float = 1.0) -> float
     """Mean negative log-likelihood of ``softmax(logits / temperature)`` via log-softmax (no clipping).
 
     Equals ``torch.nn.functional.cross_entropy(logits / T, labels)``.
+
+    Parameters
+    ----------
+    logits : array-like of shape (N, K)
+        Finite unnormalised class scores.
+    labels : array-like of shape (N,)
+        True class indices in 0..K-1.
+    temperature : float, default 1.0
+        Divisor of the logits, > 0.
+
+    Returns
+    -------
+    float
+        Mean NLL in nats.
+
+    Raises
+    ------
+    FmauditInputError
+        On invalid logits, labels or temperature.
     """
     z = validate_logits(logits)
     y = validate_labels(labels, z.shape[0], z.shape[1])
@@ -286,6 +465,26 @@ def bin_indices(values: np.ndarray, n_bins: int = DEFAULT_N_BINS, closure: str =
     ``(lo,hi]``: a value equal to an inner edge goes to the bin below it, and 0 goes to bin 0.
     ``[lo,hi)``: a value equal to an inner edge goes to the bin above it, and 1 goes to the last bin.
     Edges are ``np.linspace(0, 1, n_bins + 1)``.
+
+    Parameters
+    ----------
+    values : ndarray of shape (N,)
+        Scores in [0, 1] (confidences or class probabilities); values outside are clipped to the end bins.
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    closure : {"(lo,hi]", "[lo,hi)"}, default "(lo,hi]"
+        Which side of a bin is closed (:data:`CLOSURE_RIGHT`, the project's, or :data:`CLOSURE_LEFT`); see
+        :func:`bin_indices`.
+
+    Returns
+    -------
+    ndarray of int64, shape (N,)
+        The bin of each value, 0..n_bins-1.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n_bins`` is not a positive integer or ``closure`` is not one of :data:`CLOSURES`.
     """
     n_bins = _check_n_bins(n_bins)
     _check_closure(closure)
@@ -323,7 +522,30 @@ def _top_label(probs: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
 # calibration
 # --------------------------------------------------------------------------------------------------
 def ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CLOSURE_RIGHT) -> float:
-    """Top-label expected calibration error with ``n_bins`` equal-width bins; denominator N."""
+    """Top-label expected calibration error with ``n_bins`` equal-width bins; denominator N.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    closure : {"(lo,hi]", "[lo,hi)"}, default "(lo,hi]"
+        Which side of a bin is closed (:data:`CLOSURE_RIGHT`, the project's, or :data:`CLOSURE_LEFT`); see
+        :func:`bin_indices`.
+
+    Returns
+    -------
+    float
+        ECE in [0, 1] (docs/methods.md#top-label-ece).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
     return _ece_from_scores(conf, correct, _check_n_bins(n_bins), _check_closure(closure))
@@ -337,6 +559,25 @@ def prism_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float:
     of exactly 1.0 falls in no bin but still counts in the denominator N. For two columns the "confidence" is
     p(class 1) and the "accuracy" is ``label == 1`` (PRISM's binary form, not top-label); for more, top-label
     confidence against argmax correctness.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+
+    Returns
+    -------
+    float
+        ECE in [0, 1] under PRISM's convention (docs/methods.md#prisms-ece).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
     """
     p, y = validate_probs_labels(probs, labels)
     return _prism_ece(p, y, _check_n_bins(n_bins))
@@ -356,7 +597,30 @@ def _prism_ece(p: np.ndarray, y: np.ndarray, n_bins: int) -> float:
 
 
 def mce(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CLOSURE_RIGHT) -> float:
-    """Maximum calibration error: the largest |accuracy - confidence| over non-empty equal-width bins."""
+    """Maximum calibration error: the largest |accuracy - confidence| over non-empty equal-width bins.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    closure : {"(lo,hi]", "[lo,hi)"}, default "(lo,hi]"
+        Which side of a bin is closed (:data:`CLOSURE_RIGHT`, the project's, or :data:`CLOSURE_LEFT`); see
+        :func:`bin_indices`.
+
+    Returns
+    -------
+    float
+        MCE in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
     return _mce_from_top_label(conf, correct, _check_n_bins(n_bins), _check_closure(closure))
@@ -373,6 +637,25 @@ def adaptive_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float
 
     Confidences are sorted (stable sort, so tied items keep their input order) and split into ``n_bins``
     near-equal-count parts with ``np.array_split``; each part is weighted by its share of N.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-count bins (a positive integer).
+
+    Returns
+    -------
+    float
+        Adaptive ECE in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
     """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
@@ -392,7 +675,30 @@ def classwise_ece(
     probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CLOSURE_RIGHT
 ) -> float:
     """Classwise ECE (Kull 2019): mean over the K classes of the binned ECE of ``probs[:, k]`` against
-    ``labels == k``, with equal-width bins."""
+    ``labels == k``, with equal-width bins.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    closure : {"(lo,hi]", "[lo,hi)"}, default "(lo,hi]"
+        Which side of a bin is closed (:data:`CLOSURE_RIGHT`, the project's, or :data:`CLOSURE_LEFT`); see
+        :func:`bin_indices`.
+
+    Returns
+    -------
+    float
+        Classwise ECE in [0, 1] (docs/methods.md#classwise-ece).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _classwise_ece(p, y, _check_n_bins(n_bins), _check_closure(closure))
 
@@ -409,6 +715,29 @@ def reliability_bins(
 
     Columns: bin, lo, hi, count, accuracy, confidence (mean top-label confidence); accuracy and confidence
     are NaN for empty bins.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    closure : {"(lo,hi]", "[lo,hi)"}, default "(lo,hi]"
+        Which side of a bin is closed (:data:`CLOSURE_RIGHT`, the project's, or :data:`CLOSURE_LEFT`); see
+        :func:`bin_indices`.
+
+    Returns
+    -------
+    DataFrame
+        ``n_bins`` rows: ``bin`` (0..n_bins-1), ``lo``, ``hi`` (bin edges), ``count`` (items in the bin),
+        ``accuracy`` (share correct) and ``confidence`` (mean top-label confidence).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
     """
     p, y = validate_probs_labels(probs, labels)
     n_bins, closure = _check_n_bins(n_bins), _check_closure(closure)
@@ -434,7 +763,25 @@ def reliability_bins(
 # proper scores
 # --------------------------------------------------------------------------------------------------
 def nll(probs: Any, labels: Any) -> float:
-    """Mean negative log-probability of the true class, natural log, no clipping (0 gives inf)."""
+    """Mean negative log-probability of the true class, natural log, no clipping (0 gives inf).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Mean NLL in nats, in [0, inf] (docs/methods.md#nll-and-brier-score).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _nll(p, y)
 
@@ -445,7 +792,25 @@ def _nll(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def brier(probs: Any, labels: Any) -> float:
-    """Multiclass Brier score, sum form: ``mean_i sum_k (p_ik - 1[y_i = k])^2``, range [0, 2]."""
+    """Multiclass Brier score, sum form: ``mean_i sum_k (p_ik - 1[y_i = k])^2``, range [0, 2].
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Brier score in [0, 2].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _brier(p, y)
 
@@ -459,20 +824,71 @@ def _brier(p: np.ndarray, y: np.ndarray) -> float:
 # discrimination
 # --------------------------------------------------------------------------------------------------
 def confusion_counts(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
-    """(K, K) confusion matrix, rows = true class, columns = predicted class."""
+    """(K, K) confusion matrix, rows = true class, columns = predicted class.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (N,)
+        True class indices in 0..n_classes-1 (not validated here).
+    pred : ndarray of shape (N,)
+        Predicted class indices in 0..n_classes-1.
+    n_classes : int
+        K, the number of classes (rows and columns of the result).
+
+    Returns
+    -------
+    ndarray of int64, shape (K, K)
+        ``cm[i, j]`` is the number of items of true class i predicted as j.
+    """
     flat = np.asarray(labels, dtype=np.int64) * n_classes + np.asarray(pred, dtype=np.int64)
     return np.bincount(flat, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
 
 
 def accuracy(probs: Any, labels: Any) -> float:
-    """Share of argmax predictions equal to the label."""
+    """Share of argmax predictions equal to the label.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Share of items whose argmax equals the label, in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return float((p.argmax(axis=1) == y).mean())
 
 
 def macro_f1(probs: Any, labels: Any) -> float:
     """Macro F1 of the argmax over all K classes (sklearn ``f1_score(average="macro", labels=range(K),
-    zero_division=0)``): a class never true and never predicted scores 0."""
+    zero_division=0)``): a class never true and never predicted scores 0.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Unweighted mean F1 over all K classes, in [0, 1] (a class never true nor predicted scores 0).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _macro_f1_from_confusion(confusion_counts(y, p.argmax(axis=1), p.shape[1]))
 
@@ -485,7 +901,25 @@ def _macro_f1_from_confusion(cm: np.ndarray) -> float:
 
 
 def balanced_accuracy(probs: Any, labels: Any) -> float:
-    """Mean per-class recall over the classes present in ``labels`` (sklearn ``balanced_accuracy_score``)."""
+    """Mean per-class recall over the classes present in ``labels`` (sklearn ``balanced_accuracy_score``).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Mean recall over the classes present, in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _balanced_accuracy_from_confusion(confusion_counts(y, p.argmax(axis=1), p.shape[1]))
 
@@ -499,7 +933,25 @@ def _balanced_accuracy_from_confusion(cm: np.ndarray) -> float:
 def qwk(probs: Any, labels: Any) -> float:
     """Quadratic weighted kappa of the argmax over the ordinal labels 0..K-1 (sklearn
     ``cohen_kappa_score(weights="quadratic", labels=range(K))``); NaN when undefined (expected
-    disagreement 0, e.g. both vectors hold a single class)."""
+    disagreement 0, e.g. both vectors hold a single class).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Kappa in [-1, 1], or NaN when undefined.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     return _qwk_from_confusion(confusion_counts(y, p.argmax(axis=1), p.shape[1]))
 
@@ -530,6 +982,23 @@ def auroc(probs: Any, labels: Any) -> float:
     """Macro one-vs-rest AUROC (sklearn ``roc_auc_score(multi_class="ovr", average="macro")``).
 
     Binary tasks use ``probs[:, 1]``. NaN, with a logged warning, if any class is absent from ``labels``.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        Macro AUROC in [0, 1] (0.5 is chance), or NaN when a class is absent.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
     """
     p, y = validate_probs_labels(probs, labels)
     return _auroc(p, y)
@@ -565,7 +1034,25 @@ def _aurc_from_ranked(ranked: np.ndarray) -> float:
 
 def aurc(probs: Any, labels: Any) -> float:
     """Area under the risk-coverage curve with uncertainty ``1 - conf``: the mean, over k = 1..N, of the
-    error rate among the k most confident predictions (ties averaged)."""
+    error rate among the k most confident predictions (ties averaged).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        AURC in [0, 1], raw (not x1000); lower is better (docs/methods.md#selective-prediction).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
     return _aurc_from_ranked(_ranked_correct(conf, correct))
@@ -577,14 +1064,53 @@ def _eaurc_from_top_label(conf: np.ndarray, correct: np.ndarray) -> float:
 
 
 def eaurc(probs: Any, labels: Any) -> float:
-    """Excess AURC: AURC minus the discrete optimum AURC* (all correct predictions ranked first)."""
+    """Excess AURC: AURC minus the discrete optimum AURC* (all correct predictions ranked first).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+
+    Returns
+    -------
+    float
+        E-AURC, >= 0; 0 means confidence ranks every correct prediction first.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+    """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
     return _eaurc_from_top_label(conf, correct)
 
 
 def selective_accuracy(probs: Any, labels: Any, coverage: float) -> float:
-    """Accuracy over the ``max(1, round(coverage * N))`` most confident predictions (ties averaged)."""
+    """Accuracy over the ``max(1, round(coverage * N))`` most confident predictions (ties averaged).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    coverage : float
+        Share of items kept, in (0, 1]; the most confident are kept.
+
+    Returns
+    -------
+    float
+        Accuracy of the retained predictions, in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it, or when
+        ``coverage`` lies outside (0, 1].
+    """
     if not 0.0 < coverage <= 1.0:
         raise FmauditInputError(f"coverage: must lie in (0, 1], got {coverage!r}")
     p, y = validate_probs_labels(probs, labels)
@@ -598,13 +1124,41 @@ def selective_accuracy(probs: Any, labels: Any, coverage: float) -> float:
 # collapse
 # --------------------------------------------------------------------------------------------------
 def degeneracy_share(probs: Any) -> float:
-    """Largest share of items predicted as one class: ``max_k count(pred == k) / N``."""
+    """Largest share of items predicted as one class: ``max_k count(pred == k) / N``.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, rows summing to 1.
+
+    Returns
+    -------
+    float
+        In [1/K, 1]; 1 means every item gets the same argmax class.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows.
+    """
     p = validate_probs(probs)
     return float(np.bincount(p.argmax(axis=1), minlength=p.shape[1]).max() / p.shape[0])
 
 
 def is_collapsed(probs: Any, threshold: float = COLLAPSE_THRESHOLD) -> bool:
-    """True when the degeneracy share exceeds ``threshold`` (PRISM: 0.99)."""
+    """True when the degeneracy share exceeds ``threshold`` (PRISM: 0.99).
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, rows summing to 1.
+    threshold : float, default 0.99
+        Degeneracy share above which the predictions count as collapsed (:data:`COLLAPSE_THRESHOLD`).
+
+    Returns
+    -------
+    bool
+    """
     return degeneracy_share(probs) > threshold
 
 
@@ -614,29 +1168,85 @@ def is_collapsed(probs: Any, threshold: float = COLLAPSE_THRESHOLD) -> bool:
 def binned_metric_columns(n_bins: int) -> dict[str, str]:
     """Result-column name of each binned metric at ``n_bins`` bins (the bin count is part of the name, so a
     table says which ECE it holds): ``{"ece": "ece_top_15_lohi", "adaptive_ece": ..., "classwise_ece": ...,
-    "mce": ...}``."""
+    "mce": ...}``.
+
+    Parameters
+    ----------
+    n_bins : int
+        Number of bins of the binned metrics (a positive integer).
+
+    Returns
+    -------
+    dict of str to str
+        Metric name (``ece``, ``adaptive_ece``, ``classwise_ece``, ``mce``) to its column name.
+    """
     b = _check_n_bins(n_bins)
     return {"ece": f"ece_top_{b}_lohi", "adaptive_ece": f"adaptive_ece_{b}_equalmass",
             "classwise_ece": f"classwise_ece_{b}", "mce": f"mce_{b}"}
 
 
 def ece_column(n_bins: int) -> str:
-    """Column of the top-label ECE at ``n_bins`` equal-width bins, e.g. ``ece_top_15_lohi``."""
+    """Column of the top-label ECE at ``n_bins`` equal-width bins, e.g. ``ece_top_15_lohi``.
+
+    Parameters
+    ----------
+    n_bins : int
+        Number of equal-width bins.
+
+    Returns
+    -------
+    str
+    """
     return binned_metric_columns(n_bins)["ece"]
 
 
 def prism_ece_column(n_bins: int) -> str:
-    """Column of PRISM's fixed-width ECE (:func:`prism_ece`) at ``n_bins`` bins, e.g. ``ece_prism_15_fixed``."""
+    """Column of PRISM's fixed-width ECE (:func:`prism_ece`) at ``n_bins`` bins, e.g. ``ece_prism_15_fixed``.
+
+    Parameters
+    ----------
+    n_bins : int
+        Number of fixed-width bins of PRISM's ECE.
+
+    Returns
+    -------
+    str
+    """
     return f"ece_prism_{_check_n_bins(n_bins)}_fixed"
 
 
 def ece_convention(n_bins: int) -> str:
-    """The ECE convention in words, for the ``ece_convention`` column of every table that depends on it."""
+    """The ECE convention in words, for the ``ece_convention`` column of every table that depends on it.
+
+    Parameters
+    ----------
+    n_bins : int
+        Number of equal-width bins of the ECE the table holds.
+
+    Returns
+    -------
+    str
+        E.g. ``"top-label, 15 equal-width bins, (lo,hi]"``.
+    """
     return f"top-label, {_check_n_bins(n_bins)} equal-width bins, (lo,hi]"
 
 
 def summary_metric_keys(n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -> list[str]:
-    """The keys of :func:`summary_metrics`, in order (with PRISM's ECE last when ``prism_ece``)."""
+    """The keys of :func:`summary_metrics`, in order (with PRISM's ECE last when ``prism_ece``).
+
+    Parameters
+    ----------
+    n_bins : int, default 15
+        Number of bins of the binned metrics (in their column names).
+    prism_ece : bool, default False
+        Whether PRISM's ECE column is included (last).
+
+    Returns
+    -------
+    list of str
+        14 keys (15 with ``prism_ece``): accuracy, macro_f1, balanced_accuracy, auroc_ovr_macro, nll, brier_sum,
+        the four binned columns, aurc, eaurc, degeneracy_share, collapsed.
+    """
     binned = binned_metric_columns(n_bins)
     return [
         "accuracy",
@@ -657,7 +1267,20 @@ def summary_metric_keys(n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -
 
 
 def metric_conventions(n_bins: int = DEFAULT_N_BINS, prism_ece: bool = False) -> dict[str, str]:
-    """The convention behind each :func:`summary_metrics` key, in words, for table captions."""
+    """The convention behind each :func:`summary_metrics` key, in words, for table captions.
+
+    Parameters
+    ----------
+    n_bins : int, default 15
+        Number of bins named in the binned metrics' keys and descriptions.
+    prism_ece : bool, default False
+        Whether PRISM's ECE is described too.
+
+    Returns
+    -------
+    dict of str to str
+        The keys of :func:`summary_metric_keys` to a one-line description of each convention.
+    """
     b = _check_n_bins(n_bins)
     return {
         "accuracy": "share of argmax predictions equal to the label; argmax ties go to the lowest class index",
@@ -694,6 +1317,27 @@ def summary_metrics(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, prism
 
     ECE-type metrics use ``n_bins`` bins with the ``(lo,hi]`` closure; ``prism_ece`` adds PRISM's ECE
     (:func:`prism_ece`) for comparisons with PRISM.
+
+    Parameters
+    ----------
+    probs : array-like of shape (N, K)
+        Predicted probabilities, one row per item summing to 1 (within 1e-4), K >= 2 classes.
+    labels : array-like of shape (N,)
+        True class index of each item, integers in 0..K-1 (bool and integral floats are accepted).
+    n_bins : int, default 15
+        Number of equal-width confidence bins on [0, 1] (a positive integer).
+    prism_ece : bool, default False
+        Also compute PRISM's ECE (:func:`prism_ece`) under :func:`prism_ece_column`.
+
+    Returns
+    -------
+    dict of str to float
+        Keyed and ordered as ``summary_metric_keys(n_bins, prism_ece)``; ``collapsed`` is 0.0 or 1.0.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
     """
     p, y = validate_probs_labels(probs, labels)
     b = _check_n_bins(n_bins)
@@ -738,6 +1382,23 @@ def detection_auroc(scores_id: Any, scores_ood: Any) -> float:
 
     Equals ``roc_auc_score(r_[[0]*n_id + [1]*n_ood], r_[scores_id, scores_ood])``: the Mann-Whitney
     probability that an OOD item scores above an ID item, ties counted 1/2. 0.5 is chance, 1 perfect.
+
+    Parameters
+    ----------
+    scores_id : array-like of shape (n_id,)
+        Novelty scores of the in-distribution items (negatives); finite, at least one.
+    scores_ood : array-like of shape (n_ood,)
+        Novelty scores of the out-of-distribution items (positives); higher means more OOD.
+
+    Returns
+    -------
+    float
+        AUROC in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When either set is empty, not 1-D or holds a non-finite score.
     """
     s_id = _novelty_scores(scores_id, "scores_id")
     s_ood = _novelty_scores(scores_ood, "scores_ood")
@@ -754,6 +1415,25 @@ def fpr_at_tpr(scores_id: Any, scores_ood: Any, tpr: float = 0.95) -> float:
     going from the highest threshold down, whose TPR (share of OOD items flagged) is >= ``tpr``. With
     ``drop_intermediate=True`` scikit-learn may drop that very point (collinear ROC points), which gives a
     larger FPR. OOD positive, higher score = more OOD.
+
+    Parameters
+    ----------
+    scores_id : array-like of shape (n_id,)
+        Novelty scores of the in-distribution items (negatives); finite, at least one.
+    scores_ood : array-like of shape (n_ood,)
+        Novelty scores of the out-of-distribution items (positives); higher means more OOD.
+    tpr : float, default 0.95
+        Share of OOD items that must be flagged, in (0, 1].
+
+    Returns
+    -------
+    float
+        Share of ID items flagged at that threshold, in [0, 1].
+
+    Raises
+    ------
+    FmauditInputError
+        When ``tpr`` lies outside (0, 1], or a score set is empty, not 1-D or holds a non-finite score.
     """
     if not 0.0 < float(tpr) <= 1.0:
         raise FmauditInputError(f"tpr: must lie in (0, 1], got {tpr!r}")
