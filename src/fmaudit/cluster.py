@@ -114,7 +114,17 @@ ESTIMATE_COLUMNS = ("rule", "encoder", "jobs", "submissions", "gpus", "cpus", "m
 
 @dataclass(frozen=True)
 class SectionExtent:
-    """What a cell section's patch count is estimated from: its nuclei and their bounding box in µm."""
+    """What a cell section's patch count is estimated from: its nuclei and their bounding box in µm.
+
+    Parameters
+    ----------
+    cells : int
+        Number of cells (rows of the cell manifest).
+    width_um, height_um : float
+        Width and height of the nuclei's bounding box, in µm.
+    source : str
+        The manifest the extent was read from, or ``"default"`` for :data:`DEFAULT_SECTION`.
+    """
 
     cells: int
     width_um: float
@@ -128,7 +138,25 @@ DEFAULT_SECTION = SectionExtent(400_000, 12_000.0, 12_000.0, "default")
 
 @dataclass(frozen=True)
 class EncoderCost:
-    """An encoder as the cost model sees it (see the module doc); built by :func:`encoder_cost`."""
+    """An encoder as the cost model sees it (see the module doc); built by :func:`encoder_cost`.
+
+    Parameters
+    ----------
+    name : str
+        The registry name of the encoder.
+    params : float
+        Parameters of the image tower (``params_m * 1e6``).
+    input_size : int
+        Side of the square input image, in pixels.
+    tokens : int
+        Tokens per image: ``ceil(input_size / patch_size)**2 + num_prefix_tokens``.
+    width : int
+        Embedding width (``embed_dim``).
+    precision : str
+        Autocast precision on the GPU: ``"float16"``, ``"bfloat16"`` or ``"float32"``.
+    on_gpu : bool
+        Whether the entry runs on a GPU (registry key ``gpu``).
+    """
 
     name: str
     params: float
@@ -140,26 +168,49 @@ class EncoderCost:
 
     @property
     def depth(self) -> float:
+        """Estimated number of transformer blocks, ``params / (12 * width**2)``, at least 1.
+        """
         return max(1.0, self.params / (12.0 * self.width**2))
 
     @property
     def heads(self) -> float:
+        """Estimated attention heads, ``width / 64``, at least 1.
+        """
         return max(1.0, self.width / 64.0)
 
     @property
     def flops_per_image(self) -> float:
+        """Floating-point operations of one forward pass of one image (dense layers plus attention).
+        """
         return 2.0 * self.params * self.tokens + 4.0 * self.depth * self.tokens**2 * self.width
 
     @property
     def weight_mb(self) -> float:
+        """Size of the fp32 weights, in MB.
+        """
         return self.params * 4 / 1e6
 
     @property
     def load_s(self) -> float:
+        """Seconds to start the job and load the fp32 checkpoint.
+        """
         return LOAD_BASE_S + self.params * 4 / LOAD_BYTES_PER_S
 
     def seconds_per_image(self, threads: int, read_s: float) -> float:
-        """The slower of the model and the loader workers, per image."""
+        """The slower of the model and the loader workers, per image.
+
+        Parameters
+        ----------
+        threads : int
+            Threads of the job; on a GPU, ``threads - 1`` of them are loader workers.
+        read_s : float
+            Seconds one worker takes to read and transform one image (:data:`TILE_READ_S`, :data:`PATCH_READ_S`).
+
+        Returns
+        -------
+        float
+            Wall seconds per image.
+        """
         if self.on_gpu:
             model = self.flops_per_image / (GPU_TFLOPS.get(self.precision, GPU_TFLOPS["float32"]) * 1e12)
             workers = max(1, threads - 1)
@@ -169,7 +220,18 @@ class EncoderCost:
         return max(model, read_s / workers)
 
     def gpu_memory_mb(self, batch_size: int) -> float:
-        """Peak GPU memory of a forward pass of ``batch_size`` images (0 for a CPU-only entry)."""
+        """Peak GPU memory of a forward pass of ``batch_size`` images (0 for a CPU-only entry).
+
+        Parameters
+        ----------
+        batch_size : int
+            Images per forward pass.
+
+        Returns
+        -------
+        float
+            GPU memory in MB, including :data:`GPU_CONTEXT_MB` and :data:`MEMORY_MARGIN`.
+        """
         if not self.on_gpu:
             return 0.0
         value = PRECISION_BYTES.get(self.precision, 4)
@@ -180,7 +242,25 @@ class EncoderCost:
 
 def encoder_cost(name: str, spec: Mapping[str, Any]) -> EncoderCost:
     """The cost model's view of a registry entry: ``params_m``, ``preprocessing.input_size``, ``patch_size``,
-    ``num_prefix_tokens``, ``embed_dim``, ``precision`` and ``gpu``."""
+    ``num_prefix_tokens``, ``embed_dim``, ``precision`` and ``gpu``.
+
+    Parameters
+    ----------
+    name : str
+        The encoder's registry name (quoted in errors).
+    spec : Mapping
+        Its registry entry; ``patch_size`` defaults to 16, ``num_prefix_tokens`` to 0, ``precision`` to
+        ``"float32"``, ``gpu`` to False.
+
+    Returns
+    -------
+    EncoderCost
+
+    Raises
+    ------
+    FmauditInputError
+        When the entry has no ``params_m``.
+    """
     if spec.get("params_m") is None:
         raise FmauditInputError(f"encoder {name!r}: the registry entry has no params_m (parameters in millions of "
                                 "its image tower), which the cluster requests are sized from; add it")
@@ -201,7 +281,17 @@ def _parquet(path: PathLike):
 
 
 def manifest_rows(path: PathLike) -> int | None:
-    """Rows of a prepared manifest (parquet metadata, nothing read), or None when it does not exist."""
+    """Rows of a prepared manifest (parquet metadata, nothing read), or None when it does not exist.
+
+    Parameters
+    ----------
+    path : str or Path
+        A prepared manifest (parquet).
+
+    Returns
+    -------
+    int or None
+    """
     if not Path(path).is_file():
         return None
     return int(_parquet(path).metadata.num_rows)
@@ -226,7 +316,22 @@ def _column_range(pf, column: str) -> tuple[float, float] | None:
 def section_extent(path: PathLike) -> SectionExtent | None:
     """A prepared cell manifest's cells and the µm bounding box of their nuclei (``he_x``, ``he_y`` in slide
     pixels of ``mpp`` µm), from the parquet metadata; the columns are read only where a file has no statistics.
-    None when the manifest does not exist."""
+    None when the manifest does not exist.
+
+    Parameters
+    ----------
+    path : str or Path
+        A prepared cell manifest (parquet with columns ``he_x``, ``he_y``, ``mpp``).
+
+    Returns
+    -------
+    SectionExtent or None
+
+    Raises
+    ------
+    FmauditInputError
+        When the manifest lacks one of those columns.
+    """
     if not Path(path).is_file():
         return None
     pf = _parquet(path)
@@ -242,7 +347,22 @@ def section_extent(path: PathLike) -> SectionExtent | None:
 
 
 def section_patches(extent: SectionExtent, magnification: float, input_size: int) -> int:
-    """Patches of a section an encoder of ``input_size`` embeds at ``magnification`` (see the module doc)."""
+    """Patches of a section an encoder of ``input_size`` embeds at ``magnification`` (see the module doc).
+
+    Parameters
+    ----------
+    extent : SectionExtent
+        The section's cells and bounding box.
+    magnification : float
+        Magnification of the patches (a patch covers ``input_size * 10 / magnification`` µm).
+    input_size : int
+        The encoder's input side in pixels.
+
+    Returns
+    -------
+    int
+        ``min(cells, ceil(W / side) * ceil(H / side))`` with ``side = input_size * 10 / magnification`` µm.
+    """
     side = input_size * 10.0 / float(magnification)
     grid = math.ceil(max(extent.width_um, side) / side) * math.ceil(max(extent.height_um, side) / side)
     return int(min(extent.cells, grid))
@@ -252,17 +372,28 @@ def section_patches(extent: SectionExtent, magnification: float, input_size: int
 
 @dataclass(frozen=True)
 class Measured:
-    """Benchmark rows of one rule and encoder: per job, its wall seconds, peak MB and wildcards-path."""
+    """Benchmark rows of one rule and encoder: per job, its wall seconds, peak MB and wildcards-path.
+
+    Parameters
+    ----------
+    jobs : tuple of (str, float, float)
+        One entry per benchmark file: its path relative to ``benchmarks/<rule>/<encoder>`` without ``.tsv`` (the
+        job's wildcards), wall seconds and peak resident memory in MB (NaN when not sampled).
+    """
 
     jobs: tuple[tuple[str, float, float], ...]  # (path relative to the rule's encoder folder, s, max_rss MB)
 
     @property
     def peak_mb(self) -> float | None:
+        """Largest peak resident memory in MB over the jobs, or None when none was sampled.
+        """
         values = [m for _, _, m in self.jobs if np.isfinite(m)]
         return max(values) if values else None
 
     @property
     def max_s(self) -> float | None:
+        """Longest wall time in seconds over the jobs, or None when none was sampled.
+        """
         values = [s for _, s, _ in self.jobs if np.isfinite(s)]
         return max(values) if values else None
 
@@ -270,7 +401,18 @@ class Measured:
 def read_benchmarks(folder: PathLike) -> Measured | None:
     """Every benchmark file under ``folder`` (``benchmarks/<rule>/<encoder>``): its wall time (``s``, summed
     over repeats) and peak resident memory (``max_rss``, MB, the largest); None when there is none. A value
-    Snakemake could not sample (``NA``: a job too short) is NaN and ignored."""
+    Snakemake could not sample (``NA``: a job too short) is NaN and ignored.
+
+    Parameters
+    ----------
+    folder : str or Path
+        ``results/<study>/benchmarks/<rule>/<encoder>``; read recursively for ``*.tsv`` files with columns
+        ``s`` and ``max_rss`` (unreadable or other files are skipped).
+
+    Returns
+    -------
+    Measured or None
+    """
     root = Path(folder)
     if not root.is_dir():
         return None
@@ -293,7 +435,15 @@ def read_benchmarks(folder: PathLike) -> Measured | None:
 
 @dataclass(frozen=True)
 class GpuClass:
-    """GPUs of ``memory_gb`` and the Slurm constraint that asks for them ('' for none: any GPU)."""
+    """GPUs of ``memory_gb`` and the Slurm constraint that asks for them ('' for none: any GPU).
+
+    Parameters
+    ----------
+    memory_gb : float
+        Memory of one GPU of the class, in GB (> 0).
+    constraint : str
+        The Slurm ``--constraint`` that selects it; ``""`` for any GPU.
+    """
 
     memory_gb: float
     constraint: str
@@ -301,7 +451,23 @@ class GpuClass:
 
 def parse_gpu_classes(text: str | None) -> tuple[GpuClass, ...]:
     """``"24:,48:gpu48g,80:a100_80g|h100"`` (GPU memory in GB: constraint, comma-separated) -> classes by
-    memory. An empty text means no classes (no constraint is ever set)."""
+    memory. An empty text means no classes (no constraint is ever set).
+
+    Parameters
+    ----------
+    text : str or None
+        The profile's ``gpu_classes`` resource.
+
+    Returns
+    -------
+    tuple of GpuClass
+        Sorted by ascending memory; empty for an empty text.
+
+    Raises
+    ------
+    FmauditInputError
+        When an item is not ``<GB>:<constraint>`` with a positive number and a constraint of Slurm's characters.
+    """
     if not text or not str(text).strip():
         return ()
     classes = []
@@ -323,7 +489,19 @@ def parse_gpu_classes(text: str | None) -> tuple[GpuClass, ...]:
 
 def gpu_class(gpu_memory_mb: float, classes: Sequence[GpuClass]) -> GpuClass | None:
     """The smallest class whose memory holds ``gpu_memory_mb``; the largest when none does; None without
-    classes or for a job that needs no GPU."""
+    classes or for a job that needs no GPU.
+
+    Parameters
+    ----------
+    gpu_memory_mb : float
+        A job's estimated GPU memory in MB (0 for a CPU job).
+    classes : sequence of GpuClass
+        The site's classes, sorted by memory (as :func:`parse_gpu_classes` returns them).
+
+    Returns
+    -------
+    GpuClass or None
+    """
     if not classes or gpu_memory_mb <= 0:
         return None
     for c in classes:
@@ -336,7 +514,24 @@ def gpu_class(gpu_memory_mb: float, classes: Sequence[GpuClass]) -> GpuClass | N
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What one job asks for at attempt 1 (memory and wall time grow with the attempt: :meth:`at`)."""
+    """What one job asks for at attempt 1 (memory and wall time grow with the attempt: :meth:`at`).
+
+    Parameters
+    ----------
+    mem_mb : int
+        Host memory in MB.
+    runtime_min : int
+        Wall time in minutes.
+    gpus : int
+        GPUs (0 or 1).
+    gpu_mem_mb : int, default 0
+        Estimated GPU memory in MB (picks the GPU class).
+    basis : str, default "model"
+        Where the numbers come from: ``"model"`` (the cost model), ``"measured"`` (an earlier run's benchmarks)
+        or ``"default"`` (stated defaults: no manifest or no measurements yet).
+    items : int, default 0
+        Images the job embeds (tiles or patches); 0 for a shard job.
+    """
 
     mem_mb: int
     runtime_min: int
@@ -346,7 +541,18 @@ class JobRequest:
     items: int = 0
 
     def at(self, attempt: int) -> tuple[int, int]:
-        """(mem_mb, runtime_min) at ``attempt``."""
+        """(mem_mb, runtime_min) at ``attempt``.
+
+        Parameters
+        ----------
+        attempt : int
+            Snakemake's attempt number, from 1.
+
+        Returns
+        -------
+        tuple of (int, int)
+            Memory in MB and wall minutes, both multiplied by ``attempt``.
+        """
         return self.mem_mb * int(attempt), self.runtime_min * int(attempt)
 
 
@@ -361,7 +567,19 @@ def _mb(value: float) -> int:
 
 def submissions(jobs: int, per_submission: int) -> int:
     """Cluster submissions of ``jobs`` jobs of one group, ``per_submission`` to a submission
-    (``--group-components``; Snakemake chunks a group's connected components in that size)."""
+    (``--group-components``; Snakemake chunks a group's connected components in that size).
+
+    Parameters
+    ----------
+    jobs : int
+        Jobs of the group.
+    per_submission : int
+        Jobs per submission (values below 1 count as 1).
+
+    Returns
+    -------
+    int
+    """
     return int(math.ceil(jobs / max(1, int(per_submission)))) if jobs else 0
 
 
@@ -371,7 +589,18 @@ SHARD_DEFAULTS = {"probe_shard": (4000, 60), "ood_shard": (4000, 60), "ood_split
 #: Requests of the data-preparation rules that run on the cluster (memory MB, wall minutes, per attempt).
 FIXED_REQUESTS = {"prepare_manifest": (4000, 60), "derive_manifest": (2000, 30), "prepare_cell_section": (8000, 60)}
 def scratch_request(gpu: bool) -> JobRequest:
-    """The scratch reference's request (a ResNet-18 trained from scratch; on a GPU where the config says so)."""
+    """The scratch reference's request (a ResNet-18 trained from scratch; on a GPU where the config says so).
+
+    Parameters
+    ----------
+    gpu : bool
+        Whether the prior-shift part's ``scratch_reference.gpu`` puts the training on a GPU.
+
+    Returns
+    -------
+    JobRequest
+        32 GB, 4 h and one GPU on a GPU; 4 GB and 1 h on the CPU (basis ``"default"``).
+    """
     return JobRequest(32000, 240, 1, 0, "default") if gpu else JobRequest(4000, 60, 0, 0, "default")
 
 
@@ -386,9 +615,18 @@ GROUP_PATTERNS = {rule: f"{rule}_{{encoder}}" for rule in ("embed", "cell_featur
 class RequestPlanner:
     """Requests of a study's jobs, cached per encoder and item source (the dry run evaluates thousands).
 
-    ``encoders``: registry entries by name (as the config sees them); ``benchmarks``: the study's benchmark
-    folder (``results/<study>/benchmarks``) whose earlier measurements calibrate the requests; ``batch_size``:
-    the GPU rules' batch; ``gpu_classes``: the site's GPU classes (:func:`parse_gpu_classes`)."""
+    Parameters
+    ----------
+    encoders : Mapping of str to Mapping
+        Registry entries by encoder name, as the config sees them.
+    benchmarks : str or Path, optional
+        The study's benchmark folder (``results/<study>/benchmarks``), whose earlier measurements calibrate the
+        requests; None uses the cost model alone.
+    batch_size : int, default 64
+        The GPU rules' batch size (sets the GPU memory estimate).
+    gpu_classes : tuple of GpuClass, default ()
+        The site's GPU classes (:func:`parse_gpu_classes`).
+    """
 
     encoders: Mapping[str, Mapping[str, Any]]
     benchmarks: PathLike | None = None
@@ -403,11 +641,35 @@ class RequestPlanner:
     # -- inputs, cached
 
     def cost(self, encoder: str) -> EncoderCost:
+        """The cost model of ``encoder`` (:func:`encoder_cost`), cached.
+
+        Parameters
+        ----------
+        encoder : str
+            A name in ``encoders``.
+
+        Returns
+        -------
+        EncoderCost
+        """
         if encoder not in self._costs:
             self._costs[encoder] = encoder_cost(encoder, self.encoders[encoder])
         return self._costs[encoder]
 
     def measured(self, rule: str, encoder: str) -> Measured | None:
+        """Benchmarks of an earlier run of ``rule`` for ``encoder`` (:func:`read_benchmarks`), cached.
+
+        Parameters
+        ----------
+        rule : str
+            The Snakemake rule, e.g. ``"embed"``.
+        encoder : str
+            The encoder's name.
+
+        Returns
+        -------
+        Measured or None
+        """
         key = (rule, encoder)
         if key not in self._measured:
             self._measured[key] = (read_benchmarks(Path(self.benchmarks) / rule / encoder)
@@ -415,6 +677,17 @@ class RequestPlanner:
         return self._measured[key]
 
     def extent(self, manifest: PathLike) -> SectionExtent:
+        """A cell section's extent (:func:`section_extent`), :data:`DEFAULT_SECTION` before it is prepared.
+
+        Parameters
+        ----------
+        manifest : str or Path
+            The section's cell manifest.
+
+        Returns
+        -------
+        SectionExtent
+        """
         key = str(manifest)
         if key not in self._extents:
             self._extents[key] = section_extent(manifest) or DEFAULT_SECTION
@@ -422,7 +695,20 @@ class RequestPlanner:
 
     def rows(self, manifest: PathLike, fallback: PathLike | None = None) -> tuple[int, str]:
         """(items, where from) of a tile manifest: its rows; else ``fallback``'s (a derived copy's source
-        data set, an upper bound); else :data:`DEFAULT_TILES`."""
+        data set, an upper bound); else :data:`DEFAULT_TILES`.
+
+        Parameters
+        ----------
+        manifest : str or Path
+            The data set's prepared manifest.
+        fallback : str or Path, optional
+            The source data set's manifest of a derived copy.
+
+        Returns
+        -------
+        tuple of (int, str)
+            The item count and ``"manifest"`` or ``"default"``.
+        """
         key = (str(manifest), str(fallback))
         if key not in self._rows:
             n = manifest_rows(manifest)
@@ -465,7 +751,25 @@ class RequestPlanner:
                       threads: int) -> JobRequest:
         """One (encoder, section) feature job over ``magnifications``; ``manifest``: the section's cell manifest.
         Measured jobs of the rule are ``<key>/<section>`` benchmark files; their sections' manifests lie beside
-        ``manifest``."""
+        ``manifest``.
+
+        Parameters
+        ----------
+        encoder : str
+            The encoder's name.
+        manifest : str or Path
+            The section's cell manifest (``cells/sections/<section>.parquet``).
+        magnifications : sequence of float
+            The magnifications the job embeds; the patches of each add up.
+        threads : int
+            The job's threads.
+
+        Returns
+        -------
+        JobRequest
+            Memory, wall time, GPUs and GPU memory at attempt 1, with its ``basis`` (``"model"``, ``"measured"``, or
+            ``"default"`` when the manifest is not prepared yet) and ``items``.
+        """
         key = ("cell_features", encoder, str(manifest), tuple(magnifications), int(threads))
         if key not in self._requests:
             cost = self.cost(encoder)
@@ -492,7 +796,27 @@ class RequestPlanner:
               readout_width: int | None = None) -> JobRequest:
         """One (encoder, data set) embedding job; ``manifest``: the data set's manifest (``fallback``: the
         source data set's, for a derived copy not prepared yet). Measured jobs are ``<key>/<dataset>`` files;
-        their manifests lie beside ``manifest``."""
+        their manifests lie beside ``manifest``.
+
+        Parameters
+        ----------
+        encoder : str
+            The encoder's name.
+        manifest : str or Path
+            The data set's manifest (``manifests/<dataset>.parquet``).
+        threads : int
+            The job's threads.
+        fallback : str or Path, optional
+            The source data set's manifest, for a derived copy not prepared yet.
+        readout_width : int, optional
+            Total width of the readouts written per item; default three times ``embed_dim`` (cls, mean, a fusion).
+
+        Returns
+        -------
+        JobRequest
+            Memory, wall time, GPUs and GPU memory at attempt 1, with its ``basis`` (``"model"``, ``"measured"``, or
+            ``"default"`` when the manifest is not prepared yet) and ``items``.
+        """
         key = ("embed", encoder, str(manifest), str(fallback), int(threads))
         if key not in self._requests:
             cost = self.cost(encoder)
@@ -516,7 +840,22 @@ class RequestPlanner:
 
     def shard(self, rule: str, encoder: str, default: tuple[int, int] | None = None) -> JobRequest:
         """A CPU shard job of ``rule`` for ``encoder``: the rule's default (memory MB, wall minutes), or the
-        largest measured peak and wall time of the rule's earlier jobs for this encoder plus the margin."""
+        largest measured peak and wall time of the rule's earlier jobs for this encoder plus the margin.
+
+        Parameters
+        ----------
+        rule : str
+            The shard rule, e.g. ``"probe_shard"``.
+        encoder : str
+            The encoder's name; ``""`` for no encoder (then nothing is measured).
+        default : tuple of (int, int), optional
+            (memory MB, wall minutes) without measurements; default :data:`SHARD_DEFAULTS`, else (4000, 60).
+
+        Returns
+        -------
+        JobRequest
+            No GPU; basis ``"measured"`` or ``"default"``.
+        """
         key = (rule, encoder)
         if key not in self._requests:
             mem, minutes = default or SHARD_DEFAULTS.get(rule, (4000, 60))
@@ -531,7 +870,17 @@ class RequestPlanner:
 
     def gpu_constraint(self, encoder: str) -> str | None:
         """The Slurm constraint of the encoder's GPU class (None: no classes, a CPU-only entry, or a class that
-        takes any GPU)."""
+        takes any GPU).
+
+        Parameters
+        ----------
+        encoder : str
+            The encoder's name.
+
+        Returns
+        -------
+        str or None
+        """
         cost = self.cost(encoder)
         chosen = gpu_class(cost.gpu_memory_mb(self.batch_size), self.gpu_classes) if cost.on_gpu else None
         return chosen.constraint or None if chosen is not None else None
@@ -546,7 +895,24 @@ def estimate_table(jobs: Iterable[Mapping[str, Any]], components: Mapping[str, i
     each group pattern's groups (the profile's ``--group-components``, by the rule's group pattern). A group's
     jobs run one after another on the node (the Slurm plugin runs a group with one job at a time), so a
     submission asks for the sum of its jobs' wall times and the largest of their memory, CPUs and GPUs; its
-    GPU- and CPU-hours are those times its GPUs and CPUs."""
+    GPU- and CPU-hours are those times its GPUs and CPUs.
+
+    Parameters
+    ----------
+    jobs : iterable of Mapping
+        As described above (also ``pattern``, the group pattern, as :func:`planned_requests` gives it).
+    components : Mapping of str to int
+        Jobs per submission by group pattern.
+    gpu_classes : sequence of GpuClass, default ()
+        The site's GPU classes, for the ``gpu_class`` column.
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`ESTIMATE_COLUMNS`: one row per (rule, encoder), then one per rule with encoder
+        ``"all encoders"``, then a ``rule="all"``, ``encoder="total (plan)"`` row. Memory in MB, run times in
+        minutes, ``gpu_hours``/``cpu_hours`` in hours, ``basis`` the comma-joined bases.
+    """
     frame = pd.DataFrame(list(jobs))
     if frame.empty:
         return pd.DataFrame(columns=list(ESTIMATE_COLUMNS))
@@ -598,7 +964,21 @@ def _total_row(sub: pd.DataFrame, rule: str, encoder: str) -> dict[str, Any]:
 class ClusterSettings:
     """What of a Snakemake profile decides the requests: jobs per submission of each group pattern
     (``group-components``), threads per rule (``set-threads``), numeric per-rule overrides (``set-resources``)
-    and the site's GPU classes (``default-resources: gpu_classes``). Read by :func:`fmaudit.profiles.read_profile`."""
+    and the site's GPU classes (``default-resources: gpu_classes``). Read by :func:`fmaudit.profiles.read_profile`.
+
+    Parameters
+    ----------
+    group_components : Mapping of str to int
+        Jobs per submission by group pattern (:data:`GROUP_PATTERNS`).
+    threads : Mapping of str to int
+        Threads by rule.
+    overrides : Mapping of str to Mapping of str to float
+        Per-rule resources (``mem_mb``, ``runtime`` in minutes, ``gpu``) that replace the planned ones.
+    gpu_classes : tuple of GpuClass
+        The site's GPU classes.
+    source : str, default "no profile"
+        Where the settings were read (the profile's path), for the estimate's caption.
+    """
 
     group_components: Mapping[str, int] = field(default_factory=dict)
     threads: Mapping[str, int] = field(default_factory=dict)
@@ -630,7 +1010,27 @@ def planned_requests(config: Mapping[str, Any], encoders: Mapping[str, Mapping[s
     at attempt 1: ``rule``, ``encoder`` ('' for a job of no encoder), ``job`` (its wildcards), ``group`` (its
     group id, '' when not grouped), ``pattern`` (the group pattern), ``threads`` and ``request``. The same
     planner and the same job lists as the rules (rules/*_helpers.smk), read from ``results`` (the study's folder:
-    its manifests and benchmark files)."""
+    its manifests and benchmark files).
+
+    Parameters
+    ----------
+    config : Mapping
+        The checked study config.
+    encoders : Mapping of str to Mapping
+        Registry entries of the config's encoders.
+    datasets : Mapping of str to Mapping
+        Registry entries of the config's data sets.
+    settings : ClusterSettings
+        The profile's groups, threads, overrides and GPU classes.
+    results : str or Path
+        The study's results folder.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``rule``, ``encoder``, ``job``, ``group``, ``pattern``, ``threads`` and ``request`` (a
+        :class:`JobRequest` with the profile's overrides applied).
+    """
     results = Path(results)
     planner = RequestPlanner(encoders, benchmarks=results / "benchmarks", gpu_classes=settings.gpu_classes)
     rows: list[dict[str, Any]] = []
@@ -702,6 +1102,25 @@ def planned_requests(config: Mapping[str, Any], encoders: Mapping[str, Mapping[s
 def estimate(config: Mapping[str, Any], encoders: Mapping[str, Mapping[str, Any]],
              datasets: Mapping[str, Mapping[str, Any]], settings: ClusterSettings, results: PathLike) -> pd.DataFrame:
     """What ``config``'s plan asks of the cluster with a profile's ``settings`` (:func:`estimate_table` of
-    :func:`planned_requests`): submissions, GPU- and CPU-hours, per rule and encoder, per rule, in total."""
+    :func:`planned_requests`): submissions, GPU- and CPU-hours, per rule and encoder, per rule, in total.
+
+    Parameters
+    ----------
+    config : Mapping
+        The checked study config.
+    encoders : Mapping of str to Mapping
+        Registry entries of the config's encoders.
+    datasets : Mapping of str to Mapping
+        Registry entries of the config's data sets.
+    settings : ClusterSettings
+        The profile's groups, threads, overrides and GPU classes.
+    results : str or Path
+        The study's results folder (manifests and benchmark files).
+
+    Returns
+    -------
+    DataFrame
+        As :func:`estimate_table`.
+    """
     return estimate_table(planned_requests(config, encoders, datasets, settings, results).to_dict("records"),
                           settings.group_components, settings.gpu_classes)
