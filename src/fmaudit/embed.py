@@ -506,7 +506,7 @@ def embed_manifest(
         DataLoader worker processes that read and transform the images.
     device : str or torch.device, default "auto"
         ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (an unavailable CUDA falls back to the CPU
-        (:func:`fmaudit.devices.resolve_device`).
+        with a warning; :func:`fmaudit.devices.resolve_device`).
     chunk_size : int, default 256
         Manifest rows per resumable chunk (>= 1); part of the chunk layout an earlier run's chunks are matched on.
     weights_path : str or Path, optional
