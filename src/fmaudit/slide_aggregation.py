@@ -85,6 +85,27 @@ def make_bags(slides: Any, labels: Any = None) -> tuple[np.ndarray, list[np.ndar
     """(sorted slide ids, tile indices of each slide, label of each slide or None).
 
     With ``labels``, every tile of a slide must carry the slide's label (raises naming the slide).
+
+    Parameters
+    ----------
+    slides : array-like of shape (n_tiles,)
+        Slide id of each tile (no missing ids).
+    labels : array-like of shape (n_tiles,), optional
+        Label of each tile.
+
+    Returns
+    -------
+    ids : ndarray of shape (n_slides,)
+        The distinct slide ids, sorted.
+    index : list of ndarray of int
+        For each slide, the positions of its tiles, in input order.
+    bag_labels : ndarray of shape (n_slides,) or None
+        Each slide's label; None without ``labels``.
+
+    Raises
+    ------
+    FmauditInputError
+        On an empty or missing slide id, labels of another shape, or a slide whose tiles disagree.
     """
     s = np.asarray(slides)
     if s.ndim != 1 or s.size == 0:
@@ -110,20 +131,67 @@ def make_bags(slides: Any, labels: Any = None) -> tuple[np.ndarray, list[np.ndar
 
 
 def majority_vote(predictions: Any, index: Sequence[np.ndarray], n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per slide: the most frequent tile prediction (ties to the lowest class) and its share of the tiles."""
+    """Per slide: the most frequent tile prediction (ties to the lowest class) and its share of the tiles.
+
+    Parameters
+    ----------
+    predictions : array-like of int, shape (n_tiles,)
+        Predicted class of each tile.
+    index : sequence of ndarray of int
+        Tile positions of each slide (:func:`make_bags`).
+    n_classes : int
+        K.
+
+    Returns
+    -------
+    prediction : ndarray of int64, shape (n_slides,)
+    confidence : ndarray of float64, shape (n_slides,)
+        Share of the slide's tiles voting for the winner, in (0, 1].
+    """
     pred = np.asarray(predictions, dtype=np.int64)
     counts = np.stack([np.bincount(pred[i], minlength=n_classes) for i in index])
     return counts.argmax(axis=1), counts.max(axis=1) / counts.sum(axis=1)
 
 
 def mean_probability(probs: Any, index: Sequence[np.ndarray]) -> np.ndarray:
-    """(n_slides, K) mean of the tile probability vectors of each slide."""
+    """(n_slides, K) mean of the tile probability vectors of each slide.
+
+    Parameters
+    ----------
+    probs : array-like of shape (n_tiles, K)
+        Tile probability vectors.
+    index : sequence of ndarray of int
+        Tile positions of each slide.
+
+    Returns
+    -------
+    ndarray of float64, shape (n_slides, K)
+    """
     p = np.asarray(probs, dtype=np.float64)
     return np.stack([p[i].mean(axis=0) for i in index])
 
 
 def pool_bags(X: np.ndarray, index: Sequence[np.ndarray], how: str) -> np.ndarray:
-    """One vector per slide: the mean or the element-wise maximum of its tile embeddings."""
+    """One vector per slide: the mean or the element-wise maximum of its tile embeddings.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_tiles, D)
+        Tile embeddings.
+    index : sequence of ndarray of int
+        Tile positions of each slide.
+    how : {"mean", "max"}
+        The pooling.
+
+    Returns
+    -------
+    ndarray of shape (n_slides, D)
+
+    Raises
+    ------
+    FmauditInputError
+        For another ``how``.
+    """
     if how == "mean":
         return np.stack([X[i].mean(axis=0) for i in index])
     if how == "max":
@@ -133,7 +201,24 @@ def pool_bags(X: np.ndarray, index: Sequence[np.ndarray], how: str) -> np.ndarra
 
 def coarsen_to_slide(labels: Any, slides: Any) -> np.ndarray:
     """Each tile relabelled with the most severe (largest) label among the tiles of its slide (the audit paper's
-    SICAPv2 slide labels; pass every tile of the slide, training and test together)."""
+    SICAPv2 slide labels; pass every tile of the slide, training and test together).
+
+    Parameters
+    ----------
+    labels : array-like of int, shape (n_tiles,)
+        Region-level grade of each tile.
+    slides : array-like of shape (n_tiles,)
+        Slide id of each tile.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_tiles,)
+
+    Raises
+    ------
+    FmauditInputError
+        When the two are not 1-D of the same length.
+    """
     y = np.asarray(labels)
     s = np.asarray(slides)
     if y.shape != s.shape or y.ndim != 1:
@@ -164,7 +249,19 @@ def _one_torch_thread_on_cpu(device: str) -> Iterator[None]:
 
 
 class GatedAttentionPooling(nn.Module):
-    """Gated attention pooling over the tiles of one bag (Ilse et al. 2018), then a linear head."""
+    """Gated attention pooling over the tiles of one bag (Ilse et al. 2018), then a linear head.
+
+    Parameters
+    ----------
+    dim : int
+        Width D of the tile embeddings.
+    n_classes : int
+        K, outputs of the head.
+    embed_dim : int
+        Width of the tile projection (Linear + ReLU).
+    attention_dim : int
+        Width of the gated attention's hidden layer.
+    """
 
     def __init__(self, dim: int, n_classes: int, embed_dim: int, attention_dim: int):
         super().__init__()
@@ -175,6 +272,17 @@ class GatedAttentionPooling(nn.Module):
         self.head = nn.Linear(embed_dim, n_classes)
 
     def forward(self, bag: torch.Tensor) -> torch.Tensor:  # bag: (n_tiles, dim) -> (1, n_classes)
+        """Logits of one bag.
+
+        Parameters
+        ----------
+        bag : Tensor of shape (n_tiles, dim)
+            The bag's standardised tile embeddings.
+
+        Returns
+        -------
+        Tensor of shape (1, n_classes)
+        """
         h = self.embed(bag)
         gate = torch.tanh(self.attention_v(h)) * torch.sigmoid(self.attention_u(h))
         weights = torch.softmax(self.attention_w(gate), dim=0)
@@ -183,7 +291,23 @@ class GatedAttentionPooling(nn.Module):
 
 class ClassTokenTransformer(nn.Module):
     """A linear tile projection, a learned class token (zero-initialised), one transformer encoder layer over
-    the class token and the tiles, and a linear head on the class token (the audit paper's ``TransformerMIL``)."""
+    the class token and the tiles, and a linear head on the class token (the audit paper's ``TransformerMIL``).
+
+    Parameters
+    ----------
+    dim : int
+        Width D of the tile embeddings.
+    n_classes : int
+        K, outputs of the head.
+    embed_dim : int
+        Model width (a multiple of ``n_heads``).
+    n_heads : int
+        Attention heads of the encoder layer.
+    feedforward_dim : int
+        Hidden width of the layer's feed-forward block.
+    dropout : float
+        Dropout inside the encoder layer.
+    """
 
     def __init__(self, dim: int, n_classes: int, embed_dim: int, n_heads: int, feedforward_dim: int, dropout: float):
         super().__init__()
@@ -194,6 +318,17 @@ class ClassTokenTransformer(nn.Module):
         self.head = nn.Linear(embed_dim, n_classes)
 
     def forward(self, bag: torch.Tensor) -> torch.Tensor:  # bag: (n_tiles, dim) -> (1, n_classes)
+        """Logits of one bag, read from the class token.
+
+        Parameters
+        ----------
+        bag : Tensor of shape (n_tiles, dim)
+            The bag's standardised tile embeddings.
+
+        Returns
+        -------
+        Tensor of shape (1, n_classes)
+        """
         tokens = torch.cat([self.class_token, self.embed(bag).unsqueeze(0)], dim=1)
         return self.head(self.encoder(tokens)[:, 0])
 
@@ -271,9 +406,25 @@ class _BagClassifier:
 class AttentionMILClassifier(_BagClassifier):
     """Gated attention MIL (Ilse et al. 2018) on bags of frozen tile embeddings (the audit paper's ``abmil``).
 
-    Parameters: ``embed_dim`` (tile projection, ReLU), ``attention_dim``, ``epochs``, ``lr``, ``weight_decay``
-    (Adam), ``random_state``, ``device`` ("cpu" as the audit paper; "auto": CUDA when available). Fitted: see
-    :class:`_BagClassifier`.
+    ``fit(X, bag_index, bag_labels, n_classes)`` and ``predict_proba(X, bag_index)`` take the tiles of all bags
+    and the tile positions of each bag (:func:`make_bags`). Fitted attributes: see :class:`_BagClassifier`.
+
+    Parameters
+    ----------
+    embed_dim : int, default 256
+        Width of the tile projection (Linear + ReLU).
+    attention_dim : int, default 128
+        Width of the gated attention's hidden layer.
+    epochs : int, default 30
+        Passes over the training bags, one bag per optimiser step.
+    lr : float, default 1e-4
+        Adam's learning rate.
+    weight_decay : float, default 1e-4
+        Adam's weight decay.
+    random_state : int, default 0
+        Seed of the weights and of the bag order.
+    device : str, default "cpu"
+        ``"cpu"`` as the audit paper, ``"cuda"``, or ``"auto"`` (CUDA when available).
     """
 
     def __init__(self, embed_dim: int = 256, attention_dim: int = 128, epochs: int = 30, lr: float = 1e-4,
@@ -293,9 +444,28 @@ class AttentionMILClassifier(_BagClassifier):
 class TransformerMILClassifier(_BagClassifier):
     """One transformer encoder layer over a slide's tiles and a class token (the audit paper's ``transformer``).
 
-    Parameters: ``embed_dim`` (tile projection, 256), ``n_heads`` (4), ``feedforward_dim`` (512), ``dropout``
-    (0.1, inside the layer; off at prediction), ``epochs``, ``lr``, ``weight_decay`` (Adam), ``random_state``,
-    ``device`` ("cpu" as the audit paper). Fitted: see :class:`_BagClassifier`.
+    Used as :class:`AttentionMILClassifier`. Fitted attributes: see :class:`_BagClassifier`.
+
+    Parameters
+    ----------
+    embed_dim : int, default 256
+        Model width; a multiple of ``n_heads``.
+    n_heads : int, default 4
+        Attention heads.
+    feedforward_dim : int, default 512
+        Hidden width of the feed-forward block.
+    dropout : float, default 0.1
+        Dropout inside the layer (off at prediction).
+    epochs : int, default 30
+        Passes over the training bags, one bag per optimiser step.
+    lr : float, default 1e-4
+        Adam's learning rate.
+    weight_decay : float, default 1e-4
+        Adam's weight decay.
+    random_state : int, default 0
+        Seed of the weights, dropout and bag order.
+    device : str, default "cpu"
+        ``"cpu"`` as the audit paper, ``"cuda"``, or ``"auto"``.
     """
 
     def __init__(self, embed_dim: int = 256, n_heads: int = 4, feedforward_dim: int = 512, dropout: float = 0.1,
@@ -329,7 +499,28 @@ _NEURAL_CLASSES = {"attention_mil": AttentionMILClassifier, "transformer_mil": T
 class ArmPredictions:
     """One arm's predictions on the test side of one split: ``key`` names the arm (aggregator, or arm and
     evaluation, and level), ``groups`` / ``unit`` what its bootstrap resamples, ``extra`` constant columns
-    (slide counts, the probe's C ...)."""
+    (slide counts, the probe's C ...).
+
+    Parameters
+    ----------
+    key : dict
+        The arm's identifying columns, e.g. ``{"aggregator": ..., "paper_name": ..., "level": ...}`` or
+        ``{"arm": ..., "evaluation": ..., "level": ...}``.
+    labels : ndarray of int, shape (n,)
+        True class of each evaluated unit (tile or slide).
+    predictions : ndarray of int, shape (n,)
+        Predicted class of each unit.
+    confidence : ndarray of float, shape (n,)
+        Confidence of each prediction, in [0, 1].
+    groups : ndarray of shape (n,) or None
+        Bootstrap cluster of each unit (slide or patient); None resamples the units themselves.
+    unit : str
+        What the bootstrap resamples, for the ``ci_unit`` column (``"slide"``, ``"patient"``).
+    n_classes : int
+        K.
+    extra : dict
+        Constant columns added to the arm's row.
+    """
 
     key: dict[str, Any]
     labels: np.ndarray
@@ -365,7 +556,49 @@ def slide_aggregation_predictions(X_train: Any, y_train: Any, slides_train: Any,
                                   neural_params: Mapping[str, Mapping[str, Any]] | None = None,
                                   random_state: int = 0) -> list[ArmPredictions]:
     """The ``tile_level`` row (the tile probe on the test tiles, resampled by slide) and one entry per
-    aggregator, on one split; see :func:`slide_aggregation`."""
+    aggregator, on one split; see :func:`slide_aggregation`.
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train_tiles, D)
+        Frozen tile embeddings of the training slides.
+    y_train : array-like of shape (n_train_tiles,)
+        Class index of each training tile (its slide's label: every tile of a slide carries it).
+    slides_train : array-like of shape (n_train_tiles,)
+        Slide id of each training tile.
+    X_test : array-like of shape (n_test_tiles, D)
+        Tile embeddings of the test slides.
+    y_test : array-like of shape (n_test_tiles,)
+        Class index of each test tile (its slide's label).
+    slides_test : array-like of shape (n_test_tiles,)
+        Slide id of each test tile; no slide may be on both sides.
+    n_classes : int
+        K, the number of classes (keyword-only).
+    groups_train : array-like of shape (n_train_tiles,), optional
+        Group (patient) of each training tile for the probe's group-disjoint CV folds; default the slides.
+    slide_groups_test : array-like of shape (n_test_tiles,), optional
+        Patient of each test tile; the slide-level bootstrap then resamples patients instead of slides.
+    probe_C : float, optional
+        Inverse L2 strength of every logistic probe; None selects C by group-disjoint cross-validation
+        (:class:`fmaudit.probes.LogisticCVProbe`).
+    aggregators : sequence of str, default AGGREGATORS
+        Which of :data:`AGGREGATORS` to run.
+    neural_params : Mapping, optional
+        ``{"mil": {...}, "transformer": {...}}``: constructor keywords of :class:`AttentionMILClassifier` and
+        :class:`TransformerMILClassifier` (the config's settings).
+    random_state : int, default 0
+        Seed of the probes' CV folds and of the neural aggregators (unless their settings give one).
+
+    Returns
+    -------
+    list of ArmPredictions
+        ``tile_level`` first, then the aggregators in the order given.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown aggregator, a slide on both sides of the split, or tiles of a slide with different labels.
+    """
     unknown = [a for a in aggregators if a not in AGGREGATORS]
     if unknown:
         raise FmauditInputError(f"unknown aggregator(s) {unknown}; known: {list(AGGREGATORS)}")
@@ -415,7 +648,39 @@ def label_coarsening_predictions(X: Any, labels: Any, slides: Any, groups: Any, 
                                  probe_C: float | None = None,
                                  neural_params: Mapping[str, Mapping[str, Any]] | None = None,
                                  random_state: int = 0) -> list[ArmPredictions]:
-    """The four arms of :func:`label_coarsening` on one split."""
+    """The four arms of :func:`label_coarsening` on one split.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_tiles, D)
+        Tile embeddings, training and test tiles together.
+    labels : array-like of shape (n_tiles,)
+        Region-level class index (grade) of each tile; larger is more severe.
+    slides : array-like of shape (n_tiles,)
+        Slide id of each tile; no slide may be on both sides.
+    groups : array-like of shape (n_tiles,)
+        Patient of each tile (CV folds and bootstrap clusters).
+    is_test : array-like of bool, shape (n_tiles,)
+        True for the test tiles; both sides must be non-empty.
+    n_classes : int
+        K, the number of grades (keyword-only).
+    probe_C : float, optional
+        Inverse L2 strength of the probes; None selects it by group-disjoint cross-validation.
+    neural_params : Mapping, optional
+        ``{"mil": {...}}``: constructor keywords of the :class:`AttentionMILClassifier` arm.
+    random_state : int, default 0
+        Seed of the probes' CV folds and of the MIL model.
+
+    Returns
+    -------
+    list of ArmPredictions
+        ``patch``/patch_labels, ``slide``/slide_labels, ``slide``/patch_labels, ``slide_mil``/slide_labels.
+
+    Raises
+    ------
+    FmauditInputError
+        On inputs of different lengths, an empty side, or a slide on both sides.
+    """
     X = np.asarray(X, np.float64)
     y = np.asarray(labels).astype(np.int64)
     s = np.asarray(slides)
@@ -455,7 +720,36 @@ def label_coarsening_predictions(X: Any, labels: Any, slides: Any, groups: Any, 
 def without_classes_predictions(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, y_test: Any,
                                 groups_test: Any, *, class_names: Sequence[str], removed: Sequence[str] = ("NC",),
                                 probe_C: float | None = None, random_state: int = 0) -> ArmPredictions:
-    """The one arm of :func:`without_classes` on one split."""
+    """The one arm of :func:`without_classes` on one split.
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train, D)
+        Training tile embeddings.
+    y_train : array-like of shape (n_train,)
+        Training class indices, into ``class_names``.
+    groups_train : array-like of shape (n_train,)
+        Patient of each training tile (group-disjoint CV folds).
+    X_test : array-like of shape (n_test, D)
+        Test tile embeddings.
+    y_test : array-like of shape (n_test,)
+        Test class indices, into ``class_names``.
+    groups_test : array-like of shape (n_test,)
+        Patient of each test tile (the bootstrap's unit).
+    class_names : sequence of str
+        Name of each class index (keyword-only).
+    removed : sequence of str, default ("NC",)
+        Names of the classes dropped from both splits.
+    probe_C : float, optional
+        Inverse L2 strength of the probe; None selects it by group-disjoint cross-validation.
+    random_state : int, default 0
+        Seed of the probe's CV folds.
+
+    Returns
+    -------
+    ArmPredictions
+        Key ``arm="without <removed>"``; the remaining classes renumbered in order.
+    """
     tr = hold_out_classes(y_train, class_names, removed, condition="without " + "+".join(removed))
     te = hold_out_classes(y_test, class_names, removed)
     Xtr, Xte = np.asarray(X_train, np.float64)[tr.keep], np.asarray(X_test, np.float64)[te.keep]
@@ -478,7 +772,30 @@ def summarize_predictions(arms: Sequence[ArmPredictions], *, ordinal: bool = Tru
                           coverages: Sequence[float] = DEFAULT_COVERAGES, n_boot: int, bootstrap_seed: int = 0,
                           n_bins: int = DEFAULT_N_BINS) -> pd.DataFrame:
     """One row per arm of one split: its key, the :func:`prediction_summary` metrics (intervals with
-    ``n_boot > 0``) and its constant columns."""
+    ``n_boot > 0``) and its constant columns.
+
+    Parameters
+    ----------
+    arms : sequence of ArmPredictions
+        The arms of one split.
+    ordinal : bool, default True
+        Whether the classes are ordered grades (adds QWK).
+    coverages : sequence of float, default DEFAULT_COVERAGES
+        Coverages of the ``selective_accuracy_c<c>`` columns, in (0, 1].
+    n_boot : int
+        Bootstrap resamples per split for the intervals; 0 gives none (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int, default 0
+        Seed of the bootstrap.
+    n_bins : int, default 15
+        Equal-width bins of the ECE.
+
+    Returns
+    -------
+    DataFrame
+        One row per arm, in order: the key columns, the summary (``n``, ``accuracy``, ... and with intervals
+        ``<metric>_ci_lo``/``_ci_hi``, ``ci_unit``, ``ci_n_units``, ``n_boot``), then ``extra``.
+    """
     rows = []
     for a in arms:
         summary = prediction_summary(a.labels, a.predictions, a.confidence, a.n_classes, ordinal=ordinal,
@@ -497,7 +814,40 @@ def summarize_splits(splits: Mapping[int, Sequence[ArmPredictions]], *, ordinal:
     ``n_boot > 0`` the percentile interval of the bootstrap draws pooled over the splits (``n_boot`` resamples
     within each split, seeded ``bootstrap_seed + split seed``). Constant columns are averaged over the splits
     where numeric, the selected C's (``median_columns``) take their median, as the audit paper reports C;
-    ``split_seeds`` lists the splits."""
+    ``split_seeds`` lists the splits.
+
+    Parameters
+    ----------
+    splits : Mapping of int to sequence of ArmPredictions
+        Split seed to the arms on that split (the same arms, by key, on every split).
+    ordinal : bool, default True
+        Whether the classes are ordered grades (adds QWK).
+    coverages : sequence of float, default DEFAULT_COVERAGES
+        Coverages of the ``selective_accuracy_c<c>`` columns, in (0, 1].
+    n_boot : int
+        Bootstrap resamples per split for the intervals; 0 gives none (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int, default 0
+        Seed of the bootstrap.
+    n_bins : int, default 15
+        Equal-width bins of the ECE.
+    alpha : float, default 0.05
+        1 - the intervals' coverage.
+    median_columns : sequence of str, default ("probe_C", "slide_probe_C")
+        Constant columns summarised by their median over the splits instead of the mean.
+
+    Returns
+    -------
+    DataFrame
+        One row per arm, in first-seen order: key columns, :func:`fmaudit.ood.selective.pooled_summary` (``n``,
+        ``n_splits``, each metric's mean, ``<metric>_sd_over_splits``, the pooled intervals), the constant columns,
+        ``split_seeds``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``splits`` is empty.
+    """
     if not splits:
         raise FmauditInputError("summarize_splits: no splits")
     by_arm: dict[tuple, list[tuple[int, ArmPredictions]]] = {}
@@ -544,6 +894,57 @@ def slide_aggregation(X_train: Any, y_train: Any, slides_train: Any, X_test: Any
     tile probe on the test tiles, unit tile, resampled by slide): aggregator, paper_name, level, the
     :func:`prediction_summary` metrics (with intervals when ``n_boot > 0``), n_train_slides, n_test_slides,
     probe_C (the tile probe's) and slide_probe_C (the pooled-embedding probes').
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train_tiles, D)
+        Frozen tile embeddings of the training slides.
+    y_train : array-like of shape (n_train_tiles,)
+        Class index of each training tile (its slide's label: every tile of a slide carries it).
+    slides_train : array-like of shape (n_train_tiles,)
+        Slide id of each training tile.
+    X_test : array-like of shape (n_test_tiles, D)
+        Tile embeddings of the test slides.
+    y_test : array-like of shape (n_test_tiles,)
+        Class index of each test tile (its slide's label).
+    slides_test : array-like of shape (n_test_tiles,)
+        Slide id of each test tile; no slide may be on both sides.
+    n_classes : int
+        K, the number of classes (keyword-only).
+    ordinal : bool, default True
+        Whether the classes are ordered grades (adds QWK).
+    groups_train : array-like of shape (n_train_tiles,), optional
+        Group (patient) of each training tile for the probe's group-disjoint CV folds; default the slides.
+    slide_groups_test : array-like of shape (n_test_tiles,), optional
+        Patient of each test tile; the slide-level bootstrap then resamples patients instead of slides.
+    probe_C : float, optional
+        Inverse L2 strength of every logistic probe; None selects C by group-disjoint cross-validation
+        (:class:`fmaudit.probes.LogisticCVProbe`).
+    aggregators : sequence of str, default AGGREGATORS
+        Which of :data:`AGGREGATORS` to run.
+    neural_params : Mapping, optional
+        ``{"mil": {...}, "transformer": {...}}``: constructor keywords of :class:`AttentionMILClassifier` and
+        :class:`TransformerMILClassifier` (the config's settings).
+    random_state : int, default 0
+        Seed of the probes' CV folds and of the neural aggregators (unless their settings give one).
+    coverages : sequence of float, default DEFAULT_COVERAGES
+        Coverages of the ``selective_accuracy_c<c>`` columns, in (0, 1].
+    n_boot : int
+        Bootstrap resamples per split for the intervals; 0 gives none (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int, default 0
+        Seed of the bootstrap.
+    n_bins : int, default 15
+        Equal-width bins of the ECE.
+
+    Returns
+    -------
+    DataFrame
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`slide_aggregation_predictions`.
     """
     arms = slide_aggregation_predictions(X_train, y_train, slides_train, X_test, y_test, slides_test,
                                          n_classes=n_classes, groups_train=groups_train,
@@ -566,6 +967,48 @@ def label_coarsening(X: Any, labels: Any, slides: Any, groups: Any, is_test: Any
     coarse-label probe scored against region labels), ``slide_mil`` / slide_labels (attention MIL on slide
     bags, ``neural_params["mil"]``). Columns: arm, evaluation, level, the metrics, relabelled_share (tiles
     whose label changed), probe_C. ``groups`` (patients) keep the CV folds and the bootstrap clustered.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_tiles, D)
+        Tile embeddings, training and test tiles together.
+    labels : array-like of shape (n_tiles,)
+        Region-level class index (grade) of each tile; larger is more severe.
+    slides : array-like of shape (n_tiles,)
+        Slide id of each tile; no slide may be on both sides.
+    groups : array-like of shape (n_tiles,)
+        Patient of each tile (CV folds and bootstrap clusters).
+    is_test : array-like of bool, shape (n_tiles,)
+        True for the test tiles; both sides must be non-empty.
+    n_classes : int
+        K, the number of grades (keyword-only).
+    probe_C : float, optional
+        Inverse L2 strength of the probes; None selects it by group-disjoint cross-validation.
+    neural_params : Mapping, optional
+        ``{"mil": {...}}``: constructor keywords of the :class:`AttentionMILClassifier` arm.
+    random_state : int, default 0
+        Seed of the probes' CV folds and of the MIL model.
+    ordinal : bool, default True
+        Whether the classes are ordered grades (adds QWK).
+    coverages : sequence of float, default DEFAULT_COVERAGES
+        Coverages of the ``selective_accuracy_c<c>`` columns, in (0, 1].
+    n_boot : int
+        Bootstrap resamples per split for the intervals; 0 gives none (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int, default 0
+        Seed of the bootstrap.
+    n_bins : int, default 15
+        Equal-width bins of the ECE.
+
+    Returns
+    -------
+    DataFrame
+        Four rows, the arms above.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`label_coarsening_predictions`.
     """
     arms = label_coarsening_predictions(X, labels, slides, groups, is_test, n_classes=n_classes, probe_C=probe_C,
                                         neural_params=neural_params, random_state=random_state)
@@ -580,7 +1023,48 @@ def without_classes(X_train: Any, y_train: Any, groups_train: Any, X_test: Any, 
     """The task with ``removed`` classes dropped from both splits (audit paper: SICAPv2 without its benign class
     NC); the probe is refitted on the remaining classes (renumbered in order). Returns the
     :func:`prediction_summary` of the remaining test tiles plus n_train, n_test, removed, and the number of
-    patients contributing removed-class tiles in all and in the test split."""
+    patients contributing removed-class tiles in all and in the test split.
+
+    Parameters
+    ----------
+    X_train : array-like of shape (n_train, D)
+        Training tile embeddings.
+    y_train : array-like of shape (n_train,)
+        Training class indices, into ``class_names``.
+    groups_train : array-like of shape (n_train,)
+        Patient of each training tile (group-disjoint CV folds).
+    X_test : array-like of shape (n_test, D)
+        Test tile embeddings.
+    y_test : array-like of shape (n_test,)
+        Test class indices, into ``class_names``.
+    groups_test : array-like of shape (n_test,)
+        Patient of each test tile (the bootstrap's unit).
+    class_names : sequence of str
+        Name of each class index (keyword-only).
+    removed : sequence of str, default ("NC",)
+        Names of the classes dropped from both splits.
+    probe_C : float, optional
+        Inverse L2 strength of the probe; None selects it by group-disjoint cross-validation.
+    random_state : int, default 0
+        Seed of the probe's CV folds.
+    ordinal : bool, default True
+        Whether the classes are ordered grades (adds QWK).
+    coverages : sequence of float, default DEFAULT_COVERAGES
+        Coverages of the ``selective_accuracy_c<c>`` columns, in (0, 1].
+    n_boot : int
+        Bootstrap resamples per split for the intervals; 0 gives none (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    bootstrap_seed : int, default 0
+        Seed of the bootstrap.
+    n_bins : int, default 15
+        Equal-width bins of the ECE.
+
+    Returns
+    -------
+    dict
+        The summary's keys (as :func:`summarize_predictions`' row) with ``arm``, ``evaluation``, ``level``,
+        ``removed``, ``n_train``, ``n_test``, ``removed_patients``, ``removed_test_patients`` and ``probe_C``.
+    """
     arm = without_classes_predictions(X_train, y_train, groups_train, X_test, y_test, groups_test,
                                       class_names=class_names, removed=removed, probe_C=probe_C,
                                       random_state=random_state)
