@@ -59,7 +59,21 @@ TILE_KEY = ("source", "x", "y", "level", "size")
 @dataclass
 class SplitCheck:
     """One check on one scope: ``status`` is ``ok``, ``error``, ``allowed`` (an error the config accepts) or
-    ``warning`` (the run goes on; the validation log and report say why its numbers are weaker)."""
+    ``warning`` (the run goes on; the validation log and report say why its numbers are weaker).
+
+    Parameters
+    ----------
+    task : str
+        The task checked; ``""`` for a manifest-level check, ``"cells"`` for a cell section or partition.
+    check : str
+        One of :data:`CHECKS` or :data:`CELL_CHECKS`.
+    scope : str
+        What was checked, e.g. ``"manifest <file> (dataset 'x'), domain 'a'"`` or ``"IS s1 seed 0 fine"``.
+    status : str
+        ``ok``, ``error``, ``allowed``, ``warning`` or (cells) ``excluded``.
+    detail : str
+        The finding in words (the problem, or what passed).
+    """
 
     task: str
     check: str
@@ -70,27 +84,66 @@ class SplitCheck:
 
 @dataclass
 class SplitValidationReport:
-    """What :func:`validate_task_splits` checked: one :class:`SplitCheck` per check and scope."""
+    """What :func:`validate_task_splits` checked: one :class:`SplitCheck` per check and scope.
+
+    Parameters
+    ----------
+    checks : list of SplitCheck
+        Every check run so far, in order.
+    """
 
     checks: list[SplitCheck] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
+        """The errors, one line each (``task 't', <scope>: <detail>``).
+        """
         return [_problem_line(c) for c in self.checks if c.status == "error"]
 
     @property
     def ok(self) -> bool:
+        """True when no check is an error (allowed and warning rows do not count).
+        """
         return not self.problems
 
     @property
     def warnings(self) -> list[str]:
+        """The warnings, one line each.
+        """
         return [_problem_line(c) for c in self.checks if c.status == "warning"]
 
     def to_frame(self) -> pd.DataFrame:
+        """The checks as a table, for the validation report.
+
+        Returns
+        -------
+        DataFrame
+            One row per check, columns ``task``, ``check``, ``scope``, ``status``, ``detail``.
+        """
         return pd.DataFrame([vars(c) for c in self.checks], columns=["task", "check", "scope", "status", "detail"])
 
     def add(self, task: str, check: str, scope: str, problems: Sequence[str], ok_detail: str,
             allowed: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
+        """Record one check on one scope: an ``error`` row per problem, ``allowed`` and ``warning`` rows, or one
+        ``ok`` row when there is none of them.
+
+        Parameters
+        ----------
+        task : str
+            The task (``""`` for a manifest-level check).
+        check : str
+            The check's name.
+        scope : str
+            What was checked.
+        problems : sequence of str
+            The errors found.
+        ok_detail : str
+            The detail of the ``ok`` row (what passed).
+        allowed : sequence of str, default ()
+            Findings the config accepts.
+        warnings : sequence of str, default ()
+            Findings that weaken the numbers without stopping the run.
+        """
         for p in problems:
             self.checks.append(SplitCheck(task, check, scope, "error", p))
         for a in allowed:
@@ -102,7 +155,15 @@ class SplitValidationReport:
 
 
 class SplitValidationError(FmauditInputError):
-    """Every problem :func:`validate_task_splits` found; ``report`` holds all checks, passed ones included."""
+    """Every problem :func:`validate_task_splits` found; ``report`` holds all checks, passed ones included.
+
+    Parameters
+    ----------
+    message : str
+        Every problem, one line each.
+    report : SplitValidationReport
+        The full report.
+    """
 
     def __init__(self, message: str, report: SplitValidationReport):
         super().__init__(message)
@@ -148,6 +209,31 @@ def validate_task_splits(
     manifest is one pooled task named after it, without transfer. ``files`` maps a data-set name to its
     manifest file, for the messages. ``allow_group_overlap`` accepts groups on two splits (with a warning).
     At most ``max_examples`` ids, groups or files are named per problem, with the total count.
+
+    Parameters
+    ----------
+    manifests : Mapping of str to DataFrame or Mapping
+        Data-set name to its manifest, as above.
+    tasks : Mapping of str to Mapping, optional
+        Task name to its spec, as above.
+    files : Mapping of str to str, optional
+        Data-set name to its manifest file (keyword-only).
+    allow_group_overlap : bool, default False
+        Accept groups on two splits, with a warning (keyword-only).
+    max_examples : int, default 10
+        Largest number of examples named per problem (keyword-only).
+
+    Returns
+    -------
+    SplitValidationReport
+        Every check, when none failed.
+
+    Raises
+    ------
+    SplitValidationError
+        Listing every problem (its ``report`` holds all checks).
+    FmauditInputError
+        When a manifest given as columns has columns of different lengths.
     """
     frames = {name: _as_frame(name, m) for name, m in manifests.items()}
     if tasks is None:
@@ -532,7 +618,36 @@ def validate_cell_panel(
       names in the taxonomy task's ``allow_missing_classes`` are ``allowed``.
 
     Raises :class:`SplitValidationError` listing every problem; returns the report otherwise (scope:
-    ``protocol unit seed taxonomy``)."""
+    ``protocol unit seed taxonomy``).
+
+    Parameters
+    ----------
+    manifests : Mapping of str to DataFrame
+        Section to its cell manifest.
+    sections_by_organ : Mapping of str to sequence of str
+        Organ to its sections (the protocols' units).
+    taxonomies : Mapping of str to Mapping
+        Taxonomy name to its ``task`` and ``allow_missing_classes``.
+    protocols : Mapping of str to Mapping
+        ``cells.protocols`` (a protocol set to None is skipped); each with ``seeds`` and its unit settings.
+    probe : Mapping
+        ``cells.probe``: ``val_fraction``, ``max_train_cells``, ``max_val_cells``.
+    excluded : Mapping of str to str, optional
+        Section to the reason it is excluded.
+    folds : Mapping of str to sequence of str, optional
+        MOCV fold to its sections.
+    max_examples : int, default 5
+        Largest number of class names named per problem.
+
+    Returns
+    -------
+    SplitValidationReport
+
+    Raises
+    ------
+    SplitValidationError
+        Listing every problem, or at once when every section is excluded.
+    """
     excluded = dict(excluded or {})
     report = SplitValidationReport()
     tax_names = list(taxonomies)
