@@ -190,8 +190,8 @@ class ProbeHead(ClassifierMixin, BaseEstimator):
         Returns
         -------
         ndarray of shape (N, K)
-            Rows summing to 1, columns in the order of ``classes_`` (a class absent from training gets 0 where the head
-            gives it a logit of -inf).
+            Rows summing to 1, columns in the order of ``classes_`` (a class absent from training gets about 0:
+            :func:`fill_absent_classes`).
 
         Raises
         ------
