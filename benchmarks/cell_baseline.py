@@ -41,6 +41,7 @@ from fmaudit.cells.features import open_cell_features
 from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
+from fmaudit.probes import pool as fit_pool
 from fmaudit.probes._row_store import row_space_pays
 
 TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
@@ -62,18 +63,19 @@ class Call:
 def record_calls(runs, features, manifests, sections, kw) -> list[Call]:
     """The engine calls one shard run makes (untimed), with the keyword arguments it passes."""
     calls: list[Call] = []
-    real = cell_suite.fit_logistic_batch
+    real = fit_pool.fit_logistic_batch
 
     def spy(X, y, subsets, Cs, n_classes, **engine):
         calls.append(Call(X=X, y=y, subsets=list(subsets), Cs=np.asarray(Cs, dtype=float), n_classes=n_classes,
                           engine=dict(engine)))
         return real(X, y, subsets, Cs, n_classes=n_classes, **engine)
 
-    cell_suite.fit_logistic_batch = spy
+    # the calls fitted here, one after another (worker processes would not see the spy)
+    fit_pool.fit_logistic_batch = spy
     try:
-        cell_suite.run_cell_shard(runs, features, manifests, sections, **kw)
+        cell_suite.run_cell_shard(runs, features, manifests, sections, **dict(kw, call_workers=1))
     finally:
-        cell_suite.fit_logistic_batch = real
+        fit_pool.fit_logistic_batch = real
     return calls
 
 

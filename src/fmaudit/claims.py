@@ -59,7 +59,19 @@ class NotComputable(Exception):
 
 @dataclass(frozen=True)
 class Measured:
-    """A quantity's value on the run, its interval where the table has one, and what it was computed from."""
+    """A quantity's value on the run, its interval where the table has one, and what it was computed from.
+
+    Parameters
+    ----------
+    value : float
+        The quantity's value on the run, in the unit of the column it comes from (a share in [0, 1], a count, a
+        rank).
+    ci_lo, ci_hi : float
+        The interval of a single-row value, as its table gives it (that table names the resampling unit and count);
+        NaN otherwise.
+    detail : str
+        What the value was computed from (table, column, rows), shown as the check's ``why``.
+    """
 
     value: float
     ci_lo: float = float("nan")
@@ -71,14 +83,36 @@ class Measured:
 # the result tables
 # --------------------------------------------------------------------------------------------------
 class ResultTables:
-    """A run's result tables by name, read lazily from a folder of ``<name>.csv`` (the report's ``tables/``)."""
+    """A run's result tables by name, read lazily from a folder of ``<name>.csv`` (the report's ``tables/``).
+
+    Parameters
+    ----------
+    folder : path-like
+        The folder of ``<name>.csv`` tables (``<results>/report/tables``).
+    """
 
     def __init__(self, folder: PathLike):
         self.folder = Path(folder)
         self._cache: dict[str, pd.DataFrame] = {}
 
     def get(self, name: str) -> pd.DataFrame:
-        """The table ``name``; :class:`NotComputable` when the run did not write it or wrote a note instead."""
+        """The table ``name``; :class:`NotComputable` when the run did not write it or wrote a note instead.
+
+        Parameters
+        ----------
+        name : str
+            The table's name (its file name without ``.csv``).
+
+        Returns
+        -------
+        DataFrame
+            The table as written (read once, then cached).
+
+        Raises
+        ------
+        NotComputable
+            When the file is missing or empty, or its only column is ``note``.
+        """
         if name not in self._cache:
             path = self.folder / f"{name}.csv"
             if not path.exists():
@@ -159,7 +193,38 @@ def table_statistic(tables: ResultTables, table: str, column: str, statistic: st
     values): ``value`` (exactly one row; with its interval), ``mean``, ``median``, ``min``, ``max``, ``sum``,
     ``count`` (rows), ``count_true`` / ``share_true`` (a boolean column), ``count_below`` / ``count_above`` /
     ``share_below`` / ``share_above`` (strictly beyond ``threshold``), ``share_equal`` (rows equal to
-    ``equals``). Non-finite values are left out (and said so)."""
+    ``equals``). Non-finite values are left out (and said so).
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables.
+    table : str
+        The table's name.
+    column : str
+        The column the statistic is of.
+    statistic : str
+        One of :data:`STATISTICS`.
+    where : Mapping, optional
+        Column -> wanted value or list of values; numbers match within 1e-9, booleans case-insensitively, anything
+        else as text. None: every row.
+    threshold : float
+        The bound of the ``*_below`` / ``*_above`` statistics.
+    equals : Any
+        The value ``share_equal`` counts.
+
+    Returns
+    -------
+    Measured
+        With an interval only for ``value``.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown statistic.
+    NotComputable
+        When the table, a column or a matching row is missing, or no selected value is finite.
+    """
     if statistic not in STATISTICS:
         raise FmauditInputError(f"statistic {statistic!r}: expected one of {STATISTICS}")
     rows = _rows(tables, table, where)
@@ -200,7 +265,20 @@ def table_statistic(tables: ResultTables, table: str, column: str, statistic: st
 
 def statistic_difference(tables: ResultTables, minuend: Mapping[str, Any], subtrahend: Mapping[str, Any]) -> Measured:
     """``table_statistic(**minuend) - table_statistic(**subtrahend)`` (e.g. Nuc minus Mean, a method minus
-    another)."""
+    another).
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables.
+    minuend, subtrahend : Mapping
+        Keyword arguments of :func:`table_statistic` (``table``, ``column``, ``statistic``, ``where``...).
+
+    Returns
+    -------
+    Measured
+        The difference, without an interval.
+    """
     a = table_statistic(tables, **dict(minuend))
     b = table_statistic(tables, **dict(subtrahend))
     return Measured(a.value - b.value, detail=f"({a.detail}) minus ({b.detail})")
@@ -208,7 +286,29 @@ def statistic_difference(tables: ResultTables, minuend: Mapping[str, Any], subtr
 
 def spearman_correlation(tables: ResultTables, table: str, x: str, y: str,
                          where: Mapping[str, Any] | None = None) -> Measured:
-    """Spearman rho between two columns over the matching rows with both finite (average ranks for ties)."""
+    """Spearman rho between two columns over the matching rows with both finite (average ranks for ties).
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables.
+    table : str
+        The table's name.
+    x, y : str
+        The two columns.
+    where : Mapping, optional
+        The rows to use, as in :func:`table_statistic`.
+
+    Returns
+    -------
+    Measured
+        Rho in [-1, 1], without an interval.
+
+    Raises
+    ------
+    NotComputable
+        With fewer than 3 rows where both are finite, or a column that does not vary.
+    """
     rows = _rows(tables, table, where)
     a = pd.to_numeric(_column(rows, table, x), errors="coerce").to_numpy(dtype=float)
     b = pd.to_numeric(_column(rows, table, y), errors="coerce").to_numpy(dtype=float)
@@ -222,7 +322,28 @@ def spearman_correlation(tables: ResultTables, table: str, x: str, y: str,
 
 def encoder_rank(tables: ResultTables, table: str, column: str, encoder: str, where: Mapping[str, Any] | None = None,
                  higher_is_better: bool = True) -> Measured:
-    """Rank (1 = best) of ``encoder`` among the encoders of the matching rows, by its mean ``column``."""
+    """Rank (1 = best) of ``encoder`` among the encoders of the matching rows, by its mean ``column``.
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables.
+    table : str
+        A table with an ``encoder`` column.
+    column : str
+        The metric ranked by (its mean per encoder over the matching rows).
+    encoder : str
+        The encoder's slug.
+    where : Mapping, optional
+        The rows to use, as in :func:`table_statistic`.
+    higher_is_better : bool
+        Whether the largest mean ranks 1 (False: the smallest, e.g. an ECE).
+
+    Returns
+    -------
+    Measured
+        The rank (ties share the best rank), without an interval.
+    """
     rows = _rows(tables, table, where)
     if "encoder" not in rows.columns:
         raise NotComputable(f"table {table} has no encoder column")
@@ -237,7 +358,22 @@ def encoder_rank(tables: ResultTables, table: str, column: str, encoder: str, wh
 def target_rank_of_in_domain_best(tables: ResultTables, target_domain: str, where: Mapping[str, Any] | None = None
                                   ) -> Measured:
     """Where the in-domain best encoder (``rank_in_domain`` 1 of the cross-domain leaderboard) lands on
-    ``target_domain`` (its ``rank_on_<target>``); 1 = it stays the best."""
+    ``target_domain`` (its ``rank_on_<target>``); 1 = it stays the best.
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables (``cross_domain_leaderboard``).
+    target_domain : str
+        The domain whose ``rank_on_<target_domain>`` column is read.
+    where : Mapping, optional
+        The rows to use (a task, a source domain), as in :func:`table_statistic`.
+
+    Returns
+    -------
+    Measured
+        The worst target rank among the encoders ranked first in-domain.
+    """
     rows = _rows(tables, "cross_domain_leaderboard", where)
     column = f"rank_on_{target_domain}"
     best = rows[pd.to_numeric(_column(rows, "cross_domain_leaderboard", "rank_in_domain"), errors="coerce") == 1]
@@ -251,7 +387,22 @@ def target_rank_of_in_domain_best(tables: ResultTables, target_domain: str, wher
 def prior_shift_negative_cell_share(tables: ResultTables, method: str, where: Mapping[str, Any] | None = None
                                     ) -> Measured:
     """Share of encoder x scenario cells whose mean gain over no adaptation is negative (``29/270``), summed over
-    the matching (task, source) rows of the prior-shift summary."""
+    the matching (task, source) rows of the prior-shift summary.
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables (``prior_shift_summary``).
+    method : str
+        The adaptation method (``method`` column).
+    where : Mapping, optional
+        Further rows to select, as in :func:`table_statistic`.
+
+    Returns
+    -------
+    Measured
+        ``sum(n_negative) / sum(n_cells)``, a share in [0, 1].
+    """
     rows = _rows(tables, "prior_shift_summary", {**dict(where or {}), "method": method})
     negative = _finite(_column(rows, "prior_shift_summary", "n_negative"), "prior_shift_summary", "n_negative").sum()
     cells = _finite(_column(rows, "prior_shift_summary", "n_cells"), "prior_shift_summary", "n_cells").sum()
@@ -263,7 +414,24 @@ def prior_shift_negative_cell_share(tables: ResultTables, method: str, where: Ma
 def temperature_scaling_fails_share(tables: ResultTables, where: Mapping[str, Any] | None = None,
                                     stage: str = "source_ts", column: str = "ece_top_15_lohi") -> Measured:
     """Share of calibration cells (task, head, fraction, encoder, source, target) whose ECE after the ``stage``
-    temperature is not below the raw ECE (temperature scaling failed to reduce it)."""
+    temperature is not below the raw ECE (temperature scaling failed to reduce it).
+
+    Parameters
+    ----------
+    tables : ResultTables
+        The run's tables (``calibration``).
+    where : Mapping, optional
+        The rows to use, as in :func:`table_statistic`.
+    stage : str
+        The calibrated stage compared with ``raw`` (``source_ts``, ``oracle_ts``...).
+    column : str
+        The ECE column compared.
+
+    Returns
+    -------
+    Measured
+        The share of cells in [0, 1].
+    """
     rows = _rows(tables, "calibration", where)
     keys = [c for c in ("task", "head", "fraction", "encoder", "source_domain", "target_domain") if c in rows.columns]
     values = rows.pivot_table(index=keys, columns="stage", values=_column(rows, "calibration", column).name,
@@ -295,7 +463,27 @@ QUANTITIES: dict[str, Callable[..., Measured]] = {
 # --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Claim:
-    """One claim of a claims file (see the schema)."""
+    """One claim of a claims file (see the schema).
+
+    Parameters
+    ----------
+    id : str
+        The claim's id, unique in its file.
+    quote : str
+        The sentence of the paper it checks.
+    quantity : str
+        A key of :data:`QUANTITIES`.
+    args : Mapping
+        The quantity's keyword arguments.
+    published : float or None
+        The paper's value (needed for a ``tolerance`` criterion).
+    reproduced : Mapping
+        The criterion: ``{"tolerance": t}`` or ``{"direction": ">=", "threshold": x}``.
+    source : str
+        Where in the paper (a table, a figure); '' takes the file's.
+    note : str
+        A remark shown beside the check.
+    """
 
     id: str
     quote: str
@@ -307,11 +495,29 @@ class Claim:
     note: str = ""
 
     def criterion(self) -> str:
+        """The criterion as text, for the check's table.
+
+        Returns
+        -------
+        str
+            ``|value - published| <= t`` or ``value <direction> <threshold>``.
+        """
         if "tolerance" in self.reproduced:
             return f"|value - published| <= {self.reproduced['tolerance']:g}"
         return f"value {self.reproduced['direction']} {self.reproduced['threshold']:g}"
 
     def judge(self, value: float) -> bool:
+        """Whether ``value`` meets the criterion (a tolerance allows 1e-12 of rounding).
+
+        Parameters
+        ----------
+        value : float
+            The quantity measured on the run (finite).
+
+        Returns
+        -------
+        bool
+        """
         if "tolerance" in self.reproduced:
             return abs(value - float(self.published)) <= float(self.reproduced["tolerance"]) + 1e-12
         return DIRECTIONS[self.reproduced["direction"]](value, float(self.reproduced["threshold"]))
@@ -319,6 +525,21 @@ class Claim:
 
 @dataclass(frozen=True)
 class ClaimsFile:
+    """A paper's claims file, as :func:`load_claims` read it.
+
+    Parameters
+    ----------
+    paper : str
+        The paper's preset name (``hema``, ``prism``, ``cellpath``, ``audit``).
+    title : str
+        The paper's title.
+    source : str
+        Where the paper is published (the default ``source`` of its claims).
+    claims : tuple of Claim
+        The claims, in the file's order.
+    path : str
+        The file read.
+    """
     paper: str
     title: str
     source: str
@@ -327,13 +548,39 @@ class ClaimsFile:
 
 
 def claims_path(preset: str) -> Path:
-    """``resources/presets/claims/<preset>.yaml``."""
+    """``resources/presets/claims/<preset>.yaml``.
+
+    Parameters
+    ----------
+    preset : str
+        A preset name.
+
+    Returns
+    -------
+    Path
+    """
     return PRESETS / "claims" / f"{preset}.yaml"
 
 
 def load_claims(path: PathLike) -> ClaimsFile:
     """A claims file, checked against its schema and against :data:`QUANTITIES` (a quantity it names and the
-    arguments it gives; errors name the file and the claim)."""
+    arguments it gives; errors name the file and the claim).
+
+    Parameters
+    ----------
+    path : path-like
+        The claims file; a relative path that does not exist is looked up in the repository.
+
+    Returns
+    -------
+    ClaimsFile
+
+    Raises
+    ------
+    FmauditInputError
+        When the file does not match its schema, repeats an id, names an unknown quantity or arguments it does
+        not take, or gives a tolerance without a published value.
+    """
     path = repo_path(path)  # resources/presets/... also from another working directory
     data = validate_against_schema(load_yaml(path), load_schema("claims.schema.yaml"), str(path), fill_defaults=True)
     claims, seen = [], set()
@@ -358,7 +605,21 @@ def load_claims(path: PathLike) -> ClaimsFile:
 def check_claims(claims: ClaimsFile | Sequence[ClaimsFile], tables: ResultTables | PathLike) -> pd.DataFrame:
     """One row per claim (columns :data:`CHECK_COLUMNS`): the published value, this run's value with its interval
     where the table gives one (``value_interval_lo`` / ``_hi``: the source row's own, whose unit and count that
-    table names), the criterion, and ``reproduced`` / ``not reproduced`` / ``not computable`` with why."""
+    table names), the criterion, and ``reproduced`` / ``not reproduced`` / ``not computable`` with why.
+
+    Parameters
+    ----------
+    claims : ClaimsFile or sequence of ClaimsFile
+        The claims to check.
+    tables : ResultTables or path-like
+        The run's tables, or their folder.
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`CHECK_COLUMNS`, one row per claim in file order; ``value`` and the interval NaN where not
+        computable.
+    """
     files = [claims] if isinstance(claims, ClaimsFile) else list(claims)
     tables = tables if isinstance(tables, ResultTables) else ResultTables(tables)
     rows = []

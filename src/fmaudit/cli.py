@@ -54,13 +54,35 @@ COMMANDS: dict[str, tuple[Any, str]] = {
 
 
 def command_module(name: str) -> ModuleType:
-    """The module (or any object with ``register(subparsers)``) of subcommand ``name``."""
+    """The module (or any object with ``register(subparsers)``) of subcommand ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`COMMANDS` (``grid``, ``check-config``, ``cost``...).
+
+    Returns
+    -------
+    ModuleType
+        The imported module (imported on this call when :data:`COMMANDS` gives its dotted name).
+    """
     module = COMMANDS[name][0]
     return importlib.import_module(module) if isinstance(module, str) else module
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with ``only`` every other subcommand is listed by its help without importing its module."""
+    """The parser; with ``only`` every other subcommand is listed by its help without importing its module.
+
+    Parameters
+    ----------
+    only : str, optional
+        The one subcommand whose module is imported and whose options are registered; None registers every
+        subcommand, ``""`` none (``fmaudit --help`` stays fast).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
     p = argparse.ArgumentParser(prog="fmaudit", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -73,6 +95,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after the program name; None: ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: the subcommand's (0 when it returns None), or 2 after printing an
+        :class:`~fmaudit.io.FmauditInputError` or a missing file as ``fmaudit: error: ...`` on stderr.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     named = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(only=named if named in COMMANDS else "").parse_args(argv)

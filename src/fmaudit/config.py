@@ -55,12 +55,35 @@ __all__ = [
 
 def results_dir(config: Mapping[str, Any]) -> str:
     """``results/<study>``: the folder everything of this config's study goes under (relative to the working
-    directory, the repository root for the workflow)."""
+    directory, the repository root for the workflow).
+
+    Parameters
+    ----------
+    config : Mapping
+        A config with ``study`` (the study's name).
+
+    Returns
+    -------
+    str
+    """
     return f"{RESULTS_ROOT}/{config['study']}"
 
 
 def manifest_file(config: Mapping[str, Any], dataset: str) -> str:
-    """Where the workflow writes a data set's manifest (``dataset`` may be the ``{dataset}`` wildcard)."""
+    """Where the workflow writes a data set's manifest (``dataset`` may be the ``{dataset}`` wildcard).
+
+    Parameters
+    ----------
+    config : Mapping
+        A config with ``study``.
+    dataset : str
+        A data-set name, or the ``{dataset}`` wildcard.
+
+    Returns
+    -------
+    str
+        ``results/<study>/manifests/<dataset>.parquet``.
+    """
     return f"{results_dir(config)}/manifests/{dataset}.parquet"
 
 
@@ -68,14 +91,50 @@ def fill_config(config: dict[str, Any], source: str = "config") -> dict[str, Any
     """Validate ``config`` against the config schema and fill in every default, in place; returns it.
 
     The error names ``source`` and every offending key (``probe.fractions.0: ...``). Encoders named by their hub
-    repo are then replaced by their slugs (:func:`normalise_encoder_names`)."""
+    repo are then replaced by their slugs (:func:`normalise_encoder_names`).
+
+    Parameters
+    ----------
+    config : dict
+        A config as parsed from YAML; filled in place.
+    source : str
+        What the config is (its file), first in the error.
+
+    Returns
+    -------
+    dict
+        ``config`` itself, filled.
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every key that does not match the schema, or an encoder named twice.
+    """
     validate_against_schema(config, load_schema(CONFIG_SCHEMA), name=source, fill_defaults=True, sep=".")
     return normalise_encoder_names(config, source)
 
 
 def normalise_encoder_names(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Every ``timm:<org>/<repo>`` / ``hf:<org>/<repo>`` encoder name of a filled config replaced by its slug, in
-    place (module doc); a name given twice, as a hub name and as its slug, is an error naming the key."""
+    place (module doc); a name given twice, as a hub name and as its slug, is an error naming the key.
+
+    Parameters
+    ----------
+    config : dict
+        A filled config; changed in place.
+    source : str
+        What the config is (its file), for the error.
+
+    Returns
+    -------
+    dict
+        ``config`` itself.
+
+    Raises
+    ------
+    FmauditInputError
+        When a list or mapping names the same encoder as a hub name and as its slug.
+    """
     def slug(name: str) -> str:
         return hub_name_slug(name) if is_hub_name(name) else name
 
@@ -96,7 +155,25 @@ def normalise_encoder_names(config: dict[str, Any], source: str = "config") -> d
 
 
 def load_config(path: PathLike) -> dict[str, Any]:
-    """Read a config file and :func:`fill_config` it."""
+    """Read a config file and :func:`fill_config` it.
+
+    Parameters
+    ----------
+    path : path-like
+        The config's YAML file.
+
+    Returns
+    -------
+    dict
+        The filled config.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not a mapping, or does not match the schema.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: config file not found")
@@ -115,7 +192,27 @@ def _section_schema(name: str) -> dict[str, Any]:
 
 def fill_section(name: str, values: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:
     """One top-level section (``probe``, ``calibration``, ``bootstrap`` ...) validated and filled from the
-    schema: the command line builds its settings this way, so they mean what the workflow's mean."""
+    schema: the command line builds its settings this way, so they mean what the workflow's mean.
+
+    Parameters
+    ----------
+    name : str
+        A top-level key of the config schema that is a block.
+    values : Mapping
+        The block's values as given (copied, not changed).
+    source : str, optional
+        What the values are, first in the error; None: ``config '<name>'``.
+
+    Returns
+    -------
+    dict
+        The block validated, with every default filled.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown block, or values that do not match its schema.
+    """
     section = dict(values)
     return validate_against_schema(section, _section_schema(name), name=source or f"config {name!r}",
                                    fill_defaults=True, sep=".")
@@ -123,7 +220,23 @@ def fill_section(name: str, values: Mapping[str, Any], source: str | None = None
 
 def schema_default(*keys: str) -> Any:
     """The schema's default of a setting, e.g. ``schema_default("calibration", "kshot_k")`` or
-    ``schema_default("dataset_registry")`` (command-line option defaults read it)."""
+    ``schema_default("dataset_registry")`` (command-line option defaults read it).
+
+    Parameters
+    ----------
+    *keys : str
+        The setting's path, one key per argument (``"probe", "C"``).
+
+    Returns
+    -------
+    Any
+        A deep copy of the default.
+
+    Raises
+    ------
+    KeyError
+        When the path does not exist in the schema or has no default.
+    """
     node: Mapping[str, Any] = load_schema(CONFIG_SCHEMA)
     for key in keys:
         node = node["properties"][key]
@@ -136,7 +249,25 @@ def add_hub_encoders(config: Mapping[str, Any], encoder_registry: Mapping[str, A
     """The encoder registry with an entry for every encoder the config names by its hub repo, built from the
     repo's config files in the local Hugging Face cache (:func:`fmaudit.encoders.hub.resolve_hub_encoder`, at
     the config's ``encoder_revisions.<slug>`` when set); an uncached or unusable repo is an error naming the
-    config key and the name, before any job."""
+    config key and the name, before any job.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (encoders already slugs; ``encoder_revisions``).
+    encoder_registry : Mapping
+        Slug -> registry entry, not changed; a hub-named slug already in it is kept.
+
+    Returns
+    -------
+    dict
+        A new registry with the hub-named encoders' entries added.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the encoder when its repo cannot be resolved from the cache.
+    """
     named = [enc for enc in config["encoders"] if hub_name_of_slug(enc) and enc not in encoder_registry]
     if not named:
         return dict(encoder_registry)
@@ -161,7 +292,31 @@ def encoder_from_reference(reference: str, encoder_registry: Mapping[str, Any], 
     """``(slug, entry, weights override)`` of an encoder as a user names it outside a config (``fmaudit embed``):
     a registry slug, a hub name (``timm:<org>/<repo>``, ``hf:<org>/<repo>``, resolved from the local cache as in
     a config), or a local checkpoint file, whose architecture and preprocessing are those of ``architecture`` (a
-    registry slug or hub name) and which overrides that entry's weights. Errors name ``where``."""
+    registry slug or hub name) and which overrides that entry's weights. Errors name ``where``.
+
+    Parameters
+    ----------
+    reference : str
+        A registry slug, a hub name, or a checkpoint file path.
+    encoder_registry : Mapping
+        Slug -> registry entry.
+    architecture : str, optional
+        For a checkpoint file: the slug or hub name of the entry whose network and preprocessing it fits.
+    where : str
+        The option or key that named ``reference``, for errors.
+
+    Returns
+    -------
+    tuple of (str, dict, str or None)
+        The slug, its registry entry (without ``name``) and the checkpoint path that overrides its weights (None
+        unless ``reference`` is a file).
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown name (with a close spelling), a missing checkpoint file, or a checkpoint without
+        ``architecture``.
+    """
     path = Path(reference)
     if is_hub_name(reference):
         from fmaudit.encoders.hub import resolve_hub_encoder  # torch and the model libraries: only for hub names
@@ -186,7 +341,27 @@ def encoder_from_reference(reference: str, encoder_registry: Mapping[str, Any], 
 
 
 def dataset_params(config: Mapping[str, Any], dataset_registry: Mapping[str, Any], dataset: str) -> dict[str, Any]:
-    """Preparer parameters of one data set: the registry's (the preparer's defaults) overridden by the config."""
+    """Preparer parameters of one data set: the registry's (the preparer's defaults) overridden by the config.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``dataset_params.<dataset>``.
+    dataset_registry : Mapping
+        Data-set name -> registry entry (its ``params``).
+    dataset : str
+        The data set.
+
+    Returns
+    -------
+    dict
+        A new dict: the entry's params updated by the config's.
+
+    Raises
+    ------
+    FmauditInputError
+        When the config sets a parameter the entry does not have (an entry without params accepts any).
+    """
     entry = dataset_registry[dataset]
     params = dict(entry["params"])
     overrides = config["dataset_params"].get(dataset) or {}
@@ -199,7 +374,25 @@ def dataset_params(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 
 def apply_encoder_revisions(config: Mapping[str, Any], encoder_registry: Mapping[str, Any]) -> dict[str, Any]:
     """The encoder registry as this config sees it: ``encoder_revisions.<slug>`` replaces that (hub) entry's
-    ``weights.revision``; the other entries are shared, unchanged."""
+    ``weights.revision``; the other entries are shared, unchanged.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config; its ``encoder_revisions`` (slug -> branch, tag or commit).
+    encoder_registry : Mapping
+        Slug -> registry entry; not changed.
+
+    Returns
+    -------
+    dict
+        A new registry; revised entries are deep copies.
+
+    Raises
+    ------
+    FmauditInputError
+        When a revised encoder's weights are not on the hub.
+    """
     registry = dict(encoder_registry)
     for enc, revision in config["encoder_revisions"].items():
         entry = copy.deepcopy(dict(registry[enc]))
@@ -213,12 +406,37 @@ def apply_encoder_revisions(config: Mapping[str, Any], encoder_registry: Mapping
 
 
 def embedded_encoders(config: Mapping[str, Any]) -> list[str]:
-    """Every encoder the config embeds: its encoders, then their declared variants (``variants``)."""
+    """Every encoder the config embeds: its encoders, then their declared variants (``variants``).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (``encoders``, ``variants``).
+
+    Returns
+    -------
+    list of str
+        Slugs in that order, each once.
+    """
     return list(dict.fromkeys([*config["encoders"], *config["variants"]]))
 
 
 def weights_override(config: Mapping[str, Any], encoder_registry: Mapping[str, Any], encoder: str) -> str | None:
     """The config's local checkpoint for ``encoder`` (``encoder_weights``), or None; a declared variant uses its
-    base's."""
+    base's.
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config (``encoder_weights``: slug -> local file).
+    encoder_registry : Mapping
+        Slug -> registry entry (``variant_of``).
+    encoder : str
+        The encoder's slug.
+
+    Returns
+    -------
+    str or None
+    """
     base = encoder_registry[encoder].get("variant_of")
     return config["encoder_weights"].get(encoder) or (config["encoder_weights"].get(base) if base else None) or None

@@ -18,7 +18,21 @@ _log = logging.getLogger(__name__)
 
 def resolve_device(device: str | torch.device | None, logger: logging.Logger | None = None) -> torch.device:
     """``None`` -> CPU; ``"auto"`` -> CUDA if available, else CPU; an unavailable CUDA request -> CPU with a
-    warning (to ``logger``, or this module's logger); anything else as ``torch.device(device)``."""
+    warning (to ``logger``, or this module's logger); anything else as ``torch.device(device)``.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        A config's ``device``: None, ``"auto"``, or anything ``torch.device`` accepts (``"cpu"``, ``"cuda"``,
+        ``"cuda:1"``, ``"mps"`` ...).
+    logger : logging.Logger, optional
+        Where the fallback warning goes (None: ``fmaudit.devices``).
+
+    Returns
+    -------
+    torch.device
+        The device to run on.
+    """
     if device is None:
         return torch.device("cpu")
     if str(device) == "auto":

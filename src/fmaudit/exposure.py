@@ -31,7 +31,25 @@ EXPOSURE_COLUMNS = ["encoder", "dataset", "exposure", "evidence"]
 
 
 def dataset_names(slug: str, entry: Mapping[str, Any] | None) -> list[str]:
-    """The slug and the registry aliases of a data set (what a corpus description may call it)."""
+    """The slug and the registry aliases of a data set (what a corpus description may call it).
+
+    Parameters
+    ----------
+    slug : str
+        The data set's registry slug.
+    entry : mapping or None
+        Its registry entry (``aliases`` is read); None: no aliases.
+
+    Returns
+    -------
+    list of str
+        The slug first, then the aliases in registry order.
+
+    Raises
+    ------
+    FmauditInputError
+        When an alias is not a non-empty string.
+    """
     aliases = list((entry or {}).get("aliases") or [])
     if any(not isinstance(a, str) or not a.strip() for a in aliases):
         raise FmauditInputError(f"dataset registry {slug!r}: aliases must be non-empty strings, got {aliases!r}")
@@ -45,7 +63,29 @@ def _mentions(text: str, name: str) -> bool:
 
 def exposure_status(encoder: str, encoder_entry: Mapping[str, Any], dataset: str,
                     dataset_entry: Mapping[str, Any] | None) -> tuple[str, str]:
-    """(status, evidence) of one pair; see the module doc for the rules."""
+    """(status, evidence) of one pair; see the module doc for the rules.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder's slug, named in errors.
+    encoder_entry : mapping
+        Its registry entry: ``exposure``, ``pretraining_corpora`` and ``weights.source`` are read.
+    dataset : str
+        The data set's slug.
+    dataset_entry : mapping or None
+        Its registry entry (for ``aliases``).
+
+    Returns
+    -------
+    tuple of (str, str)
+        The status (``yes``, ``no`` or ``unknown``) and the evidence, a sentence naming its source.
+
+    Raises
+    ------
+    FmauditInputError
+        When a declared ``exposure`` status is not one of ``EXPOSURE_STATUSES``, or an alias is invalid.
+    """
     names = dataset_names(dataset, dataset_entry)
     declared = encoder_entry.get("exposure") or {}
     for name in names:
@@ -73,6 +113,28 @@ def exposure_audit(encoders: Sequence[str], datasets: Sequence[str], encoder_reg
     """One row per (encoder, data set): ``exposure`` yes / no / unknown and the ``evidence`` for it.
 
     Unknown encoder or data-set names are errors that list the registry's names.
+
+    Parameters
+    ----------
+    encoders : sequence of str
+        Encoder slugs, in the order the rows take.
+    datasets : sequence of str
+        Data-set slugs, in the order the rows take within an encoder.
+    encoder_registry : mapping
+        Encoder slug -> registry entry.
+    dataset_registry : mapping
+        Data-set slug -> registry entry.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``encoder``, ``dataset``, ``exposure``, ``evidence`` (:data:`EXPOSURE_COLUMNS`), one row per pair,
+        encoders outermost.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown encoder or data set, and as :func:`exposure_status` does.
     """
     for kind, names, registry in (("encoder", encoders, encoder_registry), ("dataset", datasets, dataset_registry)):
         unknown = [n for n in names if n not in registry]
@@ -88,6 +150,17 @@ def exposure_audit(encoders: Sequence[str], datasets: Sequence[str], encoder_reg
 
 
 def exposure_matrix(audit: pd.DataFrame) -> pd.DataFrame:
-    """The audit as an encoder x data-set grid of statuses (for a column beside a ranking table)."""
+    """The audit as an encoder x data-set grid of statuses (for a column beside a ranking table).
+
+    Parameters
+    ----------
+    audit : DataFrame
+        What :func:`exposure_audit` returns.
+
+    Returns
+    -------
+    DataFrame
+        Index the encoders, columns the data sets (both in the audit's first-seen order), values the statuses.
+    """
     return audit.pivot(index="encoder", columns="dataset", values="exposure").reindex(
         index=list(dict.fromkeys(audit["encoder"])), columns=list(dict.fromkeys(audit["dataset"])))

@@ -24,7 +24,20 @@ __all__ = ["FORMAT", "file_handler", "log_uncaught_exceptions", "setup_logging",
 
 
 def file_handler(path: str | Path, mode: str = "a") -> logging.FileHandler:
-    """A handler writing one timestamped line per record to ``path`` (its folder created)."""
+    """A handler writing one timestamped line per record to ``path`` (its folder created).
+
+    Parameters
+    ----------
+    path : str or Path
+        The log file.
+    mode : str
+        ``open`` mode: ``a`` (append, default) or ``w`` (truncate).
+
+    Returns
+    -------
+    logging.FileHandler
+        With the :data:`FORMAT` formatter and no level of its own.
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, mode=mode)
     handler.setFormatter(logging.Formatter(FORMAT))
@@ -70,6 +83,18 @@ def setup_logging(path: str | Path | None = None, level: int = logging.INFO) -> 
 
     With ``path`` (a job's ``log:`` file, truncated), every record of ``level`` and above goes to the file and
     warnings and errors also to stderr; without it (the command line), every record goes to stderr.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        The job's log file, truncated; None: log to stderr only.
+    level : int
+        Level of the root logger (default ``logging.INFO``).
+
+    Returns
+    -------
+    logging.Logger
+        The ``fmaudit`` logger.
     """
     handlers: list[logging.Handler] = []
     if path:
@@ -95,7 +120,13 @@ def switch_log_file(path: str | Path) -> None:
     """From now on send the records :func:`setup_logging` sends to a file to ``path`` instead (truncated the first
     time this job switches to it, appended to afterwards); stderr is kept. A job with one ``log:`` file per
     output (a cell section at each magnification) switches before each output, so each log holds that output's
-    records and, if it fails there, the job's exception."""
+    records and, if it fails there, the job's exception.
+
+    Parameters
+    ----------
+    path : str or Path
+        The next output's log file; its folder is created.
+    """
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, logging.FileHandler)]:
         root.removeHandler(handler)

@@ -56,7 +56,19 @@ RETRIED_RULES_KEY = "preemptible-rules"
 
 @dataclass
 class SiteCheck:
-    """One site name checked against the cluster: ``status`` is ok, unknown, not checked or warning."""
+    """One site name checked against the cluster: ``status`` is ok, unknown, not checked or warning.
+
+    Parameters
+    ----------
+    what : str
+        What the name is: ``partition``, ``GPU partition`` or ``account``.
+    name : str
+        The name as given.
+    status : str
+        ``ok``, ``unknown`` (the cluster lists other names), ``not checked`` (no command could tell) or ``warning``.
+    detail : str
+        Which command answered, or why none could; the names it lists when ``unknown``.
+    """
 
     what: str
     name: str
@@ -64,12 +76,31 @@ class SiteCheck:
     detail: str
 
     def line(self) -> str:
+        """The check as one line of the install's output.
+
+        Returns
+        -------
+        str
+            ``<what> '<name>': <status> (<detail>)``.
+        """
         return f"{self.what} {self.name!r}: {self.status} ({self.detail})"
 
 
 @dataclass
 class InstalledProfile:
-    """Where the profile went, the files written, what was checked, and how to use it."""
+    """Where the profile went, the files written, what was checked, and how to use it.
+
+    Parameters
+    ----------
+    dest : Path
+        The profile folder written.
+    files : list of Path
+        The files written there (``config.yaml``, ``partitions.yaml``).
+    checks : list of SiteCheck
+        The site names' checks.
+    profile_argument : str
+        What to pass to ``snakemake --profile``: the folder's name when Snakemake finds it by name, else its path.
+    """
 
     dest: Path
     files: list[Path]
@@ -78,12 +109,33 @@ class InstalledProfile:
 
 
 def snakemake_profile_dir(name: str = "slurm") -> Path:
-    """The folder ``snakemake --profile <name>`` finds from any working directory (the user config dir)."""
+    """The folder ``snakemake --profile <name>`` finds from any working directory (the user config dir).
+
+    Parameters
+    ----------
+    name : str
+        The profile's name.
+
+    Returns
+    -------
+    Path
+        ``<user config dir>/snakemake/<name>`` (``~/.config/snakemake/<name>`` on Linux by default).
+    """
     return Path(platformdirs.user_config_dir("snakemake", "snakemake")) / name
 
 
 def default_template() -> Path:
-    """``profiles/slurm/config.yaml`` of this source tree, else of the working directory."""
+    """``profiles/slurm/config.yaml`` of this source tree, else of the working directory.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    FileNotFoundError
+        When neither holds the template.
+    """
     for root in (REPO_ROOT, Path.cwd()):
         if (root / TEMPLATE_RELPATH).is_file():
             return root / TEMPLATE_RELPATH
@@ -107,7 +159,14 @@ def _first_line(text: str) -> str:
 
 
 def slurm_partitions() -> tuple[dict[str, int] | None, str]:
-    """Partitions sinfo lists, each with the most GPUs one of its nodes has (0: none); None when unknown."""
+    """Partitions sinfo lists, each with the most GPUs one of its nodes has (0: none); None when unknown.
+
+    Returns
+    -------
+    tuple of (dict of str to int or None, str)
+        Partition -> most GPUs per node (from the ``gpu`` GRES), or None; and ``"sinfo"`` or why sinfo could not
+        tell.
+    """
     if shutil.which("sinfo") is None:
         return None, "sinfo not found; run the install on a login node of the cluster to check the names"
     code, out, err = _run(["sinfo", "--noheader", "--format=%P|%G"])
@@ -131,7 +190,18 @@ def slurm_partitions() -> tuple[dict[str, int] | None, str]:
 
 
 def slurm_accounts(user: str | None = None) -> tuple[set[str] | None, str]:
-    """Accounts the user may submit under (lower case), as the Slurm plugin finds them; None when unknown."""
+    """Accounts the user may submit under (lower case), as the Slurm plugin finds them; None when unknown.
+
+    Parameters
+    ----------
+    user : str, optional
+        The Slurm user; None: the current login name.
+
+    Returns
+    -------
+    tuple of (set of str or None, str)
+        The accounts, or None; and the command that listed them (``sacctmgr`` or ``sshare``) or why none could.
+    """
     user = user or getpass.getuser()
     notes = []
     for command in (["sacctmgr", "--noheader", "--parsable2", "--associations", "list", "user", user,
@@ -152,7 +222,23 @@ def slurm_accounts(user: str | None = None) -> tuple[set[str] | None, str]:
 
 
 def check_slurm_names(partition: str, gpu_partition: str, account: str) -> tuple[list[SiteCheck], int]:
-    """Check the names against the cluster; return the checks and the GPUs per node of the GPU partition."""
+    """Check the names against the cluster; return the checks and the GPUs per node of the GPU partition.
+
+    Parameters
+    ----------
+    partition : str
+        The partition for CPU jobs.
+    gpu_partition : str
+        The partition for GPU jobs (may equal ``partition``).
+    account : str
+        The Slurm account (compared case-insensitively).
+
+    Returns
+    -------
+    tuple of (list of SiteCheck, int)
+        One check per name (plus a warning when the GPU partition shows no GPUs), and the GPU partition's GPUs
+        per node (:data:`UNKNOWN_GPUS_PER_NODE` when sinfo cannot tell or shows none).
+    """
     checks = []
     partitions, source = slurm_partitions()
     gpus = UNKNOWN_GPUS_PER_NODE
@@ -185,7 +271,37 @@ def check_slurm_names(partition: str, gpu_partition: str, account: str) -> tuple
 def render_slurm_profile(template: str, partition: str, gpu_partition: str, account: str, gpus_per_node: int,
                          header: str = "", gpu_classes: str = "") -> dict[str, str]:
     """The installed profile's files (name -> text): the template with the account (and the site's GPU classes,
-    :func:`fmaudit.cluster.parse_gpu_classes`) and the partition file."""
+    :func:`fmaudit.cluster.parse_gpu_classes`) and the partition file.
+
+    Parameters
+    ----------
+    template : str
+        The template's text (``profiles/slurm/config.yaml``), without account or partition.
+    partition : str
+        The partition for CPU jobs.
+    gpu_partition : str
+        The partition for GPU jobs.
+    account : str
+        The Slurm account.
+    gpus_per_node : int
+        The GPU partition's ``max_gpu``.
+    header : str
+        Comment lines put first in ``config.yaml``.
+    gpu_classes : str
+        The site's GPU classes (``"16:,80:a100_80g"``); '' writes none.
+
+    Returns
+    -------
+    dict of str to str
+        ``config.yaml`` and ``partitions.yaml`` -> their text; ``preemptible-rules`` is replaced by
+        :func:`fmaudit.grid.retried_rules`.
+
+    Raises
+    ------
+    FmauditInputError
+        When the template names an account or partition itself, lacks one top-level ``default-resources`` or
+        ``preemptible-rules``, or ``gpu_classes`` does not parse.
+    """
     parsed = yaml.safe_load(template) or {}
     defaults = parsed.get("default-resources") or {}
     if "slurm_account" in defaults or "slurm_partition" in defaults or "slurm-partition-config" in parsed:
@@ -235,7 +351,17 @@ def render_slurm_profile(template: str, partition: str, gpu_partition: str, acco
 
 
 def template_retried_rules(template: str) -> list[str]:
-    """The rules a profile template resubmits (its ``preemptible-rules``)."""
+    """The rules a profile template resubmits (its ``preemptible-rules``).
+
+    Parameters
+    ----------
+    template : str
+        The text of a profile's ``config.yaml``.
+
+    Returns
+    -------
+    list of str
+    """
     return list((yaml.safe_load(template) or {}).get(RETRIED_RULES_KEY) or [])
 
 
@@ -265,6 +391,37 @@ def install_slurm_profile(dest: str | Path | None, partition: str, gpu_partition
     partition that ``sacctmgr``/``sshare``/``sinfo`` do not list is an error naming what they list; without
     it, the names are written as given. ``gpu_classes``: the site's GPU classes (``"16:,80:a100_80g"``, see
     docs/cluster.md), written under default-resources.
+
+    Parameters
+    ----------
+    dest : path-like or None
+        The profile folder; None: :func:`snakemake_profile_dir` ``("slurm")``.
+    partition : str
+        The partition for CPU jobs.
+    gpu_partition : str
+        The partition for GPU jobs.
+    account : str
+        The Slurm account.
+    template : path-like, optional
+        The template; None: :func:`default_template`.
+    force : bool
+        Replace an installed profile.
+    check : bool
+        Check the names with ``sinfo``, ``sacctmgr`` and ``sshare``.
+    gpu_classes : str
+        The site's GPU classes; '' writes none.
+
+    Returns
+    -------
+    InstalledProfile
+
+    Raises
+    ------
+    FmauditInputError
+        For a name that is not a Slurm name, a profile already there without ``force``, or (with ``check``) a
+        name the cluster does not list; nothing is written then.
+    FileNotFoundError
+        When the template does not exist.
     """
     for what, name in (("--partition", partition), ("--gpu-partition", gpu_partition), ("--account", account)):
         if not _SLURM_NAME.match(name or ""):
@@ -312,7 +469,23 @@ PROFILE_FILES = ("config.yaml", "profile.yaml")
 def profile_file(profile: str | Path) -> Path:
     """The config file of a profile given as Snakemake takes it: a folder (or its config file), or a name looked
     up in the working directory, then the user and the site config directories (``get_profile_dir`` of
-    snakemake/cli.py)."""
+    snakemake/cli.py).
+
+    Parameters
+    ----------
+    profile : str or path-like
+        A profile name, folder or config file.
+
+    Returns
+    -------
+    Path
+        Its ``config.yaml`` (or ``profile.yaml``).
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the folders looked in when none holds one.
+    """
     candidate = Path(profile).expanduser()
     folders = [candidate] if candidate.is_absolute() or candidate.exists() or "/" in str(profile) else [
         Path.cwd() / str(profile), snakemake_profile_dir(str(profile)),
@@ -361,7 +534,25 @@ def _number(value: Any) -> float | None:
 def read_profile(profiles: list[str | Path] | tuple[str | Path, ...]) -> ClusterSettings:
     """What the estimate needs of one or more profiles, layered as ``snakemake --profile a --profile b`` does
     (each top-level key of a later profile replaces the same key of an earlier one): group-components,
-    set-threads, set-resources (numbers: mem_mb, runtime, gpu) and the GPU classes of default-resources."""
+    set-threads, set-resources (numbers: mem_mb, runtime, gpu) and the GPU classes of default-resources.
+
+    Parameters
+    ----------
+    profiles : list or tuple of str or path-like
+        Profiles in the order given to Snakemake (each as :func:`profile_file` takes it).
+
+    Returns
+    -------
+    ClusterSettings
+        ``group_components`` and ``threads`` (rule -> int), ``overrides`` (rule -> resource -> number, for
+        ``mem_mb`` in MB, ``runtime`` in minutes and ``gpu``; values at attempt 1), ``gpu_classes`` and ``source``
+        (the files read).
+
+    Raises
+    ------
+    FmauditInputError
+        For a missing profile or a malformed ``KEY=VALUE`` item.
+    """
     merged: dict[str, Any] = {}
     files = []
     for profile in profiles:

@@ -82,12 +82,39 @@ _HUB_SLUG = re.compile(r"^(timm|hf)--([A-Za-z0-9][A-Za-z0-9_.-]*)--([A-Za-z0-9][
 
 
 def is_hub_name(name: str) -> bool:
-    """Whether ``name`` names an encoder by its Hugging Face repo (``timm:org/repo``, ``hf:org/repo``)."""
+    """Whether ``name`` names an encoder by its Hugging Face repo (``timm:org/repo``, ``hf:org/repo``).
+
+    Parameters
+    ----------
+    name : str
+        An encoder name as a config or the command line gives it (non-strings give False).
+
+    Returns
+    -------
+    bool
+        True for a ``timm:`` or ``hf:`` prefix; the rest is checked by :func:`parse_hub_name`.
+    """
     return isinstance(name, str) and name.split(":", 1)[0] in HUB_NAME_PREFIXES and ":" in name
 
 
 def parse_hub_name(name: str) -> tuple[str, str]:
-    """``("timm" | "hf", "org/repo")`` of a hub name; an error naming it when it is not one."""
+    """``("timm" | "hf", "org/repo")`` of a hub name; an error naming it when it is not one.
+
+    Parameters
+    ----------
+    name : str
+        ``timm:<org>/<repo>`` or ``hf:<org>/<repo>``.
+
+    Returns
+    -------
+    tuple of (str, str)
+        The library prefix and the repo id.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``name`` is not of that form, or contains ``--`` or ``..``.
+    """
     m = _HUB_NAME.match(name)
     if m is None or "--" in name or ".." in name:
         raise FmauditInputError(
@@ -97,19 +124,62 @@ def parse_hub_name(name: str) -> tuple[str, str]:
 
 
 def hub_name_slug(name: str) -> str:
-    """The filename-safe slug of a hub name: ``timm:org/repo`` -> ``timm--org--repo``."""
+    """The filename-safe slug of a hub name: ``timm:org/repo`` -> ``timm--org--repo``.
+
+    Parameters
+    ----------
+    name : str
+        A hub name (:func:`parse_hub_name`).
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    FmauditInputError
+        When ``name`` is not a hub name.
+    """
     library, repo = parse_hub_name(name)
     return f"{library}--{repo.replace('/', '--')}"
 
 
 def hub_name_of_slug(slug: str) -> str | None:
-    """The hub name a slug of :func:`hub_name_slug` stands for, or None for a registry slug."""
+    """The hub name a slug of :func:`hub_name_slug` stands for, or None for a registry slug.
+
+    Parameters
+    ----------
+    slug : str
+        An encoder slug.
+
+    Returns
+    -------
+    str or None
+    """
     m = _HUB_SLUG.match(slug)
     return f"{m.group(1)}:{m.group(2)}/{m.group(3)}" if m else None
 
 
 def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[str, Any]]:
-    """A registry file (mapping slug -> entry) validated against ``schema_path``."""
+    """A registry file (mapping slug -> entry) validated against ``schema_path``.
+
+    Parameters
+    ----------
+    path : path-like
+        The registry's YAML file.
+    schema_path : path-like
+        Its JSON Schema (YAML).
+
+    Returns
+    -------
+    dict of str to dict
+        Slug -> entry, as in the file (no defaults filled).
+
+    Raises
+    ------
+    FmauditInputError
+        When the file is empty or not a mapping, or an entry violates the schema (every violation listed).
+    """
     data = load_yaml(path)
     if not isinstance(data, dict) or not data:
         raise FmauditInputError(f"{path}: a registry must be a non-empty mapping of slug -> entry")
@@ -118,7 +188,25 @@ def load_yaml_registry(path: PathLike, schema_path: PathLike) -> dict[str, dict[
 
 def validate_encoder_entry(entry: Mapping[str, Any], name: str) -> dict[str, Any]:
     """One encoder entry checked against the registry schema's entry definition (and :func:`check_encoder_entry`),
-    e.g. one built from a hub repo's config; errors name ``name`` and the key."""
+    e.g. one built from a hub repo's config; errors name ``name`` and the key.
+
+    Parameters
+    ----------
+    entry : Mapping
+        An encoder entry, without ``name``.
+    name : str
+        What to call it in errors (``encoder 'timm:org/repo'``).
+
+    Returns
+    -------
+    dict
+        A shallow copy of the entry.
+
+    Raises
+    ------
+    FmauditInputError
+        When it violates the schema or a rule of :func:`check_encoder_entry`.
+    """
     schema = load_yaml(ENCODER_SCHEMA)
     entry_schema = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/encoder"}
     validate_against_schema(entry, entry_schema, name=name)
@@ -127,7 +215,17 @@ def validate_encoder_entry(entry: Mapping[str, Any], name: str) -> dict[str, Any
 
 
 def encoder_registry_path(path: PathLike | None = None) -> Path:
-    """The encoder registry in use: ``path``, else $FMAUDIT_ENCODER_REGISTRY, else resources/encoders.yaml."""
+    """The encoder registry in use: ``path``, else $FMAUDIT_ENCODER_REGISTRY, else resources/encoders.yaml.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        A registry file; a relative path that does not exist is looked up in the repository.
+
+    Returns
+    -------
+    Path
+    """
     if path is not None:
         return repo_path(path)
     env = os.environ.get(ENCODER_REGISTRY_ENV)
@@ -135,7 +233,24 @@ def encoder_registry_path(path: PathLike | None = None) -> Path:
 
 
 def check_encoder_entry(name: str, entry: Mapping[str, Any], source: str = "encoder registry") -> None:
-    """Consistency rules a JSON schema cannot state (raise FmauditInputError naming the entry)."""
+    """Consistency rules a JSON schema cannot state (raise FmauditInputError naming the entry).
+
+    Parameters
+    ----------
+    name : str
+        The entry's slug.
+    entry : Mapping
+        The entry, schema-valid.
+    source : str
+        The registry file, for the message.
+
+    Raises
+    ------
+    FmauditInputError
+        For a ``default_readout`` not among the readouts, ``cls`` readouts without a class token, ``allow_pickle``
+        on a safetensors entry, ``trust_remote_code`` outside transformers, or an unknown ``departs_from_hub_config``
+        field.
+    """
     where = f"{source}: encoder {name!r}"
     readouts = list(entry["readouts"])
     default = entry.get("default_readout")
@@ -159,7 +274,20 @@ VARIANT_KEYS = ("variant_of", "variant")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``override`` merged over it: mappings merge key by key, any other value is replaced."""
+    """``base`` with ``override`` merged over it: mappings merge key by key, any other value is replaced.
+
+    Parameters
+    ----------
+    base : Mapping
+        The mapping merged into (not changed).
+    override : Mapping
+        The values that win.
+
+    Returns
+    -------
+    dict
+        A new, deep-copied mapping.
+    """
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
@@ -170,7 +298,19 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def variant_slug(base: str, variant: str) -> str:
-    """The registry slug of a declared variant: ``<base>.<variant>`` (e.g. ``dinov2-vitl14.res518``)."""
+    """The registry slug of a declared variant: ``<base>.<variant>`` (e.g. ``dinov2-vitl14.res518``).
+
+    Parameters
+    ----------
+    base : str
+        The base entry's slug.
+    variant : str
+        The variant's name under the base's ``variants:``.
+
+    Returns
+    -------
+    str
+    """
     return f"{base}.{variant}"
 
 
@@ -178,7 +318,29 @@ def expand_variants(registry: Mapping[str, Mapping[str, Any]], schema: Mapping[s
                     source: str = "encoder registry") -> dict[str, dict[str, Any]]:
     """The registry with every declared variant as an entry of its own (module doc); ``schema`` is the encoder
     registry's schema, which validates each derived entry. Base entries lose their ``variants`` key, so a
-    variant declaration does not change the base's own config hash."""
+    variant declaration does not change the base's own config hash.
+
+    Parameters
+    ----------
+    registry : Mapping of str to Mapping
+        Slug -> entry, schema-valid.
+    schema : Mapping
+        The encoder registry's JSON Schema.
+    source : str
+        The registry file, for messages.
+
+    Returns
+    -------
+    dict of str to dict
+        Base entries (without ``variants``) then the variants, ``<slug>.<variant>`` -> entry with ``variant_of``,
+        ``variant`` and, for the hub-config fields it changes, ``departs_from_hub_config``.
+
+    Raises
+    ------
+    FmauditInputError
+        When an entry sets ``variant_of`` or ``variant`` itself, a variant slug is also a plain entry, or a derived
+        entry violates the schema.
+    """
     out: dict[str, dict[str, Any]] = {}
     derived: dict[str, dict[str, Any]] = {}
     for name, entry in registry.items():
@@ -220,7 +382,25 @@ def _has_path(mapping: Mapping[str, Any], dotted: str) -> bool:
 
 def load_registry(path: PathLike | None = None, schema_path: PathLike | None = None) -> dict[str, dict[str, Any]]:
     """The encoder registry, validated (schema + :func:`check_encoder_entry`), with its declared variants as
-    entries of their own (:func:`expand_variants`); see module doc for the path."""
+    entries of their own (:func:`expand_variants`); see module doc for the path.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        The registry file; None: :func:`encoder_registry_path`.
+    schema_path : path-like, optional
+        Its schema; None: ``resources/schemas/encoders.schema.yaml``.
+
+    Returns
+    -------
+    dict of str to dict
+        Slug -> entry, variants included.
+
+    Raises
+    ------
+    FmauditInputError
+        For a schema violation, a broken consistency rule, or a slug starting with ``timm--`` or ``hf--``.
+    """
     reg_path = encoder_registry_path(path)
     schema = load_yaml(schema_path or ENCODER_SCHEMA)
     registry = expand_variants(load_yaml_registry(reg_path, schema_path or ENCODER_SCHEMA), schema,
@@ -235,7 +415,23 @@ def load_registry(path: PathLike | None = None, schema_path: PathLike | None = N
 
 def load_dataset_registry(path: PathLike | None = None) -> dict[str, dict[str, Any]]:
     """One data-set registry file (``resources/datasets.yaml`` by default), validated against its schema, its
-    parameters filled with their kind's defaults and a missing ``preparer`` set to the entry's ``kind``."""
+    parameters filled with their kind's defaults and a missing ``preparer`` set to the entry's ``kind``.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        The registry file; None: ``resources/datasets.yaml``.
+
+    Returns
+    -------
+    dict of str to dict
+        Name -> entry, every entry with ``preparer`` and filled ``params``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the file is empty, not a mapping, or violates the schema.
+    """
     reg_path = repo_path(path) if path is not None else DATASET_REGISTRY
     return _dataset_entries(load_yaml(reg_path), str(reg_path))
 
@@ -271,7 +467,25 @@ def merge_registries(kind: str, parts: Sequence[tuple[str, Mapping[str, Mapping[
                      ) -> dict[str, dict[str, Any]]:
     """The entries of every ``(source, registry)`` part, in order; a slug defined by two parts with different
     entries raises naming both sources (a user's registry adds entries, it never replaces one silently). An entry
-    equal to the one already defined (a copy of the built-in registry with entries added) adds nothing."""
+    equal to the one already defined (a copy of the built-in registry with entries added) adds nothing.
+
+    Parameters
+    ----------
+    kind : str
+        What the entries are (``encoder``, ``data set``), for the message.
+    parts : sequence of (str, Mapping)
+        ``(source, slug -> entry)`` pairs, built-in first.
+
+    Returns
+    -------
+    dict of str to dict
+        Slug -> entry (shallow copies), in first-defined order.
+
+    Raises
+    ------
+    FmauditInputError
+        For a slug that two parts define differently.
+    """
     merged: dict[str, dict[str, Any]] = {}
     where: dict[str, str] = {}
     for source, registry in parts:
@@ -291,7 +505,27 @@ def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
                             entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The built-in encoder registry (:func:`encoder_registry_path`) extended by the registry files ``paths``
     and the inline ``entries`` (a config's ``encoder_registry`` and ``encoder_entries``), each validated like the
-    built-in one (:func:`load_registry`); see the module doc."""
+    built-in one (:func:`load_registry`); see the module doc.
+
+    Parameters
+    ----------
+    paths : path-like or sequence of path-like, optional
+        The config's ``encoder_registry`` files; the built-in file among them is skipped.
+    entries : Mapping, optional
+        The config's ``encoder_entries`` (slug -> entry).
+
+    Returns
+    -------
+    dict of str to dict
+        Slug -> entry, built-in entries first.
+
+    Raises
+    ------
+    FmauditInputError
+        For an invalid entry, or a slug defined twice.
+    FileNotFoundError
+        For a registry file that does not exist.
+    """
     builtin = encoder_registry_path()
     parts = [(str(builtin), load_registry(builtin))]
     parts += [(str(p), load_registry(p)) for p in _registry_files(paths, builtin)]
@@ -313,7 +547,27 @@ def load_encoder_registries(paths: PathLike | Sequence[PathLike] | None = None,
 def load_dataset_registries(paths: PathLike | Sequence[PathLike] | None = None,
                             entries: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The built-in data-set registry extended by the registry files ``paths`` and the inline ``entries`` (a
-    config's ``dataset_registry`` and ``dataset_entries``); see the module doc."""
+    config's ``dataset_registry`` and ``dataset_entries``); see the module doc.
+
+    Parameters
+    ----------
+    paths : path-like or sequence of path-like, optional
+        The config's ``dataset_registry`` files; the built-in file among them is skipped.
+    entries : Mapping, optional
+        The config's ``dataset_entries`` (name -> entry).
+
+    Returns
+    -------
+    dict of str to dict
+        Name -> entry, built-in entries first.
+
+    Raises
+    ------
+    FmauditInputError
+        For an invalid entry, or a name defined twice.
+    FileNotFoundError
+        For a registry file that does not exist.
+    """
     parts = [(str(DATASET_REGISTRY), load_dataset_registry(DATASET_REGISTRY))]
     parts += [(str(p), load_dataset_registry(p)) for p in _registry_files(paths, DATASET_REGISTRY)]
     if entries:
@@ -323,7 +577,24 @@ def load_dataset_registries(paths: PathLike | Sequence[PathLike] | None = None,
 
 def unknown_name_error(kind: str, name: str, known: list[str], where: str = "") -> FmauditInputError:
     """FmauditInputError for an unknown name (encoder, data set, task, parameter ...), with difflib
-    suggestions and the known names; ``where`` says which file or config key named it."""
+    suggestions and the known names; ``where`` says which file or config key named it.
+
+    Parameters
+    ----------
+    kind : str
+        What the name is (``encoder``, ``dataset``, ``parameter``, ``class``...).
+    name : str
+        The unknown name.
+    known : list of str
+        The names it could have been.
+    where : str
+        The file or config key that named it; '' leaves the prefix out.
+
+    Returns
+    -------
+    FmauditInputError
+        Not raised: the caller raises it (or puts its text in a report).
+    """
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     prefix = f"{where}: " if where else ""
@@ -340,6 +611,22 @@ def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "enc
     ``weights.revision`` (entries without an ``hf_hub_id`` fetch no code). The workflow calls it for every
     encoder it is about to embed, before the first job, and the encoder builder calls it before building a
     network with remote code.
+
+    Parameters
+    ----------
+    name : str
+        The encoder's slug.
+    entry : Mapping
+        Its registry entry as the config sees it (``encoder_revisions`` applied).
+    source : str
+        The registry file, for the message.
+    config_key : str, optional
+        The config key that would pin the commit (``encoder_revisions.<slug>``).
+
+    Raises
+    ------
+    FmauditInputError
+        When remote code from a hub repo has no pinned revision.
     """
     weights = entry.get("weights") or {}
     # only code fetched from a hub repo is someone else's: random-init and local weights run no downloaded code
@@ -354,7 +641,25 @@ def check_encoder_usable(name: str, entry: Mapping[str, Any], source: str = "enc
 
 
 def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """A copy of encoder ``name``'s registry entry, with ``name`` added."""
+    """A copy of encoder ``name``'s registry entry, with ``name`` added.
+
+    Parameters
+    ----------
+    name : str
+        The encoder's slug.
+    registry : Mapping, optional
+        Slug -> entry; None: :func:`load_registry`.
+
+    Returns
+    -------
+    dict
+        A deep copy of the entry with ``name``.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown slug (with close spellings).
+    """
     registry = load_registry() if registry is None else registry
     if name not in registry:
         raise unknown_name_error("encoder", name, list(registry))
@@ -366,7 +671,17 @@ def get_encoder_spec(name: str, registry: Mapping[str, Mapping[str, Any]] | None
 def embedding_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """What the embedding job takes of an encoder entry, a deep copy: the keys that decide its embeddings'
     numbers (:data:`EMBEDDING_KEYS`), the few descriptive keys its load-time checks read (:data:`JOB_KEYS`), and
-    ``name`` when present (it names the encoder in messages, not in the numbers)."""
+    ``name`` when present (it names the encoder in messages, not in the numbers).
+
+    Parameters
+    ----------
+    spec : Mapping
+        An encoder entry.
+
+    Returns
+    -------
+    dict
+    """
     keep = EMBEDDING_KEYS + JOB_KEYS + ("name",)
     return {k: copy.deepcopy(v) for k, v in spec.items() if k in keep}
 
@@ -374,20 +689,58 @@ def embedding_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 def encoder_config_hash(spec: Mapping[str, Any]) -> str:
     """Provenance hash of what decides an encoder's embeddings (:data:`EMBEDDING_KEYS` only): a change to the
     architecture, weights, preprocessing, readouts or precision changes it; a description, licence, exposure or
-    ``departs_from_hub_config`` edit does not."""
+    ``departs_from_hub_config`` edit does not.
+
+    Parameters
+    ----------
+    spec : Mapping
+        An encoder entry.
+
+    Returns
+    -------
+    str
+        16 hex characters (:func:`fmaudit.io.stable_hash`).
+    """
     return stable_hash({k: copy.deepcopy(v) for k, v in spec.items() if k in EMBEDDING_KEYS})
 
 
 def embedding_key(spec: Mapping[str, Any], weights_override: str | None = None, length: int = 12) -> str:
     """The key of an encoder's embeddings as a config sets them: :func:`encoder_config_hash` and the config's
     local weights override (``encoder_weights``), if any. The workflow puts it in the embedding's path, so that
-    embeddings of another key never replace these (docs/design.md#runs-you-can-trust, "No lost work")."""
+    embeddings of another key never replace these (docs/design.md#runs-you-can-trust, "No lost work").
+
+    Parameters
+    ----------
+    spec : Mapping
+        An encoder entry.
+    weights_override : str, optional
+        The config's ``encoder_weights.<slug>`` path.
+    length : int
+        Hex characters of the key.
+
+    Returns
+    -------
+    str
+    """
     return stable_hash({"encoder_config_hash": encoder_config_hash(spec), "weights_override": weights_override or None},
                        length=length)
 
 
 def readout_dims(spec: Mapping[str, Any], readouts: list[str] | None = None) -> dict[str, int]:
-    """Declared feature width of each readout (channels for patch_grid), from embed_dim and pooled_dim."""
+    """Declared feature width of each readout (channels for patch_grid), from embed_dim and pooled_dim.
+
+    Parameters
+    ----------
+    spec : Mapping
+        An encoder entry (``readouts``, ``embed_dim``, ``pooled_dim``).
+    readouts : list of str, optional
+        The readouts; None: the entry's.
+
+    Returns
+    -------
+    dict of str to int
+        Readout -> width (``cls_mean`` twice ``embed_dim``; ``pooled`` is ``pooled_dim``, default ``embed_dim``).
+    """
     dims = {}
     for r in readouts or spec["readouts"]:
         if r == "pooled":

@@ -60,7 +60,19 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyam
 
 def repo_path(path: PathLike) -> Path:
     """``path`` as given when it exists (or is absolute), else the same relative path inside the repository:
-    ``resources/encoders.yaml`` works from any working directory."""
+    ``resources/encoders.yaml`` works from any working directory.
+
+    Parameters
+    ----------
+    path : path-like
+        A path, absolute or relative to the working directory or to the repository root.
+
+    Returns
+    -------
+    Path
+        ``path`` when it exists or is absolute; else the repository's file of that relative path when it exists;
+        else ``path`` unchanged (so that the error that follows names what the user wrote).
+    """
     path = Path(path)
     if path.is_absolute() or path.exists():
         return path
@@ -68,7 +80,25 @@ def repo_path(path: PathLike) -> Path:
 
 
 def load_yaml(path: PathLike) -> Any:
-    """Parse a YAML file (anchors allowed, duplicate keys rejected); errors name the file and line."""
+    """Parse a YAML file (anchors allowed, duplicate keys rejected); errors name the file and line.
+
+    Parameters
+    ----------
+    path : path-like
+        The YAML file.
+
+    Returns
+    -------
+    Any
+        The parsed document (None for an empty file).
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not valid YAML or repeats a key of a mapping.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -80,7 +110,18 @@ def load_yaml(path: PathLike) -> Any:
 
 
 def load_schema(name_or_path: PathLike) -> dict[str, Any]:
-    """A schema of ``resources/schemas/`` by file name (``"config.schema.yaml"``), or any schema file."""
+    """A schema of ``resources/schemas/`` by file name (``"config.schema.yaml"``), or any schema file.
+
+    Parameters
+    ----------
+    name_or_path : path-like
+        A file name of ``resources/schemas/`` or a path to a schema file.
+
+    Returns
+    -------
+    dict of str to Any
+        The JSON Schema, as parsed from YAML.
+    """
     path = Path(name_or_path)
     if not path.exists() and (SCHEMAS / path).exists():
         path = SCHEMAS / path
@@ -107,7 +148,23 @@ def _validator(schema: Mapping[str, Any], fill_defaults: bool):
 
 def schema_violations(data: Any, schema: Mapping[str, Any],
                       fill_defaults: bool = False) -> Iterator[tuple[list[str], str]]:
-    """``(key path, message)`` of every violation, in key order; fills defaults into ``data`` when asked."""
+    """``(key path, message)`` of every violation, in key order; fills defaults into ``data`` when asked.
+
+    Parameters
+    ----------
+    data : Any
+        The parsed document to check; changed in place when ``fill_defaults``.
+    schema : Mapping
+        A JSON Schema (:func:`load_schema`).
+    fill_defaults : bool
+        Whether to fill each absent property that has a ``default`` in the schema, at every level validated.
+
+    Yields
+    ------
+    tuple of (list of str, str)
+        The key path of the violation (list indices as strings; empty at the top level) and jsonschema's message
+        (of the deepest sub-error for a ``oneOf``/``anyOf``).
+    """
     errors = sorted(_validator(schema, fill_defaults).iter_errors(data),
                     key=lambda e: [str(p) for p in e.absolute_path])
     for err in errors:
@@ -120,7 +177,31 @@ def schema_violations(data: Any, schema: Mapping[str, Any],
 def validate_against_schema(data: Any, schema: Mapping[str, Any], name: str, fill_defaults: bool = False,
                             sep: str = "/") -> Any:
     """Validate ``data`` (filling defaults when asked) and return it; raise one :class:`FmauditInputError`
-    that names ``name`` and lists every violation by key (parts joined by ``sep``)."""
+    that names ``name`` and lists every violation by key (parts joined by ``sep``).
+
+    Parameters
+    ----------
+    data : Any
+        The parsed document; changed in place when ``fill_defaults``.
+    schema : Mapping
+        A JSON Schema.
+    name : str
+        What ``data`` is (a file name, ``encoder 'uni'``), first in the error.
+    fill_defaults : bool
+        Whether to fill the schema's defaults into ``data``.
+    sep : str
+        What joins a key path in the error (``/``; ``.`` for a config's dotted keys).
+
+    Returns
+    -------
+    Any
+        ``data`` itself.
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every violation, one line per key path.
+    """
     lines = [f"  {sep.join(path) or '(top level)'}: {message}"
              for path, message in schema_violations(data, schema, fill_defaults)]
     if lines:

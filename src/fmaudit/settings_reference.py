@@ -33,7 +33,28 @@ _NAMED = {"tasks": "<task>", "dataset_params": "<dataset>", "encoder_weights": "
 @dataclass(frozen=True)
 class Setting:
     """One key of the config: its dotted path (``probe.C``, ``tasks.<task>.ordinal``), type, default (``None``
-    with ``has_default`` false when it has none), description, and the rules a change of it reruns."""
+    with ``has_default`` false when it has none), description, and the rules a change of it reruns.
+
+    Parameters
+    ----------
+    path : str
+        Dotted key path; names of tasks, data sets, encoders, studies as placeholders (``tasks.<task>.ordinal``).
+    type : str
+        The schema's type(s) joined by ``or`` (``name`` for a slug reference, ``any`` where the schema gives none).
+    default : Any
+        The schema's default (None when it has none).
+    has_default : bool
+        Whether the schema gives a default.
+    description : str
+        The schema's description, whitespace collapsed.
+    reruns : tuple of str
+        The rules a change of it reruns (``x-reruns`` of the key or its nearest block that declares one;
+        ``("everything",)`` for every job; empty: nothing).
+    block : str
+        The top-level key it belongs to, or :data:`TOP_LEVEL` for the top-level keys that are not blocks.
+    declared_at : str
+        The path whose ``x-reruns`` gives ``reruns``.
+    """
 
     path: str
     type: str
@@ -85,7 +106,19 @@ def _walk(node: Mapping[str, Any], path: str, block: str, reruns: Reruns, out: l
 
 def settings(schema: Mapping[str, Any] | None = None) -> list[Setting]:
     """Every key of the config schema, in the schema's order (a block's keys after it; a task's keys under
-    ``tasks.<task>.``)."""
+    ``tasks.<task>.``).
+
+    Parameters
+    ----------
+    schema : Mapping, optional
+        The config schema; None reads ``resources/schemas/config.schema.yaml``.
+
+    Returns
+    -------
+    list of Setting
+        One per leaf key (a key with ``properties`` is walked into; a name-keyed mapping such as
+        ``dataset_params`` is one setting).
+    """
     schema = load_schema(CONFIG_SCHEMA) if schema is None else schema
     out: list[Setting] = []
     for key, node in schema["properties"].items():
@@ -105,7 +138,25 @@ def settings(schema: Mapping[str, Any] | None = None) -> list[Setting]:
 def reruns_of(path: str, schema: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """The rules a change of the setting at ``path`` reruns (``("everything",)``: every job). ``path`` is dotted;
     the names of tasks and data sets may be given as they are (``tasks.demo-tissue.ordinal``,
-    ``dataset_params.demo-tiles.seed``) or as their placeholder."""
+    ``dataset_params.demo-tiles.seed``) or as their placeholder.
+
+    Parameters
+    ----------
+    path : str
+        A dotted setting path.
+    schema : Mapping, optional
+        The config schema; None reads the repository's.
+
+    Returns
+    -------
+    tuple of str
+        The rules, as :attr:`Setting.reruns`; a path below a leaf setting gets that setting's.
+
+    Raises
+    ------
+    KeyError
+        When no prefix of ``path`` is a setting of the schema.
+    """
     parts = path.split(".")
     if parts[0] in _NAMED and len(parts) > 1:
         parts[1] = _NAMED[parts[0]]
@@ -188,7 +239,19 @@ demo's `config.yaml` in turn and checks that `snakemake -n` plans exactly these 
 
 
 def settings_reference(schema: Mapping[str, Any] | None = None) -> str:
-    """The text of ``docs/settings.md``."""
+    """The text of ``docs/settings.md``.
+
+    Parameters
+    ----------
+    schema : Mapping, optional
+        The config schema; None reads the repository's.
+
+    Returns
+    -------
+    str
+        Markdown: :data:`HEADER`, the table of what each ``x-reruns`` declaration reruns, then one table per block
+        of every setting's type, default, description and reruns; ends with a newline.
+    """
     schema = load_schema(CONFIG_SCHEMA) if schema is None else schema
     rows = settings(schema)
     lines = [HEADER.rstrip("\n"), "", "| setting | what it changes | reruns |", "| --- | --- | --- |"]

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 
-from fmaudit.cells import features as cf
 from fmaudit.cells.features import (
     CellFeatures,
     assign_cells_to_patches,
@@ -21,6 +20,7 @@ from fmaudit.cells.features import (
     sample_token_grid,
     write_cell_features,
 )
+from fmaudit.cells.features import extraction as cf
 from fmaudit.encoders import ENCODER_CACHE
 from fmaudit.io import FmauditInputError
 from slide_utils import TISSUE_RGB

@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 
 from fmaudit import grid
-from fmaudit.analyses import cell_suite
-from fmaudit.analyses.cell_suite import run_cell_shard
+from fmaudit.analyses.cell_suite import POOL_MIN_WORK, run_cell_shard
 from fmaudit.cells.features import open_cell_features
 from fmaudit.cells.protocols import (
     check_partition,
@@ -19,6 +18,7 @@ from fmaudit.cells.protocols import (
     roi_mask,
 )
 from fmaudit.io import FmauditInputError
+from fmaudit.probes import pool as pool_module
 
 from .conftest import SECTIONS, cell_config, make_panel
 
@@ -224,14 +224,14 @@ def test_engine_never_fits_on_held_out_cells(panel_files, monkeypatch):
         for item, row in zip(feats.item_ids, feats.readout("nuc")):
             item_of_row[row.tobytes()] = item
     calls = []
-    real_fit = cell_suite.fit_logistic_batch
+    real_fit = pool_module.fit_logistic_batch
 
     def spy(X, y, subsets, *args, **kwargs):
         rows = np.unique(np.concatenate(subsets))
         calls.append([item_of_row[X[r].tobytes()] for r in rows])
         return real_fit(X, y, subsets, *args, **kwargs)
 
-    monkeypatch.setattr(cell_suite, "fit_logistic_batch", spy)
+    monkeypatch.setattr(pool_module, "fit_logistic_batch", spy)
     runs = grid.cell_runs(cell_config(readouts=("nuc",)))
     fold_of = dict(zip(make_fold_manifest(SECTIONS, FOLDS)["section"], make_fold_manifest(SECTIONS, FOLDS)["fold"]))
     organ_of = {s: o for o, secs in SECTIONS.items() for s in secs}
@@ -301,6 +301,25 @@ def test_memory_bounds_change_the_batching_not_the_numbers(panel_files):
     pd.testing.assert_frame_equal(big.drop(columns=["n_iter", "macro_auroc"]),
                                   alone.drop(columns=["n_iter", "macro_auroc"]))
     np.testing.assert_allclose(big["macro_auroc"], alone["macro_auroc"], atol=1e-6)
+
+
+def test_worker_processes_change_where_calls_run_not_the_numbers(panel_files, caplog):
+    """The engine calls in two single-threaded worker processes (what a large CPU shard does) give the runs of
+    the calls fitted here, one after another: the same optimum, up to the summation order of threads."""
+    runs = grid.cell_runs(cell_config(readouts=("nuc", "nuc_cat_mean"), protocols={"LOOO": {"seeds": [0, 1]}}))
+    exact = dict(dtype="float64", tol=1e-10, max_iter=5000)
+    here = shard(runs, panel_files, call_workers=1, n_threads=2, **exact)
+    with caplog.at_level("INFO", logger="fmaudit.analyses.cell_suite"):
+        workers = shard(runs, panel_files, call_workers=2, **exact)
+    assert "single-threaded worker processes" in caplog.text
+    pd.testing.assert_frame_equal(here.drop(columns=["n_iter", "macro_auroc"]),
+                                  workers.drop(columns=["n_iter", "macro_auroc"]))
+    np.testing.assert_allclose(here["macro_auroc"], workers["macro_auroc"], atol=1e-6)
+    # left to its cost model, this panel's shard is far below the work that pays for starting workers
+    caplog.clear()
+    with caplog.at_level("INFO", logger="fmaudit.analyses.cell_suite"):
+        shard(runs, panel_files, n_threads=2, **exact)
+    assert "worker processes" not in caplog.text and POOL_MIN_WORK > 1e8
 
 
 def test_bad_jobs_and_single_class_training(panel_files, tmp_path):

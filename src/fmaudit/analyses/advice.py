@@ -6,7 +6,7 @@ JSON and in the docs), and ``fire(facts) -> [Advice]``, where ``facts`` are the 
 :mod:`fmaudit.analyses.cards` gathers them from the result tables. A sentence quotes the numbers it rests on,
 with their intervals. A rule whose numbers cannot carry it (fewer than :data:`MIN_UNITS` resampling units, an
 interval that is missing) stays silent and the section says why in its ``limits`` instead
-(:func:`limits_of`), so a card never states what its numbers do not support.
+(:mod:`fmaudit.analyses.cards`), so a card never states what its numbers do not support.
 
 Thresholds are constants here, stated in each card (``thresholds`` of its JSON): the ECE margin within which a
 calibration counts as "as good as the oracle", the share of an OOD tier a gate must reject, the fewest
@@ -64,19 +64,48 @@ THRESHOLDS = {
 
 @dataclass(frozen=True)
 class Advice:
-    """One sentence of a card, the rule that chose it, and the numbers it rests on."""
+    """One sentence of a card, the rule that chose it, and the numbers it rests on.
+
+    Attributes
+    ----------
+    rule : str
+        The id of the rule that chose it (``<section>.<name>``).
+    text : str
+        The sentence, quoting its numbers with their intervals.
+    evidence : mapping
+        The numbers it rests on (quantities, pair names, thresholds), as the card's JSON records them.
+    """
 
     rule: str
     text: str
     evidence: Mapping[str, Any]
 
     def as_dict(self) -> dict[str, Any]:
+        """The advice as the card's JSON holds it.
+
+        Returns
+        -------
+        dict
+            ``rule``, ``text`` and ``evidence`` (a plain dict).
+        """
         return {"rule": self.rule, "text": self.text, "evidence": dict(self.evidence)}
 
 
 @dataclass(frozen=True)
 class Rule:
-    """``id``: ``<section>.<name>``; ``when``: the condition in words; ``fire(facts)``: the sentences."""
+    """An advice rule of the cards: an explicit condition on a section's numbers and the sentences it then says.
+
+    Attributes
+    ----------
+    id : str
+        ``<section>.<name>``, the section being a key of :data:`fmaudit.analyses.cards.CARD_SECTIONS`.
+    when : str
+        The condition in words, printed in every card's JSON (``rules``) and in the docs.
+    fire : callable
+        ``fire(facts) -> list of Advice``: the sentences for a section's facts (the mapping its builder in
+        :mod:`fmaudit.analyses.cards` gathers), an empty list when the condition does not hold or its numbers
+        cannot carry it.
+    """
 
     id: str
     when: str
@@ -84,11 +113,25 @@ class Rule:
 
     @property
     def section(self) -> str:
+        """The card section the rule belongs to: its id up to the first dot."""
         return self.id.split(".")[0]
 
 
 def fmt(x: Any, digits: int = 3) -> str:
-    """A number as the cards print it (``n/a`` for a missing one; integers without decimals)."""
+    """A number as the cards print it (``n/a`` for a missing one; integers without decimals).
+
+    Parameters
+    ----------
+    x : float, int or None
+        The number; None, NaN and infinities print as ``n/a``.
+    digits : int
+        Decimals of a non-integer number; default 3.
+
+    Returns
+    -------
+    str
+        ``"0.812"``, ``"12"`` or ``"n/a"``.
+    """
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "n/a"
     if isinstance(x, (int, np.integer)):
@@ -98,7 +141,22 @@ def fmt(x: Any, digits: int = 3) -> str:
 
 def fmt_q(q: Mapping[str, Any] | None, digits: int = 3, signed: bool = False) -> str:
     """A quantity (:func:`fmaudit.analyses.cards.quantity`) as ``0.812 [0.790, 0.833]``, without brackets when
-    it has no interval."""
+    it has no interval.
+
+    Parameters
+    ----------
+    q : mapping or None
+        A quantity (``point``, ``ci_lo``, ``ci_hi``); None or a missing ``point`` prints as ``n/a``.
+    digits : int
+        Decimals of the point and the bounds; default 3.
+    signed : bool
+        Print a ``+`` before positive numbers (gains, differences).
+
+    Returns
+    -------
+    str
+        ``"0.812 [0.790, 0.833]"``, the point alone when either bound is missing, or ``"n/a"``.
+    """
     if not q or q.get("point") is None:
         return "n/a"
     sign = "+" if signed else ""
@@ -114,7 +172,19 @@ def _units(q: Mapping[str, Any]) -> str:
 
 
 def supports_advice(q: Mapping[str, Any] | None) -> bool:
-    """An interval that can carry advice: defined, from at least :data:`MIN_UNITS` resampling units."""
+    """An interval that can carry advice: defined, from at least :data:`MIN_UNITS` resampling units.
+
+    Parameters
+    ----------
+    q : mapping or None
+        A quantity (``ci_lo``, ``ci_hi``, ``n_units``); an interval whose ``n_units`` is None (not counted)
+        is taken as it is.
+
+    Returns
+    -------
+    bool
+        True when both bounds are set and ``n_units`` is None or at least :data:`MIN_UNITS`.
+    """
     return bool(
         q
         and q.get("ci_lo") is not None
@@ -596,9 +666,38 @@ RULES: tuple[Rule, ...] = (
 
 
 def rules_of(section: str) -> list[Rule]:
+    """The rules of one card section, in the order of :data:`RULES`.
+
+    Parameters
+    ----------
+    section : str
+        A card section's name (``"accuracy"``, ``"calibration"``, ...: the keys of
+        :data:`fmaudit.analyses.cards.CARD_SECTIONS`).
+
+    Returns
+    -------
+    list of Rule
+        Empty for a section without rules.
+    """
     return [r for r in RULES if r.section == section]
 
 
 def fire_rules(section: str, facts: Mapping[str, Any], rules: Sequence[Rule] | None = None) -> list[dict[str, Any]]:
-    """Every sentence the section's rules choose from ``facts``, as dicts (``rule``, ``text``, ``evidence``)."""
+    """Every sentence the section's rules choose from ``facts``, as dicts (``rule``, ``text``, ``evidence``).
+
+    Parameters
+    ----------
+    section : str
+        The card section's name; its rules are :func:`rules_of` unless ``rules`` is given.
+    facts : mapping
+        The section's numbers as its builder in :mod:`fmaudit.analyses.cards` gathers them (e.g. ``pairs`` and
+        ``rank_transfer`` for accuracy, ``targets`` for calibration).
+    rules : sequence of Rule or None
+        The rules to fire instead of the section's own; None (the default) for the section's.
+
+    Returns
+    -------
+    list of dict
+        One per sentence, rule by rule: ``rule``, ``text``, ``evidence``.
+    """
     return [a.as_dict() for rule in (rules if rules is not None else rules_of(section)) for a in rule.fire(facts)]

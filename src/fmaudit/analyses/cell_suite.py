@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -50,11 +51,18 @@ from fmaudit.cells.protocols import (
     read_fold_manifest,
     unit_sections,
 )
+from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.metrics import softmax_last_axis
-from fmaudit.probes import fit_logistic_batch
+from fmaudit.probes.pool import FitPool
 
 log = logging.getLogger(__name__)
+
+# Modelled work (training rows x Cs x readouts x taxonomies x width x classes, summed over units) from which a
+# shard fits its engine calls in worker processes: about 6 s of single-threaded fits (a CellPath IS unit,
+# 4,770 training rows x 4 Cs x 7 readouts x 2 taxonomies x 384 x 9 = 9.2e8, took 13.6 s on one thread of this
+# project's 2-core machine), three times what starting two workers costs.
+POOL_MIN_WORK = 4e8
 
 RESULT_COLUMNS = ["run_id", "status", "C", "val_macro_f1", "macro_f1", "macro_auroc", "accuracy", "n_train", "n_val",
                   "n_test", "n_test_sections", "n_classes_train", "n_classes_test", "converged", "n_iter"]
@@ -141,6 +149,7 @@ def run_cell_shard(
     score_budget_bytes: int = 256 << 20,
     fit_budget_bytes: int = 1 << 30,
     n_threads: int | None = None,
+    call_workers: int | None = None,
     logger: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Run every cell run of one job and return one row per run (``runs``' columns + :data:`RESULT_COLUMNS`).
@@ -157,6 +166,69 @@ def run_cell_shard(
     tight tol) or "float64".
     ``chunk_bytes``, ``score_budget_bytes``, ``fit_budget_bytes``: memory bounds (module doc); they change
     how the work is batched, never the numbers. ``n_threads``: the engine's CPU threads (default: torch's).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The job's rows of :func:`fmaudit.grid.cell_runs`: ``encoder``, ``magnification``, ``protocol`` (one
+        value each), ``taxonomy``, ``readout``, ``seed``, ``unit``.
+    features : mapping of str to path or CellFeatures
+        Section -> its feature folder (:func:`fmaudit.cells.features.write_cell_features`) or the opened
+        folder, for every section a run trains or tests on.
+    manifests : mapping of str to DataFrame or path
+        Section -> its cell manifest, the cells in the features' order.
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``).
+    Cs : sequence of float
+        The probe's C grid, positive (``cells.probe.C``).
+    val_fraction : float
+        Share of the training-side cells drawn for validation, in (0, 1) (``cells.probe.val_fraction``).
+    max_train_cells, max_val_cells : int or None
+        Training and validation cells per run, drawn by the seed; None: all.
+    roi_fraction : float or None
+        IS's ROI share of a section (needed for IS).
+    fold_manifest : DataFrame, path or None
+        MOCV's fold manifest; None: :func:`~fmaudit.cells.protocols.make_fold_manifest`.
+    n_folds : int or None
+        MOCV's fold count (needed for MOCV).
+    n_classes : mapping of str to int, or None
+        Taxonomy -> K; None: from the labels.
+    standardize : bool
+        Standardise each run's training cells (``cells.probe.standardize``).
+    tol : float
+        Stopping tolerance of the fits (max-abs gradient of the scaled objective, ``cells.probe.tol``).
+    max_iter : int
+        Iteration cap of the fits (``cells.probe.max_iter``).
+    device : str
+        Where the engine runs: ``auto`` (a GPU when there is one), ``cpu``, ``cuda`` ...
+    dtype : str
+        The engine's precision: ``mixed``, ``float32`` or ``float64`` (above).
+    chunk_bytes, score_budget_bytes, fit_budget_bytes : int
+        Memory bounds in bytes: test chunk per readout array, kept softmax scores per pass, training rows of a
+        group of units.
+    n_threads : int or None
+        The engine's CPU threads; None: torch's.
+    call_workers : int or None
+        Engine calls fitted side by side in that many single-threaded worker processes
+        (:class:`fmaudit.probes.pool.FitPool`); None: ``n_threads`` of them on CPU where the shard's modelled
+        work is at least :data:`POOL_MIN_WORK`, else 1 (each call in this process on ``n_threads`` threads).
+    logger : logging.Logger or None
+        Where progress goes; None: this module's logger.
+
+    Returns
+    -------
+    DataFrame
+        ``runs``' columns, then :data:`RESULT_COLUMNS` (``status`` ``ok`` or ``skipped: <reason>``; metrics NaN
+        for a skipped run), ``f1_convention`` and ``auroc_convention``; one row per run, in ``runs``' order.
+
+    Raises
+    ------
+    FmauditInputError
+        Runs of several jobs or missing columns, a C grid or a cap that is not valid, an unknown ``dtype``,
+        MOCV without ``n_folds`` or IS without ``roi_fraction``, a section without features or manifest,
+        features of other cells, another encoder or magnification, or feature widths that differ.
+    RuntimeError
+        A run was left without a result (a bug, not an input error).
     """
     import torch
 
@@ -216,30 +288,45 @@ def run_cell_shard(
     results: dict[int, dict[str, Any]] = {}
     run_index = runs.reset_index(drop=True)
     unit_of_run = run_index["unit"].astype(str).to_numpy()
-    n_bases = len(base_readouts_of([r for r in dict.fromkeys(run_index["readout"].astype(str))
-                                    if has_cls or not needs_cls(r)]) or ["nuc"])
-    max_width = 2 * widths.pop()
+    readouts = [r for r in dict.fromkeys(run_index["readout"].astype(str)) if has_cls or not needs_cls(r)]
+    n_bases = len(base_readouts_of(readouts) or ["nuc"])
+    width = widths.pop()
+    max_width = 2 * width
+    partitions = []
+    for unit in units:
+        seeds = sorted(set(int(x) for x in run_index.loc[unit_of_run == unit, "seed"]))
+        partitions.append((unit, {seed: make_partition(panel, protocol, unit, seed, **settings) for seed in seeds}))
+    workers = call_workers
+    if workers is None:
+        fit_rows = sum(p.train.size for _, parts in partitions for p in parts.values())
+        work = fit_rows * Cs.size * len(readouts) * len(taxonomies) * width * max(panel.n_classes.values())
+        threads = torch.get_num_threads() if n_threads is None else int(n_threads)
+        on_cpu = resolve_device(device).type == "cpu"
+        workers = min(threads, len(readouts) * len(taxonomies)) if on_cpu and work >= POOL_MIN_WORK else 1
     done = 0
     group: list[tuple[str, dict[int, Partition]]] = []
     group_rows = 0
-    for unit in units:
-        seeds = sorted(set(int(x) for x in run_index.loc[unit_of_run == unit, "seed"]))
-        parts = {seed: make_partition(panel, protocol, unit, seed, **settings) for seed in seeds}
-        rows = sum(p.train.size + p.val.size for p in parts.values())
-        # units are fitted together (one engine call per readout and taxonomy) while their training rows fit
-        # the budget: base arrays, one readout, and the engine's copy of it
-        if group and (group_rows + rows) * 4 * (n_bases * max_width // 2 + 2 * max_width) > fit_budget_bytes:
+    with FitPool(workers) as pool:
+        if pool.parallel:
+            logger.info("%s %gx %s: engine calls in %d single-threaded worker processes", encoder, magnification,
+                        protocol, pool.workers)
+        for unit, parts in partitions:
+            rows = sum(p.train.size + p.val.size for p in parts.values())
+            # units are fitted together (one engine call per readout and taxonomy) while their training rows fit
+            # the budget: base arrays, one readout, and the engine's copy of it (per call in flight)
+            per_row = 4 * (n_bases * max_width // 2 + (1 + pool.workers) * max_width)
+            if group and (group_rows + rows) * per_row > fit_budget_bytes:
+                results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine,
+                                          chunk_bytes, score_budget_bytes, pool))
+                done += len(group)
+                logger.info("%s %gx %s: %d/%d units done, %.1f s so far", encoder, magnification, protocol, done,
+                            len(units), time.perf_counter() - t0)
+                group, group_rows = [], 0
+            group.append((unit, parts))
+            group_rows += rows
+        if group:
             results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine, chunk_bytes,
-                                      score_budget_bytes))
-            done += len(group)
-            logger.info("%s %gx %s: %d/%d units done, %.1f s so far", encoder, magnification, protocol, done,
-                        len(units), time.perf_counter() - t0)
-            group, group_rows = [], 0
-        group.append((unit, parts))
-        group_rows += rows
-    if group:
-        results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine, chunk_bytes,
-                                  score_budget_bytes))
+                                      score_budget_bytes, pool))
     pending = [results[i]["run_id"] for i in results if results[i]["status"] == "pending"]
     if pending or len(results) != len(run_index):
         raise RuntimeError(f"cell shard: {len(pending)} run(s) left without a result, e.g. {pending[:3]}")
@@ -257,7 +344,22 @@ def run_cell_shard(
 
 def shard_settings(cells: Mapping[str, Any], protocol: str) -> dict[str, Any]:
     """:func:`run_cell_shard`'s keyword arguments from a validated config's ``cells`` block (defaults filled
-    by the config schema, their one home) for one protocol."""
+    by the config schema, their one home) for one protocol.
+
+    Parameters
+    ----------
+    cells : mapping
+        The validated config's ``cells`` block: ``probe`` (``C``, ``val_fraction``, ``max_train_cells``,
+        ``max_val_cells``, ``standardize``, ``tol``, ``max_iter``) and ``protocols``.
+    protocol : str
+        A protocol of :data:`fmaudit.cells.protocols.CELL_PROTOCOLS` (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+
+    Returns
+    -------
+    dict
+        ``Cs``, ``val_fraction``, ``max_train_cells``, ``max_val_cells``, ``standardize``, ``tol``,
+        ``max_iter``, ``roi_fraction``, ``fold_manifest`` and ``n_folds`` (None where the protocol has none).
+    """
     probe = cells["probe"]
     spec = cells["protocols"][protocol]
     return {"Cs": list(probe["C"]), "val_fraction": probe["val_fraction"], "max_train_cells": probe["max_train_cells"],
@@ -274,7 +376,7 @@ def _empty_result(run_id: str, status: str, **extra: Any) -> dict[str, Any]:
 
 def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, Partition]]], protocol: str,
                panel: PanelCells, reader: _Reader, has_cls: bool, Cs: np.ndarray, engine: Mapping[str, Any],
-               chunk_bytes: int, score_budget_bytes: int) -> dict[int, dict[str, Any]]:
+               chunk_bytes: int, score_budget_bytes: int, pool: FitPool) -> dict[int, dict[str, Any]]:
     """Fit every run of a group of units (one engine call per readout and taxonomy, all units, seeds and Cs
     together), choose each run's C on its validation cells, then score each unit on its test cells."""
     results: dict[int, dict[str, Any]] = {}
@@ -293,6 +395,26 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
     position = {key: (np.searchsorted(fit_rows, p.train), np.searchsorted(fit_rows, p.val))
                 for key, p in partitions.items()}
     test_rows: dict[tuple[str, int, str], np.ndarray] = {}
+    in_flight: deque = deque()
+
+    def choose_C(limit: int) -> None:
+        """Each finished call's runs: the C with the best validation macro-F1, until ``limit`` calls are left."""
+        while len(in_flight) > limit:
+            future, X, y_all, todo, k = in_flight.popleft()
+            model = future.result()
+            for j, (i, _, va) in enumerate(todo):
+                candidates = [_fold(model, j * Cs.size + c) for c in range(Cs.size)]
+                W = np.concatenate([p.W for p in candidates], axis=1)
+                b = np.concatenate([p.b for p in candidates])
+                z = (X[va] @ W + b).reshape(va.size, Cs.size, k)
+                val_f1 = np.array([macro_f1_present(y_all[va], _argmax_present(z[:, c], candidates[c].present), k)
+                                   for c in range(Cs.size)])
+                best = int(np.argmax(val_f1))  # first maximum: the smallest C among ties
+                probes[i] = candidates[best]
+                r = j * Cs.size + best
+                results[i].update(status="ok", C=float(Cs[best]), val_macro_f1=float(val_f1[best]),
+                                  converged=bool(model.converged_[r]), n_iter=int(model.n_iter_[r]))
+
     for readout in readouts:
         X = fuse_readout(readout, **{k: base.get(k) for k in BASE_READOUTS})
         for tax in dict.fromkeys(runs["taxonomy"].astype(str)):
@@ -324,22 +446,13 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
                 continue
             # unlabelled rows are in no subset, so their placeholder label never enters a fit
             y_fit = np.where(y_all >= 0, y_all, 0)
-            model = fit_logistic_batch(X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)),
-                                       n_classes=k, **engine)
-            for j, (i, _, va) in enumerate(todo):
-                candidates = [_fold(model, j * Cs.size + c) for c in range(Cs.size)]
-                W = np.concatenate([p.W for p in candidates], axis=1)
-                b = np.concatenate([p.b for p in candidates])
-                z = (X[va] @ W + b).reshape(va.size, Cs.size, k)
-                val_f1 = np.array([macro_f1_present(y_all[va], _argmax_present(z[:, c], candidates[c].present), k)
-                                   for c in range(Cs.size)])
-                best = int(np.argmax(val_f1))  # first maximum: the smallest C among ties
-                probes[i] = candidates[best]
-                r = j * Cs.size + best
-                results[i].update(status="ok", C=float(Cs[best]), val_macro_f1=float(val_f1[best]),
-                                  converged=bool(model.converged_[r]), n_iter=int(model.n_iter_[r]))
-            del model
+            future = pool.submit(X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)), k,
+                                 **engine)
+            in_flight.append((future, X, y_all, todo, k))
+            # with workers, one call waits in the queue while each worker fits one (none idles between calls)
+            choose_C(pool.workers if pool.parallel else 0)
         del X
+    choose_C(0)
     del base
     for unit in units:
         unit_runs = runs[(runs["unit"].astype(str) == unit) & runs.index.isin(list(probes))]

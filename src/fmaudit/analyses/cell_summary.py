@@ -1,12 +1,12 @@
 """The cell branch's report results (CellPath-Bench), computed from the aggregated run table of every
 cell shard with :mod:`fmaudit.cells.metrics`; :mod:`fmaudit.report.cells` only formats them.
 
-Headlines are organ-balanced, as the seed's tables (its units averaged within each organ, mean ± SD across
+Headlines are organ-balanced, as CellPath-Bench's tables (its units averaged within each organ, mean ± SD across
 organs; MOCV across its folds); each has its unit-level form beside it (mean ± SD over sections, held-out
 sections, folds, organs). Significant wins are paired Wilcoxon tests over every common valid (unit, seed) run.
 Magnifications: the CRA, CRT, decodability, win and readout tables are given at every magnification of the
 config; the landscape figure at the *main* magnification (20x when the config has it, else the highest), the
-retention table against the highest magnification (the seed's 40x reference).
+retention table against the highest magnification (CellPath-Bench's 40x reference).
 """
 
 from __future__ import annotations
@@ -44,7 +44,18 @@ DECODABILITY_READOUTS = {"IS": ("nuc", "mean")}
 
 
 def main_magnification(magnifications: Sequence[float]) -> float:
-    """20x when the config has it (the seed's headline), else the highest."""
+    """20x when the config has it (CellPath-Bench's headline), else the highest.
+
+    Parameters
+    ----------
+    magnifications : sequence of float
+        The config's ``cells.magnifications`` (at least one).
+
+    Returns
+    -------
+    float
+        The main magnification.
+    """
     mags = [float(m) for m in magnifications]
     return 20.0 if any(np.isclose(m, 20.0) for m in mags) else max(mags)
 
@@ -52,8 +63,32 @@ def main_magnification(magnifications: Sequence[float]) -> float:
 def section_subsets(subsets: Mapping[str, Any] | None, scores: pd.DataFrame | None,
                     sections: Sequence[str]) -> tuple[dict[str, list[str]] | None, str]:
     """The nested section subsets (``S<n>``) of ``cells.subsets`` and why there are none: explicit ``lists``
-    (checked nested), else the top-n sections by ``scores`` (a table with columns section, score; the seed ranks
-    by morphology-annotation concordance) at each of ``sizes`` that the panel can fill."""
+    (checked nested), else the top-n sections by ``scores`` (a table with columns section, score; CellPath-Bench ranks
+    by morphology-annotation concordance) at each of ``sizes`` that the panel can fill.
+
+    Parameters
+    ----------
+    subsets : mapping or None
+        The config's ``cells.subsets``: ``lists`` (subset name -> sections, nested) or ``sizes`` (numbers of
+        top-scored sections).
+    scores : DataFrame or None
+        The section ranking (columns ``section``, ``score``; higher first), read when ``lists`` is not given.
+    sections : sequence of str
+        Every section of the panel; scored sections outside it are ignored.
+
+    Returns
+    -------
+    subsets : dict of str to list of str, or None
+        Subset name -> its sections; None when there are none.
+    reason : str
+        Why there are none (empty when there are).
+
+    Raises
+    ------
+    FmauditInputError
+        A list names a section outside the panel or the lists are not nested, or the scores table lacks
+        ``section`` or ``score``.
+    """
     subsets = dict(subsets or {})
     if subsets.get("lists"):
         lists = {str(k): [str(s) for s in v] for k, v in subsets["lists"].items()}
@@ -95,7 +130,38 @@ def summarize_cell_runs(runs: pd.DataFrame, settings: Mapping[str, Any], qc: Map
     ``settings``: ``magnifications``, ``protocols``, ``taxonomies``, ``pretraining_wsis`` (encoder -> the
     registry's WSI-equivalent pretraining count or None), ``sections`` (every section of the panel) and
     ``subsets`` (``cells.subsets``); ``qc``: section -> QC overlay PNG; ``subset_scores``: the table of
-    ``cells.subsets.scores`` (section, score) when the config names one."""
+    ``cells.subsets.scores`` (section, score) when the config names one.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The aggregated cell runs; only ``status == "ok"`` rows carry metrics.
+    settings : mapping
+        ``magnifications``, ``protocols``, ``taxonomies``, ``pretraining_wsis``, ``sections`` and ``subsets``
+        (above).
+    qc : mapping of str to str
+        Section -> the path of its QC overlay PNG.
+    alpha : float
+        Significance level of the paired Wilcoxon tests; default 0.05.
+    subset_scores : DataFrame or None
+        The section ranking for the subsets.
+
+    Returns
+    -------
+    dict
+        DataFrames ``cra`` (organ-balanced) and ``cra_sections`` (over sections), both with
+        ``wilcoxon_smallest_p``; ``crt`` (every magnification, with ``unit``), ``decodability`` and
+        ``decodability_units``, ``taxonomy_consistency``, ``win_matrix``, ``retention``, ``readouts``,
+        ``subsets``, ``subset_ranks``, ``status`` (runs per protocol and status) and ``scale``; and
+        ``main_magnification`` (float), ``qc`` (dict), ``crt_definition`` (str), ``taxonomies`` (list),
+        ``n_runs`` and ``n_ok`` (int). A table that cannot be computed holds a ``note`` column saying why, or is
+        empty without valid runs.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`section_subsets`.
+    """
     mags = [float(m) for m in settings["magnifications"]]
     main = main_magnification(mags)
     ok = runs[runs["status"].astype(str) == "ok"] if len(runs) else runs

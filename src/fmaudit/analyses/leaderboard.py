@@ -45,12 +45,38 @@ __all__ = [
 
 
 def ci_convention(n_boot: int, alpha: float = 0.05) -> str:
-    """How the intervals of a table were made, in words."""
+    """How the intervals of a table were made, in words.
+
+    Parameters
+    ----------
+    n_boot : int
+        Bootstrap resamples behind the intervals (the schema's ``bootstrap.n_boot``).
+    alpha : float
+        One minus the intervals' coverage; default 0.05 (95% intervals).
+
+    Returns
+    -------
+    str
+        ``"95% percentile, cluster bootstrap of each row's unit (ci_resampling), B=1000, over the seed mean"``.
+    """
     return f"{100 * (1 - alpha):g}% percentile, {RESAMPLING}, B={n_boot}, over the seed mean"
 
 
 def cell_units(preds: pd.DataFrame) -> dict[str, Any]:
-    """``ci_unit``, ``ci_n_units`` and ``ci_resampling`` (``unit=patient, n=43``) of one prediction cell."""
+    """``ci_unit``, ``ci_n_units`` and ``ci_resampling`` (``unit=patient, n=43``) of one prediction cell.
+
+    Parameters
+    ----------
+    preds : DataFrame
+        The predictions of one cell (task, head, fraction, encoder, source and target domain), a row per seed and
+        item: ``group`` and optionally ``group_unit``.
+
+    Returns
+    -------
+    dict
+        ``ci_unit`` (the cell's group units, ``+``-joined; ``group`` without the column), ``ci_n_units`` (its
+        distinct groups) and ``ci_resampling``.
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import interval_resampling
 
@@ -67,7 +93,35 @@ def _first(cell: pd.DataFrame, column: str, default: Any = None) -> Any:
 def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: int, ece_bins: int,
                 alpha: float = 0.05) -> pd.DataFrame:
     """In-domain and per-target macro-F1 (and ECE at ``ece_bins`` bins) at the largest label fraction, mean over
-    seeds, with cluster-bootstrap CIs (one resample of the cell's groups for both metrics)."""
+    seeds, with cluster-bootstrap CIs (one resample of the cell's groups for both metrics).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (:func:`fmaudit.analyses.probe_suite.run_probe_suite`, every shard): a row
+        per run, target domain and ladder stage; only ``stage == "raw"`` at each task's largest fraction is read.
+    preds : DataFrame
+        The suite's predictions, a row per run and target item: :data:`RUN_KEYS`, ``seed``, ``group``,
+        ``group_unit``, ``label``, ``logits``. Every raw cell of ``runs`` must have predictions.
+    n_boot : int
+        Bootstrap resamples of the cell's groups (keyword-only: the schema's ``bootstrap.n_boot``).
+    seed : int
+        Seed of the resampling (``bootstrap.seed``).
+    ece_bins : int
+        Equal-width bins of the top-label ECE (``calibration.ece_bins``).
+    alpha : float
+        One minus the intervals' coverage; default 0.05.
+
+    Returns
+    -------
+    DataFrame
+        One row per :data:`RUN_KEYS` cell: ``in_domain``, ``n_seeds``, ``n_test``, ``n_test_groups``,
+        ``macro_f1`` with ``macro_f1_ci_lo``/``_ci_hi``, ``balanced_accuracy``, ``auroc_ovr_macro`` (seed means),
+        ``ece_top_<bins>_lohi`` with ``ece_ci_lo``/``_ci_hi``, ``ci_unit``, ``ci_n_units``, ``ci_resampling``, the
+        reference criteria's columns (``source_val_macro_f1``, ``source_train_macro_f1``) present in ``runs``,
+        ``calibration_mode``, ``task_split``, ``rank_macro_f1`` (1 = best within task, head, fraction, source
+        and target) and ``ci_convention``. Empty without raw runs.
+    """
     raw = runs[runs["stage"] == "raw"]
     top = raw.groupby("task")["fraction"].transform("max")
     raw = raw[raw["fraction"] == top]
@@ -101,7 +155,19 @@ def leaderboard(runs: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int, seed: i
 def reference_encoder(in_domain: pd.DataFrame) -> tuple[str, str] | None:
     """(encoder, criterion in words) of the best encoder of one (task, head, fraction, source) on data other
     than the evaluated test set: the source validation split's macro-F1 (mean over seeds), else, where no run
-    had validation items, the source training subset's; ties to the first encoder name. None without either."""
+    had validation items, the source training subset's; ties to the first encoder name. None without either.
+
+    Parameters
+    ----------
+    in_domain : DataFrame
+        The leaderboard's in-domain rows of one (task, head, fraction, source): ``encoder`` and the columns of
+        :data:`REFERENCE_CRITERIA`.
+
+    Returns
+    -------
+    tuple of (str, str) or None
+        The encoder and the criterion it was chosen on, in words.
+    """
     for column, words in REFERENCE_CRITERIA:
         if column in in_domain.columns and in_domain[column].notna().any():
             ok = in_domain.dropna(subset=[column])
@@ -115,7 +181,33 @@ def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int,
     reference is the best encoder on the source's validation data (:func:`reference_encoder`), not on the
     test set the differences are computed on.
 
-    One resample of groups is shared by every encoder and seed of a (task, head, fraction, s→t) cell."""
+    One resample of groups is shared by every encoder and seed of a (task, head, fraction, s→t) cell.
+
+    Parameters
+    ----------
+    board : DataFrame
+        The :func:`leaderboard`; a (task, head, fraction, source) with fewer than two encoders in-domain, or
+        without a reference criterion, is skipped.
+    preds : DataFrame
+        The suite's predictions (as :func:`leaderboard` takes them).
+    n_boot : int
+        Bootstrap resamples of the cell's groups (keyword-only: ``bootstrap.n_boot``).
+    seed : int
+        Seed of the resampling (``bootstrap.seed``).
+    metric : str
+        The metric to difference, a metric name of :func:`fmaudit.stats.seed_mean_bootstrap`; default
+        ``macro_f1``.
+    alpha : float
+        One minus the intervals' coverage; default 0.05.
+
+    Returns
+    -------
+    DataFrame
+        One row per (task, head, fraction, source, target, encoder other than the reference): ``in_domain``,
+        ``encoder``, ``reference``, ``reference_chosen_on``, ``metric``, ``difference`` (encoder minus reference,
+        seed means), ``ci_lo``, ``ci_hi``, ``ci_excludes_zero``, ``ci_unit``, ``ci_n_units``, ``ci_resampling``,
+        ``n_boot`` and ``resampling``.
+    """
     rows = []
     keys = ["task", "head", "fraction", "source_domain"]
     cells = dict(tuple(preds.groupby(keys + ["target_domain"])))
@@ -146,7 +238,18 @@ def paired_differences(board: pd.DataFrame, preds: pd.DataFrame, *, n_boot: int,
 
 
 def bound_temperature_rule(include_bound_temperatures: bool) -> str:
-    """How a table's post-temperature means treat temperatures at a search bound, in words."""
+    """How a table's post-temperature means treat temperatures at a search bound, in words.
+
+    Parameters
+    ----------
+    include_bound_temperatures : bool
+        The schema's ``calibration.include_bound_temperatures``.
+
+    Returns
+    -------
+    str
+        The sentence for the tables' ``bound_temperatures`` column.
+    """
     return ("temperatures at a bound included in the means" if include_bound_temperatures
             else "temperatures at a bound left out of the means (counted in n_at_bound)")
 
@@ -155,7 +258,22 @@ def exclude_bound_temperatures(runs: pd.DataFrame, metrics: list[str],
                                include_bound_temperatures: bool) -> pd.DataFrame:
     """``runs`` with ``metrics`` set to NaN on single-temperature rows (source_ts, oracle_ts) whose temperature
     sits at a bound, unless ``include_bound_temperatures``; K-shot rows already average only the draws the
-    setting keeps (:func:`fmaudit.calibration.calibration_ladder`)."""
+    setting keeps (:func:`fmaudit.calibration.calibration_ladder`).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows: ``stage`` and, where fitted, ``temperature_at_bound``.
+    metrics : list of str
+        The columns to blank on those rows.
+    include_bound_temperatures : bool
+        Keep them (``calibration.include_bound_temperatures``): ``runs`` is returned as it is.
+
+    Returns
+    -------
+    DataFrame
+        ``runs`` itself when nothing is left out, else a copy with ``metrics`` NaN on the bound rows.
+    """
     if include_bound_temperatures or "temperature_at_bound" not in runs.columns:
         return runs
     out = runs.copy()
@@ -167,7 +285,26 @@ def exclude_bound_temperatures(runs: pd.DataFrame, metrics: list[str],
 def calibration_table(runs: pd.DataFrame, *, ece_bins: int, include_bound_temperatures: bool) -> pd.DataFrame:
     """The calibration ladder at the largest label fraction, mean over seeds; temperatures at a search bound are
     left out of the post-temperature means unless ``include_bound_temperatures`` (``n_temperatures``: runs, or
-    K-shot draws, behind a row; ``n_at_bound``: how many of them sit at a bound)."""
+    K-shot draws, behind a row; ``n_at_bound``: how many of them sit at a bound).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (every stage).
+    ece_bins : int
+        Equal-width bins of the binned calibration metrics (keyword-only: ``calibration.ece_bins``).
+    include_bound_temperatures : bool
+        Keep temperatures at a search bound in the means (``calibration.include_bound_temperatures``).
+
+    Returns
+    -------
+    DataFrame
+        One row per :data:`RUN_KEYS`, ``in_domain``, ``stage``, ``k`` (NaN but for ``kshot_ts``) and
+        ``deployable``: the seed means of the top-label, adaptive and classwise ECE at ``ece_bins``, ``nll``,
+        ``brier_sum`` and ``temperature`` (those present), ``n_temperatures`` and ``n_at_bound`` (where the runs
+        count draws; 0 on raw rows), ``calibration_mode``, ``task_split``, ``ece_convention`` and
+        ``bound_temperatures``.
+    """
     top = runs.groupby("task")["fraction"].transform("max")
     cal = runs[runs["fraction"] == top].copy()
     cal["k"] = cal["k"].fillna(-1)
@@ -192,7 +329,21 @@ def calibration_table(runs: pd.DataFrame, *, ece_bins: int, include_bound_temper
 
 
 def shift_summary(board: pd.DataFrame, *, ece_bins: int) -> pd.DataFrame:
-    """Per task, head and encoder: in-domain vs mean off-domain macro-F1 and ECE."""
+    """Per task, head and encoder: in-domain vs mean off-domain macro-F1 and ECE.
+
+    Parameters
+    ----------
+    board : DataFrame
+        The :func:`leaderboard`.
+    ece_bins : int
+        Bins of the leaderboard's ECE column (keyword-only: ``calibration.ece_bins``).
+
+    Returns
+    -------
+    DataFrame
+        One row per task, head and encoder: ``macro_f1_in_domain``, ``macro_f1_off_domain`` (mean over the
+        targets; NaN for a one-domain task), ``ece_in_domain``, ``ece_off_domain`` and ``ece_convention``.
+    """
     ece_col = ece_column(ece_bins)
     rows = []
     for (task, head, enc), cell in board.groupby(["task", "head", "encoder"]):
@@ -209,7 +360,23 @@ def reliability_curves(preds: pd.DataFrame, *, n_bins: int) -> pd.DataFrame:
     """Reliability-diagram data of each encoder (first head, first seed, largest fraction), in-domain and
     off-domain, raw and after the source temperature: one row per (encoder, part, calibration, bin) with
     ``confidence``, ``accuracy`` and ``count`` (:func:`fmaudit.metrics.reliability_bins`), ``n_items`` and the
-    ``ece`` of those bins (top-label, ``n_bins`` equal-width bins)."""
+    ``ece`` of those bins (top-label, ``n_bins`` equal-width bins).
+
+    Parameters
+    ----------
+    preds : DataFrame
+        The suite's predictions: :data:`RUN_KEYS`, ``seed``, ``label``, ``logits`` and ``temperature_source``.
+    n_bins : int
+        Equal-width confidence bins (keyword-only: ``calibration.ece_bins``).
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`fmaudit.metrics.reliability_bins` with ``encoder``, ``part`` (``in-domain`` or
+        ``off-domain``), ``calibration`` (``raw`` or ``source TS``, the latter left out where the source
+        temperature could not be fitted), ``n_items`` and ``ece``; a part without items is one row with
+        ``n_items`` 0.
+    """
     top = preds["fraction"].max()
     sel = preds[(preds["fraction"] == top) & (preds["seed"] == preds["seed"].min())]
     sel = sel[sel["head"] == sel["head"].iloc[0]]
@@ -237,7 +404,30 @@ def ece_by_fraction(runs: pd.DataFrame, preds: pd.DataFrame, *, ece_bins: int, n
                     alpha: float = 0.05) -> pd.DataFrame:
     """Target ECE (raw, seed mean) per label fraction on each transfer pair (in-domain when there is none), with
     its cluster-bootstrap interval at every fraction (``ece_ci_lo``, ``ece_ci_hi``: resampling the target's test
-    patients/slides, one draw shared by the seeds of a cell, as the leaderboard's)."""
+    patients/slides, one draw shared by the seeds of a cell, as the leaderboard's).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows.
+    preds : DataFrame
+        The suite's predictions (as :func:`leaderboard` takes them).
+    ece_bins : int
+        Equal-width bins of the top-label ECE (keyword-only: ``calibration.ece_bins``).
+    n_boot : int
+        Bootstrap resamples of the target's groups (``bootstrap.n_boot``).
+    seed : int
+        Seed of the resampling (``bootstrap.seed``).
+    alpha : float
+        One minus the intervals' coverage; default 0.05.
+
+    Returns
+    -------
+    DataFrame
+        The raw rows of :func:`fmaudit.analyses.transfer.seed_means` off-domain (in-domain when no task has a
+        target), one per :data:`RUN_KEYS`, with ``ece_ci_lo``, ``ece_ci_hi``, ``n_test_groups`` and
+        ``ci_convention``.
+    """
     means = seed_means(runs, ece_bins)
     off = means[~means["in_domain"]]
     out = (off if len(off) else means).reset_index(drop=True)

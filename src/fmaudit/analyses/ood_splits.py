@@ -44,7 +44,26 @@ __all__ = ["SPLIT_TABLES", "draw_split", "run_extra_splits"]
 def draw_split(labels: Any, groups: Any, strata: Any, test_fraction: float, seed: int) -> np.ndarray:
     """Boolean ``is_test`` of one further split of the pooled items: ``test_fraction`` of the items (of the
     groups, when ``groups`` are given; each group stratified by its most frequent stratum) held out, stratified
-    by ``strata`` (the audit paper's ``split_indices``)."""
+    by ``strata`` (the audit paper's ``split_indices``).
+
+    Parameters
+    ----------
+    labels : array-like of shape (n_items,)
+        The items' class indices.
+    groups : array-like of shape (n_items,) or None
+        Patients or slides kept on one side; None splits the items themselves.
+    strata : array-like of shape (n_items,)
+        Each item's stratum (str).
+    test_fraction : float
+        Share held out as test, in (0, 1); the split is the first fold of ``1 / test_fraction`` folds.
+    seed : int
+        The split's seed (shuffles the folds).
+
+    Returns
+    -------
+    ndarray of bool, shape (n_items,)
+        True for the test items.
+    """
     y = np.asarray(labels)
     _, test = fit_validation_split(y, groups, float(test_fraction), int(seed), strata)
     is_test = np.zeros(y.size, dtype=bool)
@@ -76,6 +95,55 @@ def run_extra_splits(data: TaskData, *, seeds: Sequence[int], test_fraction: flo
     :data:`SPLIT_TABLES` (empty frames for parts not asked for): split_selective (``set`` test), split_slides (one
     row per aggregator and the tile level), split_coarsening (``control`` label_coarsening / without_classes),
     each row with ``n_splits``, ``split_seeds``, the metrics with ``_ci_lo`` / ``_ci_hi`` and ``_sd_over_splits``.
+
+    Parameters
+    ----------
+    data : TaskData
+        The task's items, every split of the stored one pooled.
+    seeds : sequence of int
+        The further splits' seeds (the audit paper's 0-4); at least one.
+    test_fraction : float
+        Share of the items (of the groups) held out per split; default 0.2.
+    parts : sequence of str
+        The analyses to run: ``probe_metrics``, ``slide_aggregation``, ``label_coarsening``,
+        ``without_classes``.
+    strata : array-like of shape (n_items,) or None
+        Stratum of each item; None: the labels.
+    probe : ProbeSettings or None
+        The OOD shard's probe; None: the audit paper's (:class:`~fmaudit.analyses.ood_suite.ProbeSettings`).
+    ordinal : bool
+        The task's classes are ordered grades (QWK is added).
+    coverages : sequence of float
+        Coverages of the selective metrics.
+    n_boot : int
+        Bootstrap resamples of each split's test side; the OOD job passes the schema's ``bootstrap.n_boot``
+        (the default here, 300, is not the schema's 1000).
+    bootstrap_seed : int
+        Seed of the resampling; split ``s`` uses ``bootstrap_seed + s``.
+    n_bins : int
+        Equal-width bins of the top-label ECE.
+    slides : mapping or None
+        The ``ood.slides`` settings (``aggregators``, ``mil``, ``transformer``, ``slide_column``); needed for
+        ``slide_aggregation``.
+    slide_ids : array-like of shape (n_items,) or None
+        Each item's slide, for ``slide_aggregation``.
+    coarsening : mapping or None
+        The ``ood.coarsening`` settings (``mil``, ``without``: the classes removed); needed for
+        ``label_coarsening`` and ``without_classes``.
+    coarse_slide_ids : array-like of shape (n_items,) or None
+        Each item's slide for the coarsening controls.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``split_selective``, ``split_slides`` and ``split_coarsening`` (:data:`SPLIT_TABLES`), each non-empty
+        table led by ``splits`` (``further``) and ending with ``test_fraction``.
+
+    Raises
+    ------
+    FmauditInputError
+        No seeds, an unknown part, a split whose training side holds one class, or a part without the
+        settings or slide ids it needs.
     """
     seeds = [int(s) for s in seeds]
     if not seeds:

@@ -53,7 +53,24 @@ class OODCondition:
     """One OOD condition of a task (grid name in ``name``: far_<donor>, blur_s<sigma>, holdout_<class>,
     artefact, or a perturbation tag). ``features``: the OOD embeddings (far: the donor's test items; blur /
     image_artefact: aligned to the ID test items). ``groups``: the donor's patients/slides (far only).
-    ``held_out``: class names (near / artefact). ``sigma``: blur strength (blur only)."""
+    ``held_out``: class names (near / artefact). ``sigma``: blur strength (blur only).
+
+    Attributes
+    ----------
+    tier : str
+        One of :data:`TIERS`.
+    name : str
+        The condition's grid name, unique within the task.
+    features : ndarray of shape (n_ood, n_features) or None
+        The OOD embeddings, from the task's encoder and readout; for ``blur`` and ``image_artefact`` row i is
+        the copy of test item i. None for ``near`` and ``artefact``, whose OOD items come from the task.
+    groups : ndarray of shape (n_ood,) or None
+        The donor's patients/slides of a ``far`` condition (its items are their own units without them).
+    held_out : tuple of str
+        Class names held out of the task (``near``: one, ``artefact``: several).
+    sigma : float or None
+        Gaussian blur strength of a ``blur`` condition, > 0.
+    """
 
     tier: str
     name: str
@@ -63,6 +80,22 @@ class OODCondition:
     sigma: float | None = None
 
     def check(self, n_test: int, n_features: int) -> None:
+        """Check the condition against its task before anything is fitted.
+
+        Parameters
+        ----------
+        n_test : int
+            The task's test items (a paired condition needs one copy each).
+        n_features : int
+            The task's feature dimension.
+
+        Raises
+        ------
+        FmauditInputError
+            An unknown tier; a class tier without held-out classes; features missing, empty, non-finite or of
+            another dimension; a paired condition not aligned with the test items; a blur without ``sigma``
+            > 0; groups that do not match the features' rows.
+        """
         if self.tier not in TIERS:
             raise FmauditInputError(f"condition {self.name!r}: unknown tier {self.tier!r}; known: {TIERS}")
         if self.tier in CLASS_TIERS:
@@ -91,7 +124,20 @@ class OODCondition:
 
 @dataclass
 class OODSuiteResult:
-    """Frames of one (encoder, task) OOD shard, and the gate to export (None when the gate is off)."""
+    """Frames of one (encoder, task) OOD shard, and the gate to export (None when the gate is off).
+
+    Attributes
+    ----------
+    detection, selective, curves, blur, gate, histograms : DataFrame
+        The shard's tables, as :func:`run_ood_suite` lists their columns (``blur`` and ``gate`` empty when the
+        task has no blur condition or the gate is off).
+    gate_model : AbstentionGate or None
+        The gate fitted on the task's whole training split, to export; None when the gate is off.
+    probe_C : float
+        The probe's C (chosen by CV or fixed); NaN when neither is known.
+    notes : list of str
+        Remarks on the shard; empty (nothing in the library fills it yet).
+    """
 
     detection: pd.DataFrame
     selective: pd.DataFrame
@@ -110,7 +156,22 @@ class OODSuiteResult:
 def bootstrap_detection_auroc(scores_id: np.ndarray, scores_ood: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """(B,) detection AUROC (OOD positive, ties 1/2) for each row of ``counts`` (B, n_id + n_ood) of item
     multiplicities, the ID items first: the weighted Mann-Whitney statistic, vectorised over resamples
-    (equals ``roc_auc_score(..., sample_weight=counts[b])``). NaN where a resample lacks ID or OOD items."""
+    (equals ``roc_auc_score(..., sample_weight=counts[b])``). NaN where a resample lacks ID or OOD items.
+
+    Parameters
+    ----------
+    scores_id : ndarray of shape (n_id,)
+        Novelty scores of the in-distribution items (higher: more novel).
+    scores_ood : ndarray of shape (n_ood,)
+        Novelty scores of the OOD items.
+    counts : ndarray of shape (n_boot, n_id + n_ood)
+        How often each item is drawn in each resample (:func:`fmaudit.stats.bootstrap_counts` over their units).
+
+    Returns
+    -------
+    ndarray of shape (n_boot,)
+        The detection AUROC of each resample, float64.
+    """
     s = np.r_[np.asarray(scores_id, np.float64), np.asarray(scores_ood, np.float64)]
     positive = np.r_[np.zeros(len(scores_id), bool), np.ones(len(scores_ood), bool)]
     order = np.argsort(s, kind="stable")
@@ -178,7 +239,21 @@ class _Detectors:
 @dataclass(frozen=True)
 class ProbeSettings:
     """The shard's probe (the audit paper's by default): fixed ``C``, or C among ``Cs`` by grouped ``cv_folds``-fold CV
-    on held-out log-loss, every fold x C fitted in one batch (:class:`fmaudit.probes.LogisticCVProbe`)."""
+    on held-out log-loss, every fold x C fitted in one batch (:class:`fmaudit.probes.LogisticCVProbe`).
+
+    Attributes
+    ----------
+    C : float or None
+        Fixed inverse L2 strength; None chooses it by CV among ``Cs``.
+    Cs : tuple of float
+        The CV grid; default the audit paper's ``logspace(-6, 0, 7)``.
+    cv_folds : int
+        Folds of the grouped CV; default 3.
+    tol : float
+        Convergence tolerance of the solver; default 1e-6.
+    max_iter : int
+        Iteration cap of the solver; default 10000.
+    """
 
     C: float | None = None
     Cs: tuple[float, ...] = DEFAULT_CS
@@ -187,7 +262,31 @@ class ProbeSettings:
     max_iter: int = 10000
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None, n_classes: int, random_state: int = 0):
-        """The probe fitted on (X, y): fixed C, or C chosen by CV with folds grouped by ``groups``."""
+        """The probe fitted on (X, y): fixed C, or C chosen by CV with folds grouped by ``groups``.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_items, n_features)
+            Training features.
+        y : ndarray of shape (n_items,)
+            Class indices 0..n_classes-1.
+        groups : ndarray of shape (n_items,) or None
+            Patients/slides the CV folds keep together; None: items are their own groups.
+        n_classes : int
+            Classes of the task (a class absent from ``y`` still gets a logit).
+        random_state : int
+            Seed of the CV folds; default 0.
+
+        Returns
+        -------
+        LogisticProbe or LogisticCVProbe
+            The fitted probe (``C_`` holds the chosen C of a CV probe).
+
+        Raises
+        ------
+        FmauditInputError
+            ``y`` holds a single class.
+        """
         if np.unique(y).size < 2:
             raise FmauditInputError("the training split holds a single class; the probe needs at least two")
         if self.C is not None:
@@ -197,7 +296,13 @@ class ProbeSettings:
         return probe.fit(X, y, groups=groups)
 
     def gate_params(self) -> dict[str, Any]:
-        """The same probe as :class:`fmaudit.ood.gate.AbstentionGate` parameters."""
+        """The same probe as :class:`fmaudit.ood.gate.AbstentionGate` parameters.
+
+        Returns
+        -------
+        dict
+            ``C``, ``Cs`` (list of float), ``cv_folds``, ``tol`` and ``max_iter``.
+        """
         return {"C": self.C, "Cs": [float(c) for c in self.Cs], "cv_folds": int(self.cv_folds), "tol": float(self.tol),
                 "max_iter": int(self.max_iter)}
 
@@ -267,6 +372,67 @@ def run_ood_suite(data: TaskData, conditions: Sequence[OODCondition], *, encoder
     - gate: setting, set, tier, quantity, value (division 0, the paper's), mean_over_divisions and its
       interval, ..., division_strata (:func:`gate_operating_points`).
     - histograms: tier, condition, scorer, set (id/ood), bin, lo, hi, count, share.
+
+    Parameters
+    ----------
+    data : TaskData
+        The task's items; ``train`` and ``val`` items are the training split, ``test`` the in-distribution set.
+    conditions : sequence of OODCondition
+        The task's OOD conditions, names unique.
+    encoder, task : str
+        Names written in every row.
+    readout : str
+        The readout of the embeddings file the features come from, written in every row.
+    scorers : sequence of str
+        Novelty scorers: feature scorers (``maha``, ``relative_maha``, ``knn``) and logit scorers (``energy``,
+        ``msp``).
+    ordinal : bool
+        The task's classes are ordered grades: the selective, blur and gate tables add quadratic-weighted kappa.
+    probe_C : float or None
+        Shorthand for ``probe=ProbeSettings(C=probe_C)``; not both.
+    knn_k : int
+        Neighbours of the ``knn`` scorer.
+    covariance : str
+        Covariance estimate of the Mahalanobis scorer: ``ledoit_wolf`` or ``empirical``.
+    coverages : sequence of float
+        Coverages in (0, 1] of the selective table's ``selective_accuracy_c<c>`` columns.
+    n_boot : int
+        Bootstrap resamples of every interval (keyword-only, no default: the schema's ``bootstrap.n_boot``); 0
+        leaves the detection rows without intervals.
+    bootstrap_seed : int
+        Seed of the resampling (``bootstrap.seed``); condition i's detection intervals use ``bootstrap_seed + i``.
+    alpha : float
+        One minus the intervals' coverage; default 0.05.
+    gate_params : mapping or None
+        Keyword arguments of :class:`fmaudit.ood.gate.AbstentionGate` (over the probe's own); None skips the gate.
+    gate_splits : int
+        Fit/validation divisions the gate's operating points are pooled over.
+    gate_near : bool
+        Evaluate the gate on each ``near`` condition too (``artefact`` conditions always are).
+    hist_bins : int
+        Bins of the score histograms.
+    random_state : int
+        Seed of the probe's CV folds.
+    probe : ProbeSettings or None
+        The probe of the shard and of the gate; None: ``ProbeSettings(C=probe_C)``.
+    ece_bins : int
+        Equal-width bins of the selective table's top-label ECE.
+    strata : array-like of shape (n_items,) or None
+        Stratum of each item of ``data`` for the gate's divisions; None: the labels.
+    strata_name : str
+        What the strata are, in words (the gate table's ``division_strata``).
+
+    Returns
+    -------
+    OODSuiteResult
+        The frames listed above, the gate fitted on the whole training split and the probe's C.
+
+    Raises
+    ------
+    FmauditInputError
+        Unknown or no scorers, ``probe`` and ``probe_C`` both given, an unknown covariance, non-finite
+        features, no training or test items, repeated condition names, a condition that fails
+        :meth:`OODCondition.check`, or strata of the wrong length.
     """
     scorers = _check_scorers(scorers)
     if probe is None:

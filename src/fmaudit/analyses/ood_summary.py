@@ -23,6 +23,18 @@ __all__ = ["DIVISION_MEAN", "GATE_QUANTITIES", "TIER_ORDER", "summarize_ood", "t
 
 
 def task_kind(ordinal: bool) -> str:
+    """The kind of a task, as the audit paper summarises tasks apart.
+
+    Parameters
+    ----------
+    ordinal : bool
+        The task's labels are ordered grades (``tasks.<t>.ordinal``).
+
+    Returns
+    -------
+    str
+        ``grading`` for an ordinal task, else ``categorical``.
+    """
     return "grading" if ordinal else "categorical"
 
 
@@ -42,7 +54,21 @@ def _tier_rank(tiers: pd.Series) -> pd.Series:
 
 def detection_by_tier(detection: pd.DataFrame) -> pd.DataFrame:
     """Mean, min and max detection AUROC over the conditions of each (task kind, tier, scorer, encoder), with
-    the mean FPR at 95% TPR and how many conditions and tasks were averaged."""
+    the mean FPR at 95% TPR and how many conditions and tasks were averaged.
+
+    Parameters
+    ----------
+    detection : DataFrame
+        The detection rows with their ``task_kind`` (as :func:`summarize_ood` adds it): ``task``, ``tier``,
+        ``condition``, ``scorer``, ``encoder``, ``auroc``, ``fpr_at_95tpr``.
+
+    Returns
+    -------
+    DataFrame
+        One row per task kind, tier, scorer and encoder: ``mean_auroc``, ``min_auroc``, ``max_auroc``,
+        ``mean_fpr_at_95tpr``, ``n_conditions``, ``n_tasks``; sorted by kind, tier (:data:`TIER_ORDER`),
+        scorer and descending mean AUROC. Empty without detection rows.
+    """
     if len(detection) == 0:
         return pd.DataFrame()
     keys = ["task_kind", "tier", "scorer", "encoder"]
@@ -60,7 +86,24 @@ def gate_summary(gate: pd.DataFrame) -> pd.DataFrame:
     """One row per (encoder, task, setting, set): each main quantity of the gate as the paper reports it (the
     gate of one fit/validation division, division 0, which is also the exported gate: column ``<quantity>``),
     and, as a separately named second form, its mean over the divisions with the percentile interval of the
-    bootstrap draws pooled over them (``<quantity>_mean_over_divisions``, ``..._ci_lo``, ``..._ci_hi``)."""
+    bootstrap draws pooled over them (``<quantity>_mean_over_divisions``, ``..._ci_lo``, ``..._ci_hi``).
+
+    Parameters
+    ----------
+    gate : DataFrame
+        The long gate table of the shards (:func:`fmaudit.ood.gate.gate_operating_points` with ``encoder``,
+        ``task``, ``task_kind``, ``setting``): a row per setting, set and ``quantity`` with ``value``,
+        ``mean_over_divisions`` and its interval, ``n_items``, ``n_splits``, ``n_boot``, ``ci_unit``,
+        ``ci_n_units``; the ``validation`` set's rows hold the thresholds.
+
+    Returns
+    -------
+    DataFrame
+        One row per encoder, task, task kind, setting, set and tier (the validation set aside): every
+        :data:`GATE_QUANTITIES` name present with its ``_mean_over_divisions`` and interval, ``n_items``,
+        ``n_splits``, ``n_boot``, ``ci_unit``, ``ci_n_units``, ``division_strata`` (where given) and the
+        division-0 thresholds ``tau_novelty``, ``tau_confidence`` and ``gate_C``. Empty without gate rows.
+    """
     if len(gate) == 0:
         return pd.DataFrame()
     keys = ["encoder", "task", "task_kind", "setting", "set", "tier"]
@@ -110,7 +153,25 @@ def summarize_ood(tables: Mapping[str, pd.DataFrame], settings: Mapping[str, Map
     """Everything the OOD report chapter writes: ``tables`` are the aggregated shard tables by name
     (:data:`fmaudit.jobs.ood.AGGREGATE_TABLES`: the stored split's and the further splits'); ``settings`` maps
     each task to its reported OOD settings
-    (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...)."""
+    (``ordinal``, ``scorers``, ``n_boot``, ``n_splits`` ...).
+
+    Parameters
+    ----------
+    tables : mapping of str to DataFrame
+        The aggregated shard tables by name; a missing table gives an empty frame.
+    settings : mapping of str to mapping
+        Task -> its reported OOD settings; ``ordinal`` sets each row's ``task_kind``.
+
+    Returns
+    -------
+    dict
+        ``detection`` (sorted by kind, task, tier, condition, scorer, encoder), ``detection_by_tier``,
+        ``gate``, ``gate_summary``, ``selective``, ``slides`` and ``coarsening`` (the stored split's rows, then
+        the further splits', with ``splits``), ``curves``, ``blur``, ``histograms``, ``probe_sensitivity``,
+        ``scorer_sensitivity`` (DataFrames, every table with ``task`` gaining ``task_kind`` after it),
+        ``settings`` (task -> dict) and ``scorer_for_figures`` (``maha`` when it ran, else the first scorer;
+        None without detection rows).
+    """
     t = {name: _kinds(df, settings) for name, df in tables.items()}
     detection = t.get("detection", pd.DataFrame())
     if len(detection):

@@ -56,7 +56,20 @@ def _check_runs(runs: pd.DataFrame) -> dict[str, Any]:
 @dataclass
 class PriorShiftShard:
     """What one prior-shift job computes: ``rows`` (one per run x method) and ``pool`` (one per source seed:
-    the unadapted probe on the whole target pool and on the source hold-out)."""
+    the unadapted probe on the whole target pool and on the source hold-out).
+
+    Attributes
+    ----------
+    rows : DataFrame
+        One row per run x method: :data:`RUN_COLUMNS`, ``draw_seed``, ``n_items``, ``classes_with_replacement``,
+        ``n_source_train``, ``n_source_val``, ``n_target_pool``, ``temperature_source``,
+        ``temperature_source_at_bound``, ``in_domain_macro_f1`` and the metrics of
+        :func:`fmaudit.adapt.evaluate.scores_frame`.
+    pool : DataFrame
+        One row per source seed: the job's keys, ``prior`` (``target pool (as given)``), ``n_items``,
+        ``n_source_train``, ``n_source_val``, ``temperature_source``, ``in_domain_macro_f1`` and the unadapted
+        probe's metrics on the whole target pool (no gain or delta columns).
+    """
 
     rows: pd.DataFrame
     pool: pd.DataFrame
@@ -72,6 +85,23 @@ def run_prior_shift_shard(runs: pd.DataFrame, source_features: Any, source_label
     ``runs``: the job's rows of :func:`fmaudit.grid.prior_shift_runs`; ``priors``: the config's
     ``prior_shift.priors`` (name -> class -> share); ``class_names``: the task's classes in label order;
     ``methods``: ``prior_shift.methods`` (``none`` is always evaluated: gains are against it).
+
+    Parameters
+    ----------
+    runs, source_features, source_labels, target_features, target_labels, priors, class_names, sample_size
+        As :func:`run_prior_shift_job` takes them.
+    methods, source_groups, C, val_fraction, n_bins, shot_im, device
+        As :func:`run_prior_shift_job` takes them.
+
+    Returns
+    -------
+    DataFrame
+        :attr:`PriorShiftShard.rows`.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`run_prior_shift_job`.
     """
     return run_prior_shift_job(runs, source_features, source_labels, target_features, target_labels, priors,
                                class_names, sample_size, methods, source_groups=source_groups, C=C,
@@ -84,7 +114,56 @@ def run_prior_shift_job(runs: pd.DataFrame, source_features: Any, source_labels:
                         val_fraction: float = 0.2, n_bins: int = metrics.DEFAULT_N_BINS,
                         shot_im: Mapping[str, Any] | None = None, device: Any = None) -> PriorShiftShard:
     """:func:`run_prior_shift_shard`'s rows and the job's pool rows (:class:`PriorShiftShard`), from one fit of
-    the source probes."""
+    the source probes.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The job's rows of :func:`fmaudit.grid.prior_shift_runs` (:data:`RUN_COLUMNS`): one task, encoder, source
+        and target domain; each (seed, prior, draw) once.
+    source_features : array-like of shape (n_source, n_features)
+        The source pool: every labelled item of the source domain's train and validation splits.
+    source_labels : array-like of shape (n_source,)
+        Their class indices 0..K-1.
+    target_features : array-like of shape (n_target, n_features)
+        The target pool the draws are resampled from (every split of the target domain).
+    target_labels : array-like of shape (n_target,)
+        Their class indices 0..K-1.
+    priors : mapping of str to mapping
+        The config's ``prior_shift.priors``: prior name -> class name -> share; every prior of ``runs`` must be
+        in it.
+    class_names : sequence of str
+        The task's classes in label order (K of them).
+    sample_size : int
+        Items per target draw (``prior_shift.sample_size``).
+    methods : sequence of str
+        The adaptation methods to evaluate (``prior_shift.methods``); ``none`` is added.
+    source_groups : array-like of shape (n_source,) or None
+        Patients/slides of the source items, kept on one side of each seed's train / hold-out split; None: the
+        items are their own groups.
+    C : float
+        Inverse L2 strength of the source probes (``prior_shift.C``); default 1.0.
+    val_fraction : float
+        Share of the source pool's groups each seed holds out (``prior_shift.val_fraction``); default 0.2.
+    n_bins : int
+        Equal-width bins of the top-label ECE (``calibration.ece_bins``).
+    shot_im : mapping or None
+        SHOT-IM's settings (``prior_shift.shot_im``); None: its defaults.
+    device : str, torch.device or None
+        Where the batched fits run (``auto``: a GPU when there is one); None: the CPU.
+
+    Returns
+    -------
+    PriorShiftShard
+        The run x method rows and the pool rows.
+
+    Raises
+    ------
+    FmauditInputError
+        Runs missing columns, empty, of several jobs or listing a run twice; features that are not finite 2-D
+        arrays or whose dimensions differ; labels out of range or of the wrong length; an unknown method or a
+        prior not in ``priors``.
+    """
     job = _check_runs(runs)
     names = [str(c) for c in class_names]
     k = len(names)

@@ -86,7 +86,24 @@ def transfer_reference(pool: pd.DataFrame, scratch: pd.DataFrame | None = None) 
     (source hold-out) and target-pool macro-F1 of the unadapted probe (means over source seeds), the relative
     gap and the effective robustness (:func:`fmaudit.adapt.summary.robustness_table`; the line is fitted on
     the frozen encoders only, the scratch ResNet-18 is scored against it), and the frozen encoders' rank on
-    the target (the reference is not ranked)."""
+    the target (the reference is not ranked).
+
+    Parameters
+    ----------
+    pool : DataFrame
+        The shards' pool rows (:attr:`fmaudit.analyses.prior_shift.PriorShiftShard.pool`, every encoder).
+    scratch : DataFrame or None
+        The scratch ResNet-18's rows (:func:`fmaudit.adapt.scratch.evaluate_scratch`: ``model``, ``task``,
+        ``source_domain``, ``target_domain``, ``seed``, ``in_domain``, ``macro_f1``); None or empty: no
+        reference row.
+
+    Returns
+    -------
+    DataFrame
+        One row per task, source, target and model: ``frozen`` (False for the reference), ``n_seeds``,
+        ``in_domain_macro_f1``, ``macro_f1``, ``rank_on_target`` (frozen encoders only), ``relative_gap``,
+        ``effective_robustness`` and ``effective_robustness_fit``. Empty without pool rows.
+    """
     if pool is None or pool.empty:
         return pd.DataFrame()
     frozen = pool.assign(model=pool["encoder"], frozen=True)
@@ -127,6 +144,34 @@ def summarize_prior_shift(rows: pd.DataFrame, pool: pd.DataFrame | None, scratch
     ``selection``: task -> its ``prior_shift.model_selection`` rules (the first is the headline rule);
     ``assumed_priors``: task -> the priors whose shares are assumptions (``prior_shift.assumed_priors``): every
     table with a ``prior`` column says so in ``prior_shares`` (:data:`SHARES_ASSUMED`).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The shards' run x method rows (:attr:`fmaudit.analyses.prior_shift.PriorShiftShard.rows`, every
+        encoder).
+    pool : DataFrame or None
+        The shards' pool rows, for :func:`transfer_reference`.
+    scratch : DataFrame or None
+        The scratch ResNet-18's rows, when enabled.
+    bootstrap : mapping of str to mapping
+        Task -> its ``bootstrap`` block (``n_boot``, ``seed``).
+    selection : mapping of str to sequence of str
+        Task -> its ``prior_shift.model_selection`` rules.
+    assumed_priors : mapping of str to sequence of str, or None
+        Task -> the priors whose shares are assumed.
+
+    Returns
+    -------
+    dict or None
+        Each name of :data:`TABLES` -> DataFrame (per task and source domain, those two columns first; a
+        ``prior_shares`` column after ``prior``), ``headline_rules`` (task -> its first selection rule) and
+        ``assumed_priors`` (task -> list of prior names).
+
+    Raises
+    ------
+    FmauditInputError
+        A task of ``rows`` has no bootstrap or selection settings.
     """
     if rows is None or len(rows) == 0:
         return None

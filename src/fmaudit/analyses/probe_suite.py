@@ -45,7 +45,24 @@ CALIBRATION_MODES = {
 
 
 def calibration_mode(calibration_cfg: Mapping[str, Any]) -> str:
-    """Where the source temperature's labels come from, in words (the ``calibration_mode`` column)."""
+    """Where the source temperature's labels come from, in words (the ``calibration_mode`` column).
+
+    Parameters
+    ----------
+    calibration_cfg : mapping
+        The task's filled ``calibration`` block: ``validation_labels`` (a key of :data:`CALIBRATION_MODES`)
+        and ``budget_validation_share``.
+
+    Returns
+    -------
+    str
+        A value of :data:`CALIBRATION_MODES`, the budget's share filled in.
+
+    Raises
+    ------
+    FmauditInputError
+        ``validation_labels`` is not one of :data:`CALIBRATION_MODES`.
+    """
     mode = str(calibration_cfg["validation_labels"])
     if mode not in CALIBRATION_MODES:
         raise FmauditInputError(f"calibration.validation_labels: {mode!r} is not one of {list(CALIBRATION_MODES)}")
@@ -53,13 +70,48 @@ def calibration_mode(calibration_cfg: Mapping[str, Any]) -> str:
 
 
 def interval_resampling(unit: str, n_units: int) -> str:
-    """``unit=patient, n=43``: how every interval of a row was resampled."""
+    """``unit=patient, n=43``: how every interval of a row was resampled.
+
+    Parameters
+    ----------
+    unit : str
+        The resampling unit (:meth:`fmaudit.analyses.task_data.TaskData.group_unit`).
+    n_units : int
+        How many distinct units the interval resamples.
+
+    Returns
+    -------
+    str
+        ``"unit=<unit>, n=<n_units>"``.
+    """
     return f"unit={unit}, n={int(n_units)}"
 
 
 def draw_label_fraction(labels: np.ndarray, fraction: float, seed: int, method: str) -> np.ndarray:
     """Row indices of a label-fraction subset of ``labels``: ``label_fraction`` (nested, default_rng) or
-    ``prism`` (PRISM's own draw; :func:`fmaudit.probes.subsample.prism_subsample`)."""
+    ``prism`` (PRISM's own draw; :func:`fmaudit.probes.subsample.prism_subsample`).
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_items,)
+        Class indices of the items to draw from.
+    fraction : float
+        Share of the labels to keep, in (0, 1] (docs/methods.md#label-fractions).
+    seed : int
+        The run's seed (``probe.seeds``).
+    method : str
+        ``label_fraction`` or ``prism`` (the schema's ``probe.subsample``).
+
+    Returns
+    -------
+    ndarray of int
+        Row indices into ``labels``.
+
+    Raises
+    ------
+    FmauditInputError
+        ``method`` is neither.
+    """
     if method == "label_fraction":
         return label_fraction_subsample(labels, fraction, random_state=seed)
     if method == "prism":
@@ -103,6 +155,49 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
     ``probe_cfg``, ``calibration_cfg`` and ``bootstrap_cfg`` are the task's filled config blocks. Returns
     (metrics rows, predictions). Metric rows: one per run × target domain × ladder stage. Predictions: one per
     run × target item, with the raw logits and the source temperature.
+
+    Parameters
+    ----------
+    data : TaskData
+        The task's items and features (:func:`fmaudit.analyses.task_data.assemble_task_data`).
+    runs : DataFrame
+        The encoder's and task's probe runs (:func:`fmaudit.grid.probe_runs`): ``run_id``, ``task``,
+        ``encoder``, ``source_domain``, ``head`` (its kind: ``logistic``, ``linear_svm`` ...), ``probe`` (its
+        label, ``<head>_C<C>`` where a head runs at several C; the output's ``head`` column), ``C``,
+        ``fraction``, ``seed``. Empty: two empty frames.
+    probe_cfg : mapping
+        The filled ``probe`` block: ``subsample``, ``standardize``, ``val_fraction`` (share of source training
+        groups held out when the source has no validation split).
+    calibration_cfg : mapping
+        The filled ``calibration`` block: ``ece_bins``, ``kshot_k``, ``kshot_draws``,
+        ``include_bound_temperatures``, ``prism_ece``, ``validation_labels``, ``budget_validation_share``.
+    bootstrap_cfg : mapping
+        The filled ``bootstrap`` block: ``n_boot`` and ``seed`` (the row intervals' seed is ``seed`` plus the
+        run's seed).
+    transfer : bool
+        Evaluate on every other domain of the task too; False: in-domain only.
+
+    Returns
+    -------
+    rows : DataFrame
+        One row per run, target domain and ladder stage (:func:`fmaudit.calibration.calibration_ladder`'s
+        columns), led by ``encoder``, ``task``, ``source_domain``, ``target_domain``, ``in_domain``, ``head``,
+        ``C``, ``fraction``, ``seed``, the item and group counts, the run's settings (``subsample``,
+        ``standardize``, ``calibration_mode``, ``task_split``, ``datasets``), ``n_test_groups_in_source_train``,
+        ``source_train_macro_f1``, ``source_val_macro_f1`` and ``run_id``; then ``confidence``, the intervals
+        ``macro_f1_ci_lo``/``_ci_hi`` and ``ece_ci_lo``/``_ci_hi`` (raw and source_ts stages), ``ci_unit``,
+        ``ci_n_units``, ``ci_resampling``, ``ci_convention``, ``n_boot``, ``ece_convention`` and
+        ``brier_convention``.
+    preds : DataFrame
+        One row per run and target item: ``encoder``, ``task``, ``run_id``, ``source_domain``,
+        ``target_domain``, ``head``, ``fraction``, ``seed``, ``item_id``, ``group``, ``label``, ``group_unit``,
+        ``temperature_source`` and ``logits`` (float32 array of K).
+
+    Raises
+    ------
+    FmauditInputError
+        A source domain without training items or with one class, a domain without items to evaluate, or a
+        setting that is not one of its choices.
     """
     if len(runs) == 0:
         return pd.DataFrame(), pd.DataFrame()
@@ -169,7 +264,20 @@ def run_probe_suite(data: TaskData, runs: pd.DataFrame, probe_cfg: Mapping[str, 
 
 def confidence_flags(ladder: pd.DataFrame, tolerance: float = 1e-3) -> np.ndarray:
     """What a fitted temperature says about the raw probe: T > 1 softens an overconfident probe, T < 1
-    sharpens an underconfident one; the raw stage (and a temperature that could not be fitted) says n/a."""
+    sharpens an underconfident one; the raw stage (and a temperature that could not be fitted) says n/a.
+
+    Parameters
+    ----------
+    ladder : DataFrame
+        A calibration ladder: ``stage`` and ``temperature``.
+    tolerance : float
+        How far from 1 a temperature must be to count as over- or underconfident; default 1e-3.
+
+    Returns
+    -------
+    ndarray of str, shape (n_rows,)
+        ``overconfident``, ``underconfident``, ``calibrated`` or ``n/a`` per row.
+    """
     t = ladder["temperature"].to_numpy(dtype=float)
     flag = np.where(t > 1 + tolerance, "overconfident", np.where(t < 1 - tolerance, "underconfident", "calibrated"))
     return np.where((ladder["stage"].to_numpy() == "raw") | ~np.isfinite(t), "n/a", flag)

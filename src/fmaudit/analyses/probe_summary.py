@@ -29,7 +29,27 @@ def settings_groups(tasks: list[str], calibration: Mapping[str, Mapping[str, Any
                     bootstrap: Mapping[str, Mapping[str, Any]]) -> list[tuple[dict[str, Any], list[str]]]:
     """(settings, tasks) for each distinct combination of the settings the summary uses, in task order.
 
-    settings: ``ece_bins``, ``include_bound_temperatures``, ``n_boot``, ``seed`` and ``paired_n_boot``."""
+    settings: ``ece_bins``, ``include_bound_temperatures``, ``n_boot``, ``seed`` and ``paired_n_boot``.
+
+    Parameters
+    ----------
+    tasks : list of str
+        The tasks that have runs, in the order the groups should follow.
+    calibration : mapping of str to mapping
+        Task -> its filled ``calibration`` block (``ece_bins``, ``include_bound_temperatures``).
+    bootstrap : mapping of str to mapping
+        Task -> its filled ``bootstrap`` block (``n_boot``, ``seed``, ``paired_n_boot``).
+
+    Returns
+    -------
+    list of (dict, list of str)
+        One pair per distinct settings combination: the settings by name and the tasks that share them.
+
+    Raises
+    ------
+    FmauditInputError
+        A task has no calibration or bootstrap block.
+    """
     names = ("ece_bins", "include_bound_temperatures", "n_boot", "seed", "paired_n_boot")
     groups: dict[tuple, list[str]] = {}
     for task in tasks:
@@ -80,7 +100,31 @@ def summarize_probe_suite(runs: pd.DataFrame, preds: pd.DataFrame, calibration: 
                           bootstrap: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The tables of :data:`TABLES` and :data:`FIGURE_DATA` by name, plus ``settings``: the list of
     (settings, tasks) groups they were computed with. ``calibration`` and ``bootstrap`` map each task to its
-    config block. None when there are no runs (a config whose analyses have no rules yet)."""
+    config block. None when there are no runs (a config whose analyses have no rules yet).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows of every shard (:func:`fmaudit.analyses.probe_suite.run_probe_suite`).
+    preds : DataFrame
+        The shards' predictions, a row per run and target item.
+    calibration : mapping of str to mapping
+        Task -> its filled ``calibration`` block.
+    bootstrap : mapping of str to mapping
+        Task -> its filled ``bootstrap`` block.
+
+    Returns
+    -------
+    dict or None
+        Table name -> DataFrame for every name of :data:`TABLES` and :data:`FIGURE_DATA` (the groups' tables
+        stacked; with several groups the figure data get a ``tasks`` column), and ``settings``:
+        :func:`settings_groups`.
+
+    Raises
+    ------
+    FmauditInputError
+        A task of ``runs`` has no calibration or bootstrap block.
+    """
     if len(runs) == 0:
         return None
     groups = settings_groups(list(dict.fromkeys(runs["task"])), calibration, bootstrap)

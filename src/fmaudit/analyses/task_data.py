@@ -23,7 +23,32 @@ class TaskData:
     """Features and metadata of a task's labelled items (row i of every array is the same item).
 
     ``group_units`` says what each item's group is (patient, slide, biopsy, section, or item where the data
-    identify none; ``group`` where nobody said); ``split_name`` is the task's split (config ``split``)."""
+    identify none; ``group`` where nobody said); ``split_name`` is the task's split (config ``split``).
+
+    Attributes
+    ----------
+    features : ndarray of shape (n_items, n_features)
+        The items' embeddings, float64.
+    labels : ndarray of shape (n_items,)
+        Class indices 0..K-1, int.
+    item_ids : ndarray of shape (n_items,)
+        The manifests' ``item_id`` (str), unique within a data set.
+    groups : ndarray of shape (n_items,)
+        Each item's group (patient, slide ...; the item itself where the data have none), str: the unit that
+        splits and bootstrap intervals keep together.
+    domains : ndarray of shape (n_items,)
+        Each item's domain (scanner, centre ...), str; ``all`` for a task over all domains pooled.
+    splits : ndarray of shape (n_items,)
+        Each item's split, str: ``train``, ``val`` or ``test``, read from the manifest column of ``split_name``.
+    class_names : list of str
+        Name of class k at index k.
+    group_units : ndarray of shape (n_items,) or None
+        What each item's group is (str); None: every group is :data:`UNDECLARED_UNIT`.
+    datasets : ndarray of shape (n_items,) or None
+        The data set of each item (str); None for arrays brought on the command line.
+    split_name : str
+        The task's split, a key of :data:`fmaudit.split_checks.SPLIT_COLUMNS` (default ``manifest``).
+    """
 
     features: np.ndarray  # (N, D) float
     labels: np.ndarray  # (N,) int
@@ -38,20 +63,52 @@ class TaskData:
 
     @property
     def n_classes(self) -> int:
+        """The number of classes K (``len(class_names)``)."""
         return len(self.class_names)
 
     def domain_split(self, domain: str, split: str) -> np.ndarray:
+        """The row indices of one domain's split.
+
+        Parameters
+        ----------
+        domain : str
+            A value of :attr:`domains` (``all`` for a pooled task).
+        split : str
+            ``train``, ``val`` or ``test``.
+
+        Returns
+        -------
+        ndarray of int
+            Ascending row indices into every array; empty when the domain has no such split.
+        """
         return np.flatnonzero((self.domains == domain) & (self.splits == split))
 
     def group_unit(self, idx: np.ndarray) -> str:
         """The resampling unit of the items ``idx`` (``patient``; ``item``; ``patient+item`` when data sets
-        of several units are pooled)."""
+        of several units are pooled).
+
+        Parameters
+        ----------
+        idx : ndarray of int
+            Row indices of the items (e.g. :meth:`domain_split`'s).
+
+        Returns
+        -------
+        str
+            Their group units, sorted and ``+``-joined; :data:`UNDECLARED_UNIT` without declared units.
+        """
         if self.group_units is None:
             return UNDECLARED_UNIT
         return "+".join(sorted(set(np.asarray(self.group_units)[idx].astype(str)))) or UNDECLARED_UNIT
 
     def dataset_names(self) -> str:
-        """The task's data sets, comma-joined (``arrays`` for arrays brought on the command line)."""
+        """The task's data sets, comma-joined (``arrays`` for arrays brought on the command line).
+
+        Returns
+        -------
+        str
+            Sorted data set names joined by ``,``, or ``arrays``.
+        """
         return ",".join(sorted(set(self.datasets.astype(str)))) if self.datasets is not None else "arrays"
 
 
@@ -64,6 +121,36 @@ def assemble_task_data(manifests: Sequence[pd.DataFrame], features: Sequence[tup
     error messages. Items are matched by id, so an embedding made from another manifest fails loudly.
     ``split`` (a key of :data:`SPLIT_COLUMNS`) picks the manifest column that splits the items; the manifests'
     ``group_unit`` column (where present) says what their groups are.
+
+    Parameters
+    ----------
+    manifests : sequence of DataFrame
+        One per data set: ``item_id``, ``label`` (NaN for unlabelled items, which are left out), ``group``,
+        ``domain``, the split's column and optionally ``group_unit``, ``dataset`` and the label names.
+    features : sequence of (ndarray, ndarray)
+        ``(item_ids, array)`` per manifest, in the same order: ids of shape (n,) and features of shape
+        (n, n_features), the same ``n_features`` for every data set.
+    task : str
+        The task's name, for error messages.
+    domains : sequence of str or None
+        The domains to keep; ``["all"]`` keeps every item and labels its domain ``all`` (one pooled domain);
+        None keeps every item with its own domain.
+    sources : sequence of str or None
+        A name per manifest for error messages (the embedding files); default ``dataset <i>``.
+    split : str
+        The task's split, a key of :data:`SPLIT_COLUMNS` (default ``manifest``: the manifest's ``split``).
+
+    Returns
+    -------
+    TaskData
+        The labelled items of the kept domains, data set by data set in manifest order, features as float64.
+
+    Raises
+    ------
+    FmauditInputError
+        An unknown split, or a manifest without its column; features whose shape does not match their ids or
+        whose dimension differs between data sets; duplicated embedding ids; a labelled item without an
+        embedding; non-finite features; a domain not in the data; no data sets or no labelled items.
     """
     if split not in SPLIT_COLUMNS:
         raise FmauditInputError(f"task {task}: split {split!r} is not one of {list(SPLIT_COLUMNS)}")
@@ -137,7 +224,34 @@ def from_arrays(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, te
     """A one-domain task from arrays made elsewhere (``fmaudit probe``): train/val/test splits, domain ``all``.
 
     Items of a side without groups are their own groups (unit ``item``); ``group_unit`` names what given
-    groups are (``patient``, ``slide`` ...; ``group`` when the caller does not say)."""
+    groups are (``patient``, ``slide`` ...; ``group`` when the caller does not say).
+
+    Parameters
+    ----------
+    train_x, test_x : ndarray of shape (n_train, n_features), (n_test, n_features)
+        Features of the train and test items.
+    train_y, test_y : ndarray of shape (n_train,), (n_test,)
+        Their labels, integers 0..K-1 (floats with integral values are accepted).
+    train_groups, test_groups : ndarray of shape (n_train,), (n_test,), or None
+        Each item's group (patient, slide ...); None: every item of that side is its own group.
+    val_x, val_y : ndarray or None
+        Optional validation items and labels; the validation items are ungrouped.
+    class_names : mapping of int to str, or None
+        Class index -> name; missing classes are named ``class_<k>``.
+    group_unit : str
+        What the given groups are; default :data:`UNDECLARED_UNIT`.
+
+    Returns
+    -------
+    TaskData
+        Items train, then test, then val, with ids ``<split>_<row>``, domain ``all`` and no data sets.
+
+    Raises
+    ------
+    FmauditInputError
+        Features of different dimensions, row counts that differ between features, labels or groups,
+        non-finite features, or labels that are not non-negative integers.
+    """
     xs = [np.asarray(train_x, float), np.asarray(test_x, float)]
     ys = [np.asarray(train_y), np.asarray(test_y)]
     splits = ["train"] * len(ys[0]) + ["test"] * len(ys[1])
@@ -187,7 +301,29 @@ def item_strata(data: TaskData, manifests: Sequence[pd.DataFrame],
     data set's split was stratified by (``strata_columns``: data set -> columns, e.g. PANDA's ``label`` and
     ``domain``, the data provider; :func:`fmaudit.datasets.preparer_split_strata`). ``label`` is the task's
     label. A data set without an entry is stratified by label; without ``strata_columns`` every item's stratum
-    is its label. The description names the columns (``label x domain``)."""
+    is its label. The description names the columns (``label x domain``).
+
+    Parameters
+    ----------
+    data : TaskData
+        The task's items.
+    manifests : sequence of DataFrame
+        The data sets' manifests (``item_id``, ``dataset`` and the stratifying columns).
+    strata_columns : mapping of str to sequence of str, or None
+        Data set -> the manifest columns its split was stratified by.
+
+    Returns
+    -------
+    keys : ndarray of shape (n_items,)
+        One stratum per item (str): the item's values of its data set's columns, ``|``-joined.
+    description : str
+        The columns of each data set (``label x domain``), ``; ``-joined, each once.
+
+    Raises
+    ------
+    FmauditInputError
+        A data set's manifest lacks a stratifying column, or an item has no value in one.
+    """
     labels = np.asarray(data.labels).astype(str)
     if not strata_columns:
         return labels, "label"

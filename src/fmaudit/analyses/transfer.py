@@ -48,7 +48,29 @@ def seed_means(runs: pd.DataFrame, ece_bins: int, stage: str = "raw",
                include_bound_temperatures: bool = False) -> pd.DataFrame:
     """Mean over seeds of ``metrics`` and the ECE at ``ece_bins`` bins at one calibration stage, per (task, head,
     fraction, encoder, s, t). At a temperature-scaled stage, runs whose temperature sits at a search bound are
-    left out of the means unless ``include_bound_temperatures``; ``n_runs`` and ``n_at_bound`` count them."""
+    left out of the means unless ``include_bound_temperatures``; ``n_runs`` and ``n_at_bound`` count them.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows: :data:`CELL`, ``seed``, ``stage``, ``metrics``, ``ece_top_<bins>_lohi`` and
+        optionally ``temperature_at_bound``.
+    ece_bins : int
+        Bins of the ECE column to average (the calibration setting the rows were computed with).
+    stage : str
+        The ladder stage to average: ``raw`` (default), ``source_ts``, ``oracle_ts`` or ``kshot_ts``.
+    metrics : sequence of str
+        Further metric columns to average; default macro-F1 and one-vs-rest macro AUROC.
+    include_bound_temperatures : bool
+        Keep runs whose temperature sits at a search bound (``calibration.include_bound_temperatures``); the raw
+        stage keeps every run.
+
+    Returns
+    -------
+    DataFrame
+        One row per :data:`CELL`: ``n_runs``, ``n_at_bound``, the seed means of ``metrics`` and
+        ``ece_top_<bins>_lohi`` (NaN where every run was left out) and ``in_domain``.
+    """
     part = runs[runs["stage"] == stage]
     at_bound = (part["temperature_at_bound"].fillna(False).astype(bool) if "temperature_at_bound" in part.columns
                 else pd.Series(False, index=part.index))
@@ -68,6 +90,18 @@ def ood_stability(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
     docs/methods.md#composite-indices-cri-cra-and-crt).
 
     Pairs with AUROC_id ≤ 0 or a non-finite ratio are skipped; no pair -> NaN.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (the raw stage is read).
+    ece_bins : int
+        Bins of the rows' ECE column (:func:`seed_means` reads it).
+
+    Returns
+    -------
+    DataFrame
+        One row per task, head and encoder: ``n_pairs`` (off-domain pairs averaged) and ``ood_stability``.
     """
     means = seed_means(runs, ece_bins)
     top = means.groupby("task")["fraction"].transform("max")
@@ -101,6 +135,24 @@ def cri_table(runs: pd.DataFrame, ece_bins: int, include_bound_temperatures: boo
     and ``n_source_ts_at_bound`` count them); OOD_Stability is taken at the largest fraction. Geometric and
     worst-axis aggregations are given beside it; ``task_split`` says which split the task used and
     ``n_test_groups_in_source_train`` (in-domain, mean over sources) whether its test groups leak into training.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (raw and source_ts stages).
+    ece_bins : int
+        Bins of the ECE the index uses.
+    include_bound_temperatures : bool
+        Keep source temperatures at a search bound in the ECE mean; default False.
+
+    Returns
+    -------
+    DataFrame
+        One row per task, head, encoder and fraction: ``auroc_id``, ``ece_after_source_ts``,
+        ``n_source_ts_runs``, ``n_source_ts_at_bound``, ``n_test_groups_in_source_train`` (where the rows have
+        it), ``n_pairs``, ``ood_stability``, ``cri``, ``cri_geometric`` (geometric mean of the three axes),
+        ``cri_worst_axis``, the task's ``task_split``, ``datasets`` and ``calibration_mode`` where the rows
+        have them, and ``cri_convention``.
     """
     raw = seed_means(runs, ece_bins, "raw")
     ts = seed_means(runs, ece_bins, "source_ts", include_bound_temperatures=include_bound_temperatures)
@@ -140,7 +192,19 @@ def cri_by_split(cri: pd.DataFrame) -> pd.DataFrame:
 
     Tasks are paired when their ``datasets`` agree and their ``task_split`` differs (e.g. PRISM's Camelyon17
     task with its leaky patch split and the patient-disjoint one); one row per (data sets, head, encoder,
-    fraction, task) with the task's split. Empty when no such pair exists."""
+    fraction, task) with the task's split. Empty when no such pair exists.
+
+    Parameters
+    ----------
+    cri : DataFrame
+        The :func:`cri_table`.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``datasets``, ``head``, ``encoder``, ``fraction``, ``task``, ``task_split`` and
+        :data:`CRI_BY_SPLIT_VALUES`, sorted by data sets, head, encoder, fraction and split.
+    """
     need = {"datasets", "task_split"}
     columns = ["datasets", "head", "encoder", "fraction", "task", "task_split", *CRI_BY_SPLIT_VALUES]
     if len(cri) == 0 or not need <= set(cri.columns):
@@ -154,7 +218,23 @@ def cri_by_split(cri: pd.DataFrame) -> pd.DataFrame:
 
 def ece_slopes(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
     """Per transfer pair (task, head, encoder, s→t): least-squares slope of target ECE (raw) against the label
-    fraction, and the transfer AUROC at the largest fraction with its PRISM bin."""
+    fraction, and the transfer AUROC at the largest fraction with its PRISM bin.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (the raw stage is read).
+    ece_bins : int
+        Bins of the target ECE.
+
+    Returns
+    -------
+    DataFrame
+        One row per off-domain pair: ``task``, ``head``, ``encoder``, ``source_domain``, ``target_domain``,
+        ``n_fractions``, ``ece_slope_per_unit_fraction`` (NaN with fewer than two fractions),
+        ``ece_rises_with_labels``, ``transfer_auroc``, ``transfer_auroc_bin`` (:data:`AUROC_BIN_LABELS`) and
+        ``ece_convention``. Empty without off-domain pairs.
+    """
     means = seed_means(runs, ece_bins)
     ece_col = ece_column(ece_bins)
     off = means[~means["in_domain"]]
@@ -175,7 +255,19 @@ def ece_slopes(runs: pd.DataFrame, ece_bins: int) -> pd.DataFrame:
 
 
 def ece_slope_by_auroc_bin(slopes: pd.DataFrame) -> pd.DataFrame:
-    """Share of (encoder, pair) combinations whose target ECE rises with labels, per transfer-AUROC bin."""
+    """Share of (encoder, pair) combinations whose target ECE rises with labels, per transfer-AUROC bin.
+
+    Parameters
+    ----------
+    slopes : DataFrame
+        The :func:`ece_slopes`; rows without a slope are left out.
+
+    Returns
+    -------
+    DataFrame
+        One row per bin of :data:`AUROC_BIN_LABELS` (empty bins included): ``transfer_auroc_bin``,
+        ``n_combinations``, ``share_ece_rises``, ``mean_slope`` and ``ece_convention``.
+    """
     if len(slopes) == 0:
         return pd.DataFrame(columns=["transfer_auroc_bin", "n_combinations", "share_ece_rises"])
     ok = slopes.dropna(subset=["ece_slope_per_unit_fraction"])
@@ -192,7 +284,25 @@ def ece_slope_by_auroc_bin(slopes: pd.DataFrame) -> pd.DataFrame:
 
 def rank_transfer_table(runs: pd.DataFrame, ece_bins: int, metric: str = "macro_f1") -> pd.DataFrame:
     """Spearman ρ and Kendall τ-b between the in-domain ranking of encoders (on the source) and their ranking
-    on each target, per (task, head, fraction, s→t); whether the in-domain best is dethroned."""
+    on each target, per (task, head, fraction, s→t); whether the in-domain best is dethroned.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (the raw stage is read).
+    ece_bins : int
+        Bins of the rows' ECE column (:func:`seed_means` reads it).
+    metric : str
+        The seed-mean metric the encoders are ranked by; default ``macro_f1``.
+
+    Returns
+    -------
+    DataFrame
+        One row per (task, head, fraction, source, target) with at least two encoders on both sides:
+        ``metric``, the keys of :func:`fmaudit.stats.rank_transfer` (``spearman_rho``, ``spearman_p``,
+        ``kendall_tau_b``, ``kendall_p``, ``n_models``, ``source_best``, ``target_rank_of_source_best``,
+        ``dethroned``) and ``ranking_defined`` (False when either side's scores all tie).
+    """
     means = seed_means(runs, ece_bins)
     rows = []
     for (task, head, frac, src), cell in means.groupby(["task", "head", "fraction", "source_domain"]):
@@ -223,6 +333,27 @@ def rank_transfer_intervals(preds: pd.DataFrame, *, n_boot: int, seed: int, metr
     sides, then ρ of the two rankings (:func:`fmaudit.stats.spearman_rows`). Draws in which either ranking is
     constant have no ρ and are left out (``rho_n_valid`` counts the rest). Intervals need the same encoders on
     both sides; cells with fewer than two are skipped.
+
+    Parameters
+    ----------
+    preds : DataFrame
+        The probe suite's predictions: ``task``, ``head``, ``fraction``, ``source_domain``, ``target_domain``,
+        ``encoder``, ``seed``, ``group``, ``label``, ``logits``.
+    n_boot : int
+        Bootstrap resamples (keyword-only: ``bootstrap.n_boot``).
+    seed : int
+        Seed of the source's resampling (``bootstrap.seed``); the target's uses the stream ``[seed, 1]``.
+    metric : str
+        The metric ranked, per seed mean; default ``macro_f1``.
+    alpha : float
+        One minus the interval's coverage; default 0.05.
+
+    Returns
+    -------
+    DataFrame
+        One row per (task, head, fraction, source, target): ``spearman_rho_ci_lo``, ``spearman_rho_ci_hi``,
+        ``rho_n_valid``, ``n_boot``, ``n_source_test_groups``, ``n_target_test_groups`` and
+        ``rho_ci_convention``.
     """
     keys = ["task", "head", "fraction", "source_domain"]
     rows = []
@@ -265,6 +396,26 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
     Per unit (task × source domain, in-domain) and fraction: Spearman ρ between AUROC and −ECE (ρ > 0: better
     discrimination goes with better calibration) and the mean absolute rank gap. Per fraction, units are
     pooled with DerSimonian–Laird Fisher-z (v = 1/(n−3)) with I². Returns (per unit, pooled per fraction).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The probe suite's metric rows (raw and source_ts stages).
+    ece_bins : int
+        Bins of the post-temperature ECE.
+    include_bound_temperatures : bool
+        Keep source temperatures at a search bound in the ECE means; default False.
+
+    Returns
+    -------
+    per_unit : DataFrame
+        One row per task, head, fraction and source with at least two encoders: ``n_encoders``,
+        ``spearman_auroc_vs_neg_ece`` (NaN with two encoders or constant scores), ``mean_abs_rank_gap`` and
+        ``ece_convention``.
+    pooled : DataFrame
+        One row per head and fraction: ``n_units`` (units with more than three encoders, the ones pooled),
+        ``mean_abs_rank_gap``, ``pooled_rho``, ``ci_lo``, ``ci_hi``, ``Q``, ``I2``, ``tau2`` and
+        ``ece_convention``.
     """
     from scipy.stats import spearmanr
 
@@ -306,7 +457,20 @@ def decoupling_table(runs: pd.DataFrame, ece_bins: int,
 
 def cross_dataset_leaderboard(board: pd.DataFrame) -> pd.DataFrame:
     """The hema paper's table: per (task, head, fraction, source), encoders with in-domain and per-target macro-F1,
-    targets ordered by mean macro-F1 (most shifted first), sorted by the most shifted target, with its rank."""
+    targets ordered by mean macro-F1 (most shifted first), sorted by the most shifted target, with its rank.
+
+    Parameters
+    ----------
+    board : DataFrame
+        The probe leaderboard (:func:`fmaudit.analyses.leaderboard.leaderboard`).
+
+    Returns
+    -------
+    DataFrame
+        Wide: one row per (task, head, fraction, source, encoder) with ``in_domain``, ``rank_in_domain``, a
+        macro-F1 column per target domain (named by it) and ``rank_on_<most shifted target>``. Empty when no
+        source has a target.
+    """
     parts = []
     for (task, head, frac, src), cell in board.groupby(["task", "head", "fraction", "source_domain"]):
         off = cell[~cell["in_domain"]]

@@ -23,7 +23,22 @@ __all__ = ["split_variant_runs", "variant_pairs"]
 
 
 def split_variant_runs(frame: pd.DataFrame, variants: Mapping[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(rows of the ranked encoders, rows of the declared variants and their bases) of a probe table."""
+    """(rows of the ranked encoders, rows of the declared variants and their bases) of a probe table.
+
+    Parameters
+    ----------
+    frame : DataFrame or None
+        A probe table with an ``encoder`` column (run rows, predictions ...).
+    variants : mapping of str to str
+        Variant slug -> its base encoder's slug (the config's ``variants``).
+
+    Returns
+    -------
+    ranked : DataFrame or None
+        ``frame`` without the variants' rows (``frame`` itself when it is empty or there are no variants).
+    paired : DataFrame or None
+        The rows of the variants and their bases (empty when there are no variants).
+    """
     if frame is None or len(frame) == 0 or not variants:
         return frame, frame.iloc[0:0] if frame is not None else frame
     enc = frame["encoder"].astype(str)
@@ -38,7 +53,32 @@ def variant_pairs(runs: pd.DataFrame, preds: pd.DataFrame, variants: Mapping[str
     macro-F1 with percentile intervals, and the paired difference (variant - base) with its interval.
 
     ``runs`` / ``preds``: probe-suite run rows (stage ``raw``) and per-item predictions holding both encoders;
-    ``variants``: variant slug -> base slug."""
+    ``variants``: variant slug -> base slug.
+
+    Parameters
+    ----------
+    runs : DataFrame or None
+        The probe suite's metric rows holding both encoders of each pair.
+    preds : DataFrame
+        The suite's predictions holding both encoders (:data:`KEYS`, ``encoder``, ``seed``, ``group``,
+        ``label``, ``logits``).
+    variants : mapping of str to str
+        Variant slug -> base slug.
+    n_boot : int
+        Bootstrap resamples of the test groups (keyword-only: ``bootstrap.n_boot``).
+    seed : int
+        Seed of the resampling (``bootstrap.seed``).
+    alpha : float
+        One minus the intervals' coverage; default 0.05.
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`KEYS`, ``in_domain``, ``base``, ``variant``, ``n_seeds``, ``n_test``, ``n_test_groups``,
+        ``base_macro_f1``, ``base_ci_lo``, ``base_ci_hi``, ``variant_macro_f1``, ``variant_ci_lo``,
+        ``variant_ci_hi``, ``difference`` (variant - base), ``difference_ci_lo``, ``difference_ci_hi``,
+        ``ci_excludes_zero``, ``n_boot`` and ``unit``; a cell missing either encoder is skipped.
+    """
     cols = [*KEYS, "in_domain", "base", "variant", "n_seeds", "n_test", "n_test_groups", "base_macro_f1",
             "base_ci_lo", "base_ci_hi", "variant_macro_f1", "variant_ci_lo", "variant_ci_hi", "difference",
             "difference_ci_lo", "difference_ci_hi", "ci_excludes_zero", "n_boot", "unit"]

@@ -73,7 +73,35 @@ CLASS_SIGNATURES: tuple[tuple[float, tuple[float, float, float]], ...] = (
 
 @dataclass(frozen=True)
 class DemoSectionSpec:
-    """Everything that determines one demo section."""
+    """Everything that determines one demo section.
+
+    Parameters
+    ----------
+    section : str
+        The section's name (its folder name and the Xenium ``region_name``).
+    organ : str
+        The organ the section is given.
+    x0, y0 : int
+        Top-left corner of the section's window on the source slide, level-0 pixels.
+    window_px : int
+        Side of the window, level-0 pixels.
+    seed : int
+        Random seed of the section (class mix, planted classes, cell ids, alignment translation, annotations).
+    rotation_deg : float
+        Rotation of the H&E -> Xenium alignment, degrees counter-clockwise.
+    scale_jitter : float
+        Relative jitter of the alignment's scale around ``he_mpp / pixel_size`` (e.g. 0.02 = 2 % larger).
+    max_cells : int, default 400
+        At most this many nuclei (a random subset when more are found).
+    bundle_format : {"v2", "v1"}, default "v2"
+        ``v2``: string ids, parquet + csv.gz, ``label_id``; ``v1``: integer ids, csv.gz only.
+    write_zarr : bool, default False
+        Also write ``cells.zarr.zip``.
+    min_area_um2, max_area_um2 : float, default 8.0, 120.0
+        Nucleus area range in µm²; components outside it are not nuclei.
+    sigma_px : float, default 1.0
+        Gaussian smoothing of the hematoxylin channel before thresholding, pixels.
+    """
 
     section: str
     organ: str
@@ -95,7 +123,18 @@ class DemoSectionSpec:
 
 
 def hematoxylin_density(rgb: np.ndarray) -> np.ndarray:
-    """Hematoxylin concentration of every pixel by Ruifrok-Johnston colour deconvolution (float32, H × W)."""
+    """Hematoxylin concentration of every pixel by Ruifrok-Johnston colour deconvolution (float32, H × W).
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (H, W, 3) or (H, W, 4)
+        An RGB(A) image, uint8 values 0-255 (alpha ignored).
+
+    Returns
+    -------
+    ndarray of shape (H, W), float32
+        The hematoxylin component of each pixel's optical density (0 for white, highest in nuclei).
+    """
     stains = RUIFROK_JOHNSTON_HED / np.linalg.norm(RUIFROK_JOHNSTON_HED, axis=1, keepdims=True)
     od = -np.log10(np.maximum(np.asarray(rgb, dtype=np.float32)[..., :3], 1.0) / 255.0)
     conc = od.reshape(-1, 3) @ np.linalg.inv(stains).astype(np.float32)
@@ -107,7 +146,30 @@ def detect_nuclei(rgb: np.ndarray, mpp: float, min_area_um2: float = 8.0, max_ar
     """Nucleus label image (0 background, 1..n nuclei, 4-connected) and the kept component ids.
 
     Otsu's threshold of the smoothed hematoxylin channel over stained pixels; opening; hole filling;
-    components outside ``min_area_um2``..``max_area_um2`` are dropped.
+    components outside ``min_area_um2``..``max_area_um2`` and those touching the image's edge are dropped.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (H, W, 3)
+        The H&E window, uint8.
+    mpp : float
+        Its µm/px (areas are converted to µm²).
+    min_area_um2, max_area_um2 : float, default 8.0, 120.0
+        Nucleus area range in µm².
+    sigma_px : float, default 1.0
+        Gaussian smoothing of the hematoxylin channel, pixels.
+
+    Returns
+    -------
+    labels : ndarray of shape (H, W), int
+        Connected components of the nucleus mask (0 background); dropped components keep their label.
+    keep : ndarray of int
+        The labels of the kept nuclei, ascending.
+
+    Raises
+    ------
+    FmauditInputError
+        When the window holds fewer than 100 stained pixels.
     """
     from scipy import ndimage as ndi
 
@@ -136,7 +198,23 @@ def nucleus_polygon(mask: np.ndarray) -> np.ndarray:
     coordinates whose origin is the mask's top-left corner (pixel (c, r) spans [c, c+1) × [r, r+1)).
 
     The iso-line at 0.5 of the mask sampled at pixel centres (contourpy); its area centroid is within a
-    fraction of a pixel of the mask's pixel-centre centroid."""
+    fraction of a pixel of the mask's pixel-centre centroid.
+
+    Parameters
+    ----------
+    mask : ndarray of shape (h, w), bool
+        One nucleus's pixels (the longest outline is kept when the mask has several pieces).
+
+    Returns
+    -------
+    ndarray of shape (K, 2), float64
+        The outline's vertices (x, y), the first repeated last.
+
+    Raises
+    ------
+    ValueError
+        When the mask is empty.
+    """
     import contourpy
 
     padded = np.pad(mask.astype(np.float64), 1)
@@ -159,7 +237,26 @@ def plant_classes(rgb: np.ndarray, labels: np.ndarray, nucleus_ids: np.ndarray, 
                   signatures: Sequence[tuple[float, tuple[float, float, float]]] = CLASS_SIGNATURES) -> np.ndarray:
     """Recolour each nucleus by its class in optical density: ``OD + w · (OD · (gain - 1) + tint)``, with ``w``
     a soft (Gaussian-blurred) mask of the labelled nuclei and the class of the nearest labelled pixel;
-    pixels away from labelled nuclei stay as they were."""
+    pixels away from labelled nuclei stay as they were.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (H, W, 3)
+        The H&E window, uint8 (not changed).
+    labels : ndarray of shape (H, W), int
+        The nucleus label image (:func:`detect_nuclei`).
+    nucleus_ids : ndarray of shape (n,)
+        The labels of the nuclei to recolour.
+    classes : ndarray of shape (n,)
+        The fine class (index into ``signatures``) of each nucleus of ``nucleus_ids``.
+    signatures : sequence of (float, (float, float, float)), default CLASS_SIGNATURES
+        Per class: the hematoxylin gain and the optical-density tint (R, G, B).
+
+    Returns
+    -------
+    ndarray of shape (H, W, 3), uint8
+        The recoloured window.
+    """
     from scipy import ndimage as ndi
 
     lookup = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
@@ -185,7 +282,23 @@ def plant_classes(rgb: np.ndarray, labels: np.ndarray, nucleus_ids: np.ndarray, 
 
 def write_ome_tiff(path: Path, rgb: np.ndarray, mpp: float, tile: int = 256, min_level_px: int = 256) -> None:
     """A tiled, deflate-compressed pyramidal OME-TIFF (levels in SubIFDs, each half the previous) with the
-    µm/px in the OME-XML (``PhysicalSizeX/Y``) and in the TIFF resolution tags (pixels per centimetre)."""
+    µm/px in the OME-XML (``PhysicalSizeX/Y``) and in the TIFF resolution tags (pixels per centimetre).
+
+    Written atomically.
+
+    Parameters
+    ----------
+    path : Path
+        The ``.ome.tif`` to write.
+    rgb : ndarray of shape (H, W, 3), uint8
+        Level 0.
+    mpp : float
+        Level 0's µm/px.
+    tile : int, default 256
+        Tile side in pixels.
+    min_level_px : int, default 256
+        Levels are added (2x2 mean) while the next one's shorter side is at least this many pixels.
+    """
     import tifffile
 
     levels = [rgb]
@@ -207,7 +320,22 @@ def write_ome_tiff(path: Path, rgb: np.ndarray, mpp: float, tile: int = 256, min
 
 
 def alignment_matrix(rotation_deg: float, scale: float, tx: float, ty: float) -> np.ndarray:
-    """H&E px -> Xenium px affine: scale and rotate (counter-clockwise in x-right, y-down axes), then translate."""
+    """H&E px -> Xenium px affine: scale and rotate (counter-clockwise in x-right, y-down axes), then translate.
+
+    Parameters
+    ----------
+    rotation_deg : float
+        Rotation, degrees.
+    scale : float
+        Xenium morphology pixels per H&E pixel.
+    tx, ty : float
+        Translation, Xenium pixels.
+
+    Returns
+    -------
+    ndarray of shape (3, 3)
+        The homogeneous matrix, as in 10x's ``*_imagealignment.csv``.
+    """
     t = math.radians(rotation_deg)
     c, s = math.cos(t) * scale, math.sin(t) * scale
     return np.array([[c, -s, tx], [s, c, ty], [0.0, 0.0, 1.0]])
@@ -220,7 +348,22 @@ def _write_csv_gz(path: Path, df: pd.DataFrame) -> None:
 
 def write_cells_zarr(path: Path, cell_ids: Sequence[str], summary: pd.DataFrame, string_ids: bool) -> None:
     """A ``cells.zarr.zip`` with the arrays the readers use: ``cell_id`` ((N, 2) uint32 prefix/suffix, or
-    1-D integers for old bundles) and ``cell_summary`` (float64, ``column_names`` attribute), zarr format 2."""
+    1-D integers for old bundles) and ``cell_summary`` (float64, ``column_names`` attribute), zarr format 2.
+
+    Written atomically.
+
+    Parameters
+    ----------
+    path : Path
+        The ``cells.zarr.zip`` to write.
+    cell_ids : sequence of str
+        The cells' ids (Xenium strings such as ``aaaabcde-1``, or integer strings).
+    summary : DataFrame
+        One row per cell, numeric columns (``cell_centroid_x``, ``nucleus_centroid_x`` ..., µm) stored as
+        ``cell_summary``.
+    string_ids : bool
+        Whether ``cell_ids`` are Xenium strings (stored as prefix/suffix pairs) or integers.
+    """
     import zarr
 
     with atomic_path(path, suffix=".zip") as tmp:
@@ -285,7 +428,30 @@ def _class_labels() -> list[list[str]]:
 
 def write_demo_section(spec: DemoSectionSpec, out_dir: str | Path, slide: str | Path = DEMO_SLIDE) -> dict[str, Any]:
     """Write one demo section under ``out_dir/<section>/`` and return its section specification
-    (``organ``, ``bundle``, ``he_image``, ``alignment``, ``cell_types``; absolute paths)."""
+    (``organ``, ``bundle``, ``he_image``, ``alignment``, ``cell_types``; absolute paths).
+
+    A section already written with the same specification (its ``demo_section.json``, written last) is kept.
+
+    Parameters
+    ----------
+    spec : DemoSectionSpec
+        What determines the section.
+    out_dir : str or Path
+        The folder the section's folder goes in.
+    slide : str or Path, default DEMO_SLIDE
+        The source H&E slide.
+
+    Returns
+    -------
+    dict
+        ``organ`` and the paths ``bundle`` (the ``outs/`` folder), ``he_image``, ``alignment`` and ``cell_types``, as
+        a data set's ``sections`` entry names them.
+
+    Raises
+    ------
+    FmauditInputError
+        When the window holds no stained tissue or fewer than 20 nuclei.
+    """
     import openslide
 
     folder = Path(out_dir) / spec.section
@@ -415,7 +581,39 @@ def write_demo_section(spec: DemoSectionSpec, out_dir: str | Path, slide: str | 
 def demo_section_specs(n_sections: int = 6, organs: Sequence[str] = ("organ-a", "organ-b", "organ-c"), seed: int = 0,
                        window_px: int = 1024, max_cells: int = 400, bundle_format: str = "v2",
                        write_zarr: bool = False, slide: str | Path = DEMO_SLIDE) -> list[DemoSectionSpec]:
-    """Specifications of ``n_sections`` demo sections on distinct windows of the slide, organs in turn."""
+    """Specifications of ``n_sections`` demo sections on distinct windows of the slide, organs in turn.
+
+    Parameters
+    ----------
+    n_sections : int, default 6
+        Number of sections, each on its own window of the slide (windows overlap by at most 35 % IoU).
+    organs : sequence of str, default ("organ-a", "organ-b", "organ-c")
+        Organ names given to the sections in turn; section names are ``<organ>-<k>``.
+    seed : int, default 0
+        Random seed of the specifications (each section's own seed, rotation and scale jitter are drawn from it).
+    window_px : int, default 1024
+        Side of each section's window in level-0 pixels of the slide.
+    max_cells : int, default 400
+        At most this many nuclei per section (a random subset when more are found).
+    bundle_format : {"v2", "v1"}, default "v2"
+        ``v2``: string cell ids, parquet and csv.gz tables, ``label_id`` in the boundaries (Xenium Onboard Analysis
+        >= 2.0); ``v1``: integer ids, csv.gz only.
+    write_zarr : bool, default False
+        Also write ``cells.zarr.zip``.
+    slide : str or Path, default DEMO_SLIDE
+        The source H&E slide (the CC0 ``CMU-1-Small-Region.svs``).
+
+    Returns
+    -------
+    list of DemoSectionSpec
+        One per section, windows chosen by hematoxylin content (most first).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n_sections`` is below 1, ``organs`` is empty, ``bundle_format`` is unknown, or the slide has room for
+        fewer windows.
+    """
     import openslide
 
     if n_sections < 1 or not organs:
@@ -447,7 +645,40 @@ def write_demo_sections(out_dir: str | Path, n_sections: int = 6,
                         seed: int = 0, window_px: int = 1024, max_cells: int = 400, bundle_format: str = "v2",
                         write_zarr: bool = False, slide: str | Path = DEMO_SLIDE) -> dict[str, dict[str, Any]]:
     """Write the demo sections under ``out_dir`` and a ``sections.json`` listing them; returns
-    ``{section: {organ, bundle, he_image, alignment, cell_types}}`` (absolute paths)."""
+    ``{section: {organ, bundle, he_image, alignment, cell_types}}`` (absolute paths).
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        The folder the sections are written under (one subfolder per section).
+    n_sections : int, default 6
+        Number of sections, each on its own window of the slide (windows overlap by at most 35 % IoU).
+    organs : sequence of str, default ("organ-a", "organ-b", "organ-c")
+        Organ names given to the sections in turn; section names are ``<organ>-<k>``.
+    seed : int, default 0
+        Random seed of the specifications (each section's own seed, rotation and scale jitter are drawn from it).
+    window_px : int, default 1024
+        Side of each section's window in level-0 pixels of the slide.
+    max_cells : int, default 400
+        At most this many nuclei per section (a random subset when more are found).
+    bundle_format : {"v2", "v1"}, default "v2"
+        ``v2``: string cell ids, parquet and csv.gz tables, ``label_id`` in the boundaries (Xenium Onboard Analysis
+        >= 2.0); ``v1``: integer ids, csv.gz only.
+    write_zarr : bool, default False
+        Also write ``cells.zarr.zip``.
+    slide : str or Path, default DEMO_SLIDE
+        The source H&E slide (the CC0 ``CMU-1-Small-Region.svs``).
+
+    Returns
+    -------
+    dict of str to dict
+        Section name -> :func:`write_demo_section`'s specification of it (also written to ``sections.json``).
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`demo_section_specs` and :func:`write_demo_section`.
+    """
     specs = demo_section_specs(n_sections, organs, seed, window_px, max_cells, bundle_format, write_zarr, slide)
     sections = {spec.section: write_demo_section(spec, out_dir, slide) for spec in specs}
     write_json(Path(out_dir) / "sections.json", sections)

@@ -13,11 +13,11 @@ Per run (one probe evaluated once on its test partition):
 Summaries (tables as frames, scores in percent / percentage points, every mean over *units*, never pooled
 cells; a unit's value is first averaged over its valid seeds):
 
-- *Organ-balanced* (the seed's headline: "protocol summaries balance anatomical or cross-validation units
+- *Organ-balanced* (CellPath-Bench's headline: "protocol summaries balance anatomical or cross-validation units
   rather than pooling all cells"): the units of each organ are averaged first, then the mean ± SD (ddof 1) is
   taken across organs; MOCV, whose folds mix organs, is balanced over its folds. :data:`BALANCES`.
 - *Significant wins* (:func:`run_level_wins`): a paired Wilcoxon test against every other encoder over every
-  common valid run-level unit, (unit, seed): the seed's "paired Wilcoxon signed-rank tests over common valid
+  common valid run-level unit, (unit, seed): CellPath-Bench's "paired Wilcoxon signed-rank tests over common valid
   evaluation units", whose MOCV wins (up to 27 with 5 folds x 3 seeds) need more than the 5 seed-averaged folds
   (the smallest two-sided p of 5 pairs is 0.0625); two-sided p < 0.05 and a positive median difference
   (:func:`fmaudit.stats.wilcoxon_win`).
@@ -53,7 +53,7 @@ F1_CONVENTION = ("macro-F1 over the classes present in the test labels "
 AUROC_CONVENTION = "macro one-vs-rest AUROC of softmax scores over the classes present in the test labels, ties 1/2"
 UNIT_KEYS = ["protocol", "encoder", "magnification", "taxonomy", "readout", "unit", "organ"]
 CRT_PROTOCOLS = ("IOCD", "MOCV", "LOOO")
-#: How a protocol's unit values are summarised: ``organ`` (the seed's: organs first, then across organs; MOCV
+#: How a protocol's unit values are summarised: ``organ`` (CellPath-Bench's: organs first, then across organs; MOCV
 #: across its folds) or ``unit`` (every unit alike: sections, held-out sections, folds, organs).
 BALANCES = ("organ", "unit")
 UNIT_NAMES = {"IS": "section", "IOCD": "held-out section", "MOCV": "fold", "LOOO": "organ"}
@@ -71,7 +71,23 @@ CRT_DEFINITION = (
 # --------------------------------------------------------------------------------------------------------
 
 def macro_f1_present(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
-    """Macro-F1 over the classes present in ``labels`` (module doc); in [0, 1]."""
+    """Macro-F1 over the classes present in ``labels`` (module doc); in [0, 1].
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_cells,)
+        True class indices, 0..n_classes-1.
+    pred : ndarray of shape (n_cells,)
+        Predicted class indices, 0..n_classes-1.
+    n_classes : int
+        Number of classes K of the taxonomy (the confusion matrix is K x K).
+
+    Returns
+    -------
+    float
+        The mean F1 over the classes with at least one true cell (absent classes are left out of the mean; a cell
+        predicted as an absent class still lowers its true class's recall); NaN for no cell.
+    """
     labels = np.asarray(labels, dtype=np.int64)
     cm = confusion_counts(labels, np.asarray(pred, dtype=np.int64), n_classes)
     present = cm.sum(axis=1) > 0
@@ -84,7 +100,21 @@ def macro_f1_present(labels: np.ndarray, pred: np.ndarray, n_classes: int) -> fl
 
 
 def macro_auroc_present(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Macro OvR AUROC over the classes present in ``labels`` (module doc); NaN below two classes."""
+    """Macro OvR AUROC over the classes present in ``labels`` (module doc); NaN below two classes.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_cells,)
+        True class indices, 0..K-1.
+    probs : ndarray of shape (n_cells, K)
+        Softmax probabilities per row (K = the taxonomy's classes, the columns' order the class indices).
+
+    Returns
+    -------
+    float
+        Mean over the present classes of the one-vs-rest AUROC (Mann-Whitney, ties count 1/2); NaN with fewer than two
+        present classes.
+    """
     from scipy.stats import rankdata
 
     labels = np.asarray(labels, dtype=np.int64)
@@ -122,7 +152,29 @@ def _valid(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def run_values(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
     """The valid runs (status ok, finite metric) with their unit keys, seed and ``metric``: the run-level units
-    of the significant wins."""
+    of the significant wins.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    metric : str, default "macro_f1"
+        The metric column to keep.
+
+    Returns
+    -------
+    DataFrame
+        One row per valid run, columns :data:`UNIT_KEYS`, ``seed`` and ``metric`` (``magnification`` as float, the
+        other keys as objects), a fresh index.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``runs`` lacks a unit key, ``seed`` or the metric column.
+    """
     valid = _valid(runs, metric)
     frame = valid[UNIT_KEYS + ["seed", metric]].copy()
     for k in UNIT_KEYS:
@@ -132,7 +184,28 @@ def run_values(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
 
 def unit_means(runs: pd.DataFrame, metric: str = "macro_f1") -> pd.DataFrame:
     """Seed mean of ``metric`` per unit (protocol, encoder, magnification, taxonomy, readout, unit, organ),
-    over the valid runs (status ok, finite metric); ``n_seeds`` says how many."""
+    over the valid runs (status ok, finite metric); ``n_seeds`` says how many.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    metric : str, default "macro_f1"
+        The metric column to average.
+
+    Returns
+    -------
+    DataFrame
+        One row per unit: columns :data:`UNIT_KEYS`, ``metric`` (its mean over the unit's valid seeds) and ``n_seeds``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``runs`` lacks a unit key, ``seed`` or the metric column.
+    """
     frame = run_values(runs, metric)
     out = frame.groupby(UNIT_KEYS, sort=False, dropna=False)[metric].agg(["mean", "size"]).reset_index()
     return out.rename(columns={"mean": metric, "size": "n_seeds"})
@@ -159,7 +232,33 @@ def balanced_summary(values: pd.Series | np.ndarray, organs: Any, protocol: str,
                      balance: str = "organ") -> tuple[float, float, int]:
     """(mean, SD ddof 1, n) of unit values: with ``balance="organ"`` the units of each organ are averaged first
     and the mean and SD are taken across organs (n = organs; a protocol whose units carry no organ, MOCV's
-    folds, is balanced over its units); with ``balance="unit"`` over the units (n = units)."""
+    folds, is balanced over its units); with ``balance="unit"`` over the units (n = units).
+
+    Parameters
+    ----------
+    values : Series or ndarray of shape (n_units,)
+        One value per unit (a seed mean), in the caller's unit (percent, pp).
+    organs : array-like of shape (n_units,) or None
+        Each unit's organ; None or an empty organ anywhere means the units are summarised as they are.
+    protocol : str
+        The protocol (``IS``, ``IOCD``, ``MOCV``, ``LOOO``); ``MOCV`` is never organ-balanced (its folds mix organs).
+    balance : {"organ", "unit"}, default "organ"
+        Organs first, then across organs; or every unit alike.
+
+    Returns
+    -------
+    mean : float
+        Mean over the balanced values; NaN for none.
+    sd : float
+        Their standard deviation (ddof 1); NaN below two values.
+    n : int
+        Number of balanced values (organs or units).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``balance`` is not one of :data:`BALANCES`.
+    """
     if balance not in BALANCES:
         raise FmauditInputError(f"balance {balance!r}: expected one of {BALANCES}")
     v = np.asarray(values, dtype=np.float64)
@@ -172,7 +271,20 @@ def balanced_summary(values: pd.Series | np.ndarray, organs: Any, protocol: str,
 
 
 def balance_unit(protocol: str, balance: str) -> str:
-    """What the mean ± SD of a protocol's summary runs over (``organ``, ``fold``, ``section`` ...)."""
+    """What the mean ± SD of a protocol's summary runs over (``organ``, ``fold``, ``section`` ...).
+
+    Parameters
+    ----------
+    protocol : str
+        The protocol (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+    balance : {"organ", "unit"}
+        The summary's balance (:func:`balanced_summary`).
+
+    Returns
+    -------
+    str
+        ``organ`` (``fold`` for MOCV) when organ-balanced, else the protocol's unit name (:data:`UNIT_NAMES`).
+    """
     if balance == "organ":
         return "fold" if protocol == "MOCV" else "organ"
     return UNIT_NAMES.get(protocol, "unit")
@@ -185,10 +297,22 @@ def balance_unit(protocol: str, balance: str) -> str:
 def win_matrix(values: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
     """Every ordered pair (encoder, opponent) compared over their common valid units.
 
-    ``values``: unit x encoder table (NaN = no valid value). Returns one row per ordered pair with ``p``,
-    ``median_diff``, ``n_pairs``, ``n_nonzero`` and ``win`` (:func:`fmaudit.stats.wilcoxon_win`: two-sided
-    p < alpha and a positive median difference). Pivot ``win`` for the matrix; sum it per encoder for
-    ``significant_wins``.
+    Pivot ``win`` for the matrix; sum it per encoder for ``significant_wins`` (docs/methods.md#significant-wins).
+
+    Parameters
+    ----------
+    values : DataFrame
+        Unit x encoder table of one value (rows the paired units, columns the encoders; NaN = no valid value,
+        that unit then dropped from the encoder's pairs).
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+
+    Returns
+    -------
+    DataFrame
+        One row per ordered pair, columns ``encoder``, ``opponent``, ``p`` (two-sided Wilcoxon), ``median_diff``
+        (encoder minus opponent), ``win`` (:func:`fmaudit.stats.wilcoxon_win`: p < alpha and a positive median
+        difference), ``n_nonzero`` and ``n_pairs``.
     """
     encoders = list(values.columns)
     rows = []
@@ -202,12 +326,41 @@ def win_matrix(values: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
 
 
 def run_level_table(values: pd.DataFrame, value: str) -> pd.DataFrame:
-    """(unit, seed) x encoder table of ``value``: the run-level units the wins are tested over."""
+    """(unit, seed) x encoder table of ``value``: the run-level units the wins are tested over.
+
+    Parameters
+    ----------
+    values : DataFrame
+        Run-level rows with ``unit``, ``seed``, ``encoder`` and ``value`` (:func:`run_values`, or the CRA per run).
+    value : str
+        The column to tabulate.
+
+    Returns
+    -------
+    DataFrame
+        Index (``unit``, ``seed``), one column per encoder; NaN where an encoder has no valid run.
+    """
     return values.pivot_table(index=["unit", "seed"], columns="encoder", values=value, aggfunc="mean", sort=False)
 
 
 def run_level_wins(values: pd.DataFrame, value: str, alpha: float = 0.05) -> pd.Series:
-    """Significant wins of each encoder over every other, paired over their common valid (unit, seed) runs."""
+    """Significant wins of each encoder over every other, paired over their common valid (unit, seed) runs.
+
+    Parameters
+    ----------
+    values : DataFrame
+        Run-level rows with ``unit``, ``seed``, ``encoder`` and ``value``, all of one (protocol, taxonomy,
+        magnification, readout).
+    value : str
+        The column compared (``macro_f1``, ``cra_pp`` ...).
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+
+    Returns
+    -------
+    Series of int
+        Indexed by encoder: the number of opponents it significantly beats (0 with fewer than two encoders).
+    """
     table = run_level_table(values, value)
     if table.shape[1] < 2:
         return pd.Series(0, index=table.columns, dtype=int)
@@ -220,7 +373,24 @@ def run_level_wins(values: pd.DataFrame, value: str, alpha: float = 0.05) -> pd.
 # --------------------------------------------------------------------------------------------------------
 
 def cra_per_run(runs: pd.DataFrame, magnification: float | None = None) -> pd.DataFrame:
-    """CRA of every (encoder, taxonomy, magnification, section, seed) under IS where both readouts ran."""
+    """CRA of every (encoder, taxonomy, magnification, section, seed) under IS where both readouts ran.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    magnification : float or None, default None
+        Keep one magnification; None keeps all.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``encoder``, ``magnification``, ``taxonomy``, ``unit`` (the section), ``organ``, ``seed``,
+        ``f1_nuc_pct``, ``f1_mean_pct`` (macro-F1 in percent) and ``cra_pp`` (their difference, pp).
+    """
     values = _select(run_values(runs), protocol="IS", magnification=magnification)
     keys = ["encoder", "magnification", "taxonomy", "unit", "organ", "seed"]
     nuc = _select(values, readout="nuc")[keys + ["macro_f1"]].rename(columns={"macro_f1": "f1_nuc"})
@@ -235,7 +405,24 @@ def cra_per_run(runs: pd.DataFrame, magnification: float | None = None) -> pd.Da
 def cra_per_section(runs: pd.DataFrame, magnification: float | None = None) -> pd.DataFrame:
     """CRA of every (encoder, taxonomy, magnification, section) under IS: macro-F1(Nuc) - macro-F1(Mean), pp,
     each readout first averaged over its valid seeds. Sections where either readout has no valid run are left
-    out."""
+    out.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    magnification : float or None, default None
+        Keep one magnification; None keeps all.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``encoder``, ``magnification``, ``taxonomy``, ``section``, ``organ``, ``f1_nuc_pct``,
+        ``f1_mean_pct`` (seed-mean macro-F1, percent) and ``cra_pp``.
+    """
     means = _select(unit_means(runs), protocol="IS", magnification=magnification)
     keys = ["encoder", "magnification", "taxonomy", "unit", "organ"]
     nuc = _select(means, readout="nuc")[keys + ["macro_f1"]].rename(columns={"macro_f1": "f1_nuc"})
@@ -250,10 +437,34 @@ def cra_per_section(runs: pd.DataFrame, magnification: float | None = None) -> p
 def cra_table(runs: pd.DataFrame, magnification: float | None = 20, alpha: float = 0.05,
               balance: str = "organ") -> pd.DataFrame:
     """CRA summary per (encoder, taxonomy, magnification): mean ± SD (ddof 1) across organs of the organs'
-    mean section CRA (``balance="organ"``, the seed's organ-balanced form) or across sections (``"unit"``),
+    mean section CRA (``balance="organ"``, CellPath-Bench's organ-balanced form) or across sections (``"unit"``),
     each section first averaged over its seeds; Nuc against Mean (``nuc_vs_mean_p``, ``nuc_beats_mean``) and
     ``significant_wins`` of CRA against every other encoder, each a paired Wilcoxon test over the common valid
-    (section, seed) runs (``n_win_units``)."""
+    (section, seed) runs (``n_win_units``). CRA is defined in docs/methods.md#composite-indices-cri-cra-and-crt.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+    balance : {"organ", "unit"}, default "organ"
+        How unit values are summarised (:data:`BALANCES`, :func:`balanced_summary`).
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, taxonomy, magnification), sorted by magnification, taxonomy and ``rank``: columns
+        ``encoder``, ``taxonomy``, ``magnification``, ``balance`` (what the SD runs over), ``cra_mean_pp``,
+        ``cra_sd_pp``, ``f1_nuc_mean_pct``, ``f1_mean_mean_pct``, ``n_balanced``, ``n_sections``,
+        ``nuc_vs_mean_p``, ``nuc_beats_mean``, ``significant_wins``, ``n_opponents``, ``n_win_units``, ``rank``
+        (1 = highest CRA) and ``unit`` (the interval's wording); empty without IS runs of both readouts.
+    """
     per = cra_per_section(runs, magnification)
     per_run = cra_per_run(runs, magnification)
     rows = []
@@ -291,7 +502,34 @@ def protocol_table(runs: pd.DataFrame, protocol: str, magnification: float | Non
                    alpha: float = 0.05, balance: str = "organ") -> pd.DataFrame:
     """Per (encoder, taxonomy): macro-F1 and macro-AUROC mean ± SD (%) of the protocol's unit values
     (organ-balanced by default, :func:`balanced_summary`), and the significant wins on macro-F1 against every
-    other encoder over their common valid (unit, seed) runs."""
+    other encoder over their common valid (unit, seed) runs.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    protocol : str
+        The protocol to summarise (``IS``, ``IOCD``, ``MOCV`` or ``LOOO``).
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+    readout : str, default "nuc"
+        The cell readout to summarise.
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+    balance : {"organ", "unit"}, default "organ"
+        How unit values are summarised (:data:`BALANCES`, :func:`balanced_summary`).
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, taxonomy): columns ``protocol``, ``encoder``, ``taxonomy``, ``magnification``,
+        ``readout``, ``balance``, ``macro_f1_mean_pct``, ``macro_f1_sd_pct``, ``macro_auroc_mean_pct``,
+        ``macro_auroc_sd_pct``, ``n_balanced``, ``n_units``, ``significant_wins``, ``n_opponents``, ``n_win_units``
+        and ``unit`` (the protocol's unit name); empty when the protocol has no valid run.
+    """
     f1 = _select(unit_means(runs, "macro_f1"), protocol=protocol, magnification=magnification, readout=readout)
     au = _select(unit_means(runs, "macro_auroc"), protocol=protocol, magnification=magnification, readout=readout)
     f1_runs = _select(run_values(runs, "macro_f1"), protocol=protocol, magnification=magnification, readout=readout)
@@ -323,7 +561,32 @@ def crt_table(runs: pd.DataFrame, magnification: float | None = 20, readout: str
               protocols: Sequence[str] = CRT_PROTOCOLS, alpha: float = 0.05) -> pd.DataFrame:
     """CRT per (encoder, taxonomy) as :data:`CRT_DEFINITION` states: ``wins_<P>`` of each transfer protocol,
     ``crt`` their mean over the protocols the config runs, and the secondary ``crt_relative_pp`` with its parts
-    ``relative_<P>_pp``."""
+    ``relative_<P>_pp`` (docs/methods.md#composite-indices-cri-cra-and-crt).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+    readout : str, default "nuc"
+        The cell readout whose macro-F1 is compared.
+    protocols : sequence of str, default CRT_PROTOCOLS
+        The transfer protocols CRT averages over (those without runs are left out of the mean).
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, taxonomy), sorted by taxonomy and ``rank``: columns ``encoder``, ``taxonomy``,
+        ``magnification``, ``readout``, ``n_units``, ``n_opponents``, ``wins_<P>`` and ``relative_<P>_pp`` for each
+        protocol run, ``crt``, ``crt_relative_pp``, ``protocols`` (comma-joined), ``definition`` and ``rank``
+        (1 = highest CRT, tied encoders share the best rank); empty without runs of those protocols.
+    """
     means = _select(unit_means(runs, "macro_f1"), magnification=magnification, readout=readout)
     values = _select(run_values(runs, "macro_f1"), magnification=magnification, readout=readout)
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -365,7 +628,28 @@ def taxonomy_rank_consistency(runs: pd.DataFrame, magnification: float | None = 
                               fine: str = "fine", coarse: str = "coarse") -> pd.DataFrame:
     """Per protocol: Spearman rho (and Kendall tau-b) between the encoders' mean macro-F1 rankings under the
     fine and the coarse taxonomy (means over units). Undefined (NaN, with the reason) below 3 encoders; ``note``
-    says over how many encoders, and that below :data:`RHO_MIN_ENCODERS` the value is uninformative."""
+    says over how many encoders, and that below :data:`RHO_MIN_ENCODERS` the value is uninformative.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+    readout : str, default "nuc"
+        The cell readout compared.
+    fine, coarse : str, default "fine", "coarse"
+        The ``taxonomy`` values of the two taxonomies.
+
+    Returns
+    -------
+    DataFrame
+        One row per protocol: columns ``protocol``, ``magnification``, ``readout``, ``n_encoders`` (scored under
+        both taxonomies), ``spearman_rho``, ``spearman_p``, ``kendall_tau_b`` and ``note``.
+    """
     means = _select(unit_means(runs, "macro_f1"), magnification=magnification, readout=readout)
     rows = []
     for protocol, group in means.groupby("protocol", sort=False):
@@ -395,8 +679,23 @@ def nested_section_subsets(section_scores: Mapping[str, float] | pd.Series,
                            sizes: Sequence[int] = (10, 15, 20, 25)) -> dict[str, list[str]]:
     """``S<n>``: the n sections with the highest score (ties by section name), nested by construction.
 
-    ``section_scores``: a per-section ranking score (e.g. the morphology-annotation concordance the seed ranks
-    sections by). Sizes must not exceed the number of scored sections.
+    Parameters
+    ----------
+    section_scores : mapping of str to float, or Series
+        A per-section ranking score (e.g. the morphology-annotation concordance CellPath-Bench ranks sections by);
+        higher first.
+    sizes : sequence of int, default (10, 15, 20, 25)
+        Subset sizes; none may exceed the number of scored sections.
+
+    Returns
+    -------
+    dict of str to list of str
+        ``"S<n>"`` -> the n top sections, in score order, for each size (ascending).
+
+    Raises
+    ------
+    FmauditInputError
+        When a section has no score, or a size exceeds the number of sections.
     """
     scores = pd.Series(section_scores, dtype=float)
     if scores.isna().any():
@@ -409,7 +708,18 @@ def nested_section_subsets(section_scores: Mapping[str, float] | pd.Series,
 
 
 def check_nested(subsets: Mapping[str, Sequence[str]]) -> None:
-    """Raise unless the subsets, by size, are nested (an explicit config list must be S10 ⊂ S15 ⊂ ...)."""
+    """Raise unless the subsets, by size, are nested (an explicit config list must be S10 ⊂ S15 ⊂ ...).
+
+    Parameters
+    ----------
+    subsets : mapping of str to sequence of str
+        Subset name -> its sections.
+
+    Raises
+    ------
+    FmauditInputError
+        When a smaller subset holds a section that the next larger one does not.
+    """
     items = sorted(subsets.items(), key=lambda kv: len(kv[1]))
     for (small, a), (big, b) in zip(items, items[1:]):
         extra = set(a) - set(b)
@@ -421,7 +731,35 @@ def subset_table(runs: pd.DataFrame, subsets: Mapping[str, Sequence[str]], magni
                  alpha: float = 0.05) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The CRA summary recomputed on each section subset, and how its encoder ranking agrees with the largest
     subset's (Spearman per taxonomy). Only section-unit results (IS) are re-summarised: MOCV and LOOO pool
-    sections inside their units and would need their own runs on a smaller panel."""
+    sections inside their units and would need their own runs on a smaller panel.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    subsets : mapping of str to sequence of str
+        Subset name (``S10`` ...) -> its sections; must be nested (:func:`check_nested`).
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+    alpha : float, default 0.05
+        Significance level of the two-sided Wilcoxon tests.
+
+    Returns
+    -------
+    summary : DataFrame
+        :func:`cra_table`'s columns for each subset, with ``subset`` and ``subset_size`` first.
+    agreement : DataFrame
+        One row per (subset, taxonomy): columns ``subset``, ``reference`` (the largest subset), ``taxonomy``,
+        ``n_encoders`` and ``spearman_rho_cra`` (NaN below 3 common encoders).
+
+    Raises
+    ------
+    FmauditInputError
+        When the subsets are not nested.
+    """
     check_nested(subsets)
     tables = []
     for name, sections in subsets.items():
@@ -450,7 +788,34 @@ def magnification_retention(runs: pd.DataFrame, protocol: str = "IS", readout: s
                             reference: float = 40) -> pd.DataFrame:
     """Per (encoder, taxonomy): mean macro-F1 (%) over the units valid at every magnification, and the
     retention ``100 * F1(m) / F1(reference)`` of each other magnification; a last ``panel mean`` row per
-    taxonomy averages the encoders' retentions."""
+    taxonomy averages the encoders' retentions.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    protocol : str, default "IS"
+        The protocol whose units are compared.
+    readout : str, default "nuc"
+        The cell readout compared.
+    reference : float, default 40
+        The magnification the others are divided by.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, taxonomy), then the ``panel mean`` rows: columns ``encoder``, ``taxonomy``,
+        ``protocol``, ``readout``, ``n_units``, ``f1_<m>x_pct`` for each magnification (highest first) and
+        ``retention_<m>x_over_<reference>x_pct`` for each other one (the panel rows carry only the retentions).
+
+    Raises
+    ------
+    FmauditInputError
+        When no run is at the ``reference`` magnification.
+    """
     means = _select(unit_means(runs, "macro_f1"), protocol=protocol, readout=readout)
     mags = sorted(means["magnification"].astype(float).unique(), reverse=True)
     if not any(np.isclose(m, reference) for m in mags):
@@ -480,7 +845,27 @@ def magnification_retention(runs: pd.DataFrame, protocol: str = "IS", readout: s
 
 def readout_table(runs: pd.DataFrame, protocol: str = "IS", magnification: float | None = 20) -> pd.DataFrame:
     """Per (encoder, taxonomy, readout): macro-F1 mean ± SD (%) over units, and its difference to Nuc on the
-    same units (pp)."""
+    same units (pp).
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The cell run table, one row per (protocol, encoder, magnification, taxonomy, readout, unit, seed) probe run:
+        columns ``protocol``, ``encoder``, ``magnification``, ``taxonomy``, ``readout``, ``unit``, ``organ``,
+        ``seed``, the metric (``macro_f1`` / ``macro_auroc``, in [0, 1]) and optionally ``status`` (only ``ok`` runs
+        count).
+    protocol : str, default "IS"
+        The protocol summarised.
+    magnification : float or None, default 20
+        The magnification to summarise (compared with a tolerance); None keeps every magnification.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, taxonomy, readout): columns ``encoder``, ``taxonomy``, ``protocol``,
+        ``magnification``, ``readout``, ``macro_f1_mean_pct``, ``macro_f1_sd_pct`` (ddof 1), ``n_units`` and
+        ``minus_nuc_pp`` (mean over units of the readout minus Nuc; NaN without Nuc).
+    """
     means = _select(unit_means(runs, "macro_f1"), protocol=protocol, magnification=magnification)
     rows = []
     for (enc, tax), group in means.groupby(["encoder", "taxonomy"], sort=False):
@@ -499,8 +884,21 @@ def readout_table(runs: pd.DataFrame, protocol: str = "IS", magnification: float
 # --------------------------------------------------------------------------------------------------------
 
 def pretraining_scale(registry: Mapping[str, Mapping[str, Any]], encoders: Sequence[str]) -> pd.Series:
-    """WSI-equivalent pretraining count of each encoder from its registry entry (``pretraining_wsis``; the
-    seed's convention counts 1,000 tiles or image-text pairs as one WSI); NaN where the entry has none."""
+    """WSI-equivalent pretraining count of each encoder from its registry entry (``pretraining_wsis``;
+    CellPath-Bench's convention counts 1,000 tiles or image-text pairs as one WSI); NaN where the entry has none.
+
+    Parameters
+    ----------
+    registry : mapping of str to mapping
+        Encoder slug -> its registry entry.
+    encoders : sequence of str
+        The encoders to look up (one missing from ``registry`` gets NaN).
+
+    Returns
+    -------
+    Series of float
+        Indexed by encoder, named ``pretraining_wsis``.
+    """
     values = {}
     for enc in encoders:
         entry = registry.get(enc) or {}

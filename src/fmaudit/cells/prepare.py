@@ -88,7 +88,29 @@ _IMAGE_HEAD_BYTES = 16 << 20
 
 @dataclass(frozen=True)
 class SectionSource:
-    """Where one section's files are (absolute paths once resolved)."""
+    """Where one section's files are (absolute paths once resolved).
+
+    Parameters
+    ----------
+    section : str
+        The section id (a filename-safe slug).
+    organ : str
+        The section's organ (the unit of organ-balanced summaries and of LOOO).
+    bundle : Path
+        The Xenium output folder (with ``experiment.xenium``).
+    he_image : Path or None, default None
+        The post-Xenium H&E image (pyramidal OME-TIFF); required by :func:`prepare_section`.
+    alignment : Path or None, default None
+        The H&E image-alignment CSV (3 x 3 affine, H&E px -> Xenium px); required by :func:`prepare_section`.
+    cell_types : Path or None, default None
+        The cell-type annotation table (``cell_id,label``); None: the section's cells are unlabelled.
+    cell_id_column, label_column : str, default "cell_id", "label"
+        The annotation table's id and label columns.
+    he_mpp : float or None, default None
+        The H&E image's µm/px, overriding its metadata (:func:`fmaudit.cells.registration.he_image`).
+    url : str or None, default None
+        Where the section can be downloaded (named in the missing-data error).
+    """
 
     section: str
     organ: str
@@ -104,7 +126,27 @@ class SectionSource:
 
 @dataclass
 class SectionResult:
-    """A prepared section: its cell manifest, the raw labels, its provenance and eligibility."""
+    """A prepared section: its cell manifest, the raw labels, its provenance and eligibility.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        The cell manifest, columns :data:`CELL_MANIFEST_COLUMNS` with their dtypes, one row per registered cell.
+    raw_labels : Series
+        The annotation label of each manifest row (NA: unannotated), before the taxonomy maps it.
+    provenance : dict
+        What the manifest's parquet records: files and their hashes, alignment, pixel sizes, counts, taxonomy,
+        class counts and eligibility (module doc).
+    eligible : bool
+        Whether the section has at least two valid classes in each taxonomy
+        (:func:`fmaudit.cells.qc.section_eligibility`).
+    exclusion_reason : str or None
+        Why it is not eligible; None when it is.
+    image : HEImage
+        The H&E image's size, µm/px and reader.
+    messages : list of str, default []
+        The notes logged while preparing (cells dropped, unknown labels, exclusion).
+    """
 
     manifest: pd.DataFrame
     raw_labels: pd.Series  # the annotation label of each manifest row (NA: unannotated)
@@ -137,6 +179,27 @@ def resolve_section(section: str, spec: Mapping[str, Any], data_root: str | Path
 
     ``he_image`` and ``alignment`` default to the single ``*he_image.ome.tif`` and
     ``*he_imagealignment.csv`` in the bundle folder or beside it (where 10x's downloads put them).
+
+    Parameters
+    ----------
+    section : str
+        The section id; must be a filename-safe slug.
+    spec : mapping
+        The section's entry of ``params.sections``: keys of :data:`SECTION_KEYS`, ``organ`` and ``bundle`` required.
+    data_root : str or Path
+        The folder relative paths are resolved against.
+
+    Returns
+    -------
+    SectionSource
+        The section with absolute paths (``he_image`` / ``alignment`` None when the bundle folder does not exist
+        and they were not given).
+
+    Raises
+    ------
+    FmauditInputError
+        When the id is not a slug, a key is unknown, ``organ`` or ``bundle`` is missing, or no or several H&E images
+        or alignment files are found.
     """
     where = f"section {section!r}"
     if not _SLUG.match(str(section)):
@@ -186,7 +249,40 @@ def _file_record(path: Path, whole: bool = True) -> dict[str, Any]:
 def prepare_section(source: SectionSource, taxonomy: Taxonomy | None = None, min_cells_per_class: int = 10,
                     qc_png: str | Path | None = None, qc_regions: int = 20, qc_seed: int = 0,
                     hash_files: bool = True) -> SectionResult:
-    """Read, register and label one section; returns its cell manifest with provenance and eligibility."""
+    """Read, register and label one section; returns its cell manifest with provenance and eligibility.
+
+    Cells outside the H&E image are dropped (and counted); labels the taxonomy does not list are left unlabelled;
+    a section with fewer than two valid classes in a taxonomy is still returned, marked ineligible.
+
+    Parameters
+    ----------
+    source : SectionSource
+        Where the section's files are (:func:`resolve_section`).
+    taxonomy : Taxonomy, optional
+        The label -> fine -> coarse taxonomy; by default the project's tables (:func:`load_taxonomy`).
+    min_cells_per_class : int, default 10
+        A class is valid in the section with at least this many labelled cells.
+    qc_png : str or Path, optional
+        Where to write the QC overlay (:func:`fmaudit.cells.qc.overlay_png`); None writes none.
+    qc_regions : int, default 20
+        Number of H&E regions in the overlay.
+    qc_seed : int, default 0
+        Random seed of the overlay's choice of regions.
+    hash_files : bool, default True
+        Hash the bundle's files, the alignment and the annotation table whole (sha256); False records their sizes
+        and the hash of their first 16 MiB, as for the H&E image always.
+
+    Returns
+    -------
+    SectionResult
+        The manifest, raw labels, provenance, eligibility, the H&E image's description and the notes.
+
+    Raises
+    ------
+    FmauditInputError
+        When the H&E image or alignment is not given, or a file of the section is missing or malformed (the
+        bundle, alignment, image or annotation table; the readers name the file).
+    """
     where = f"section {source.section!r}"
     taxonomy = taxonomy or load_taxonomy()
     messages: list[str] = []
@@ -277,12 +373,33 @@ def prepare_section(source: SectionSource, taxonomy: Taxonomy | None = None, min
 
 
 def write_cell_manifest(path: str | Path, result: SectionResult) -> None:
-    """Write a section's cell manifest (parquet, atomically) with its provenance."""
+    """Write a section's cell manifest (parquet, atomically) with its provenance.
+
+    Parameters
+    ----------
+    path : str or Path
+        The parquet to write.
+    result : SectionResult
+        The prepared section (:func:`prepare_section`).
+    """
     write_table(path, result.manifest, provenance=result.provenance)
 
 
 def registered_cells_table(result: SectionResult, with_label: bool) -> pd.DataFrame:
-    """The ``fmaudit cells register`` output: ``cell_id``, ``he_x``, ``he_y``, ``centre_source`` [, ``label``]."""
+    """The ``fmaudit cells register`` output: ``cell_id``, ``he_x``, ``he_y``, ``centre_source`` [, ``label``].
+
+    Parameters
+    ----------
+    result : SectionResult
+        The prepared section.
+    with_label : bool
+        Add the raw annotation ``label`` column (string, NA when unannotated).
+
+    Returns
+    -------
+    DataFrame
+        One row per registered cell, in manifest order; ``he_x``, ``he_y`` in H&E level-0 pixels.
+    """
     out = result.manifest[["cell_id", "he_x", "he_y", "centre_source"]].copy()
     if with_label:
         out["label"] = pd.array(result.raw_labels.to_numpy(dtype=object), dtype="string")
@@ -293,7 +410,37 @@ def register_section_step(section: str, spec: Mapping[str, Any], data_root: str 
                           qc_png: str | Path | None = None, taxonomy_fine: str | Path | None = None,
                           taxonomy_coarse: str | Path | None = None, min_cells_per_class: int = 10,
                           log_path: str | Path | None = None) -> SectionResult:
-    """The workflow's per-section step: prepare one section and write its cell manifest (and QC overlay)."""
+    """The workflow's per-section step: prepare one section and write its cell manifest (and QC overlay).
+
+    Parameters
+    ----------
+    section : str
+        The section id.
+    spec : mapping
+        The section's entry of the data set's ``params.sections`` (:func:`resolve_section`).
+    data_root : str or Path
+        The folder relative paths are resolved against.
+    out : str or Path
+        The cell manifest parquet to write.
+    qc_png : str or Path, optional
+        Where to write the QC overlay; None writes none.
+    taxonomy_fine, taxonomy_coarse : str or Path, optional
+        The taxonomy tables (label -> fine, fine -> coarse); None: the project's defaults.
+    min_cells_per_class : int, default 10
+        A class is valid in the section with at least this many labelled cells.
+    log_path : str or Path, optional
+        The step's log file (:func:`fmaudit.logs.setup_logging`).
+
+    Returns
+    -------
+    SectionResult
+        The prepared section, as written.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`resolve_section` and :func:`prepare_section`.
+    """
     logger = setup_logging(log_path)
     source = resolve_section(section, spec, data_root)
     result = prepare_section(source, load_taxonomy(taxonomy_fine, taxonomy_coarse), min_cells_per_class, qc_png=qc_png)
@@ -320,7 +467,35 @@ def _missing(dataset: str, source: SectionSource, path: Path, data_root: Path) -
 
 @register_preparer("xenium_cells")
 def prepare_xenium_cells(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
-    """Every section listed under ``params.sections``, registered and labelled, as one data-set manifest."""
+    """Every section listed under ``params.sections``, registered and labelled, as one data-set manifest.
+
+    The registry preparer ``xenium_cells``. With ``params.demo`` the sections are first generated under
+    ``data_root/<dataset>/`` (:func:`fmaudit.cells.demo.write_demo_sections`) instead of being listed.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's name (its registry key).
+    data_root : Path
+        The data folder relative section paths are resolved against.
+    params : dict
+        The data set's ``params`` (:data:`XENIUM_CELLS_DEFAULTS`: ``sections``, ``taxonomy_fine``,
+        ``taxonomy_coarse``, ``min_cells_per_class``, ``demo``).
+
+    Returns
+    -------
+    DataFrame
+        One row per registered cell of every section: the generic manifest columns (``dataset``, ``item_id``,
+        ``source`` = the H&E image, ``label`` = the fine class, ``label_name``, ``group`` = the section, ``domain`` =
+        the organ, ``split`` = ``unassigned``) followed by the cell-manifest columns; ``attrs["provenance"]`` holds
+        each section's counts, eligibility and H&E description.
+
+    Raises
+    ------
+    FmauditInputError
+        When no section is listed, a section's entry is not a mapping, a bundle is missing (with how to download
+        it), or a section cannot be prepared.
+    """
     # imported here: scikit-learn and scipy load only when this runs
     from fmaudit.datasets.public._common import resolve_params
 

@@ -50,7 +50,18 @@ FOLD_MANIFEST_COLUMNS = ("section", "organ", "fold")
 
 
 def label_column(taxonomy: str) -> str:
-    """Manifest column holding a taxonomy's integer labels (``label_fine``, ``label_coarse``)."""
+    """Manifest column holding a taxonomy's integer labels (``label_fine``, ``label_coarse``).
+
+    Parameters
+    ----------
+    taxonomy : str
+        The taxonomy's name (``fine`` or ``coarse``).
+
+    Returns
+    -------
+    str
+        ``label_<taxonomy>``.
+    """
     return f"label_{taxonomy}"
 
 
@@ -62,11 +73,29 @@ def label_column(taxonomy: str) -> str:
 class PanelCells:
     """The cells of a panel of sections as flat arrays (global row = section offset + manifest row).
 
-    ``sections`` in panel order, ``organ_of`` section -> organ, ``offsets`` (n_sections + 1,) row offsets,
-    ``section_code`` (n,) index into ``sections``, ``x``/``y`` (n,) level-0 H&E pixels, ``id_digest``
-    section -> a hash of its item ids in order (the ids themselves are not kept: 7 million of them would cost
-    more memory than everything else here), ``labels`` taxonomy -> (n,) int16 codes (-1 = unlabelled),
-    ``n_classes`` taxonomy -> K, ``class_names`` taxonomy -> K names ('' where no cell names the code).
+    The item ids themselves are not kept (7 million of them would cost more memory than everything else here),
+    only a digest per section. ``len()`` is the number of cells. Built by :func:`panel_from_manifests`.
+
+    Parameters
+    ----------
+    sections : list of str
+        The sections, in panel order.
+    organ_of : dict of str to str
+        Section -> its organ.
+    offsets : ndarray of shape (n_sections + 1,), int64
+        Row offsets: section i holds global rows ``offsets[i]:offsets[i + 1]``.
+    section_code : ndarray of shape (n,), int32
+        Each cell's index into ``sections``.
+    x, y : ndarray of shape (n,), float64
+        The cells' nucleus centres in level-0 H&E pixels of their section.
+    id_digest : dict of str to str
+        Section -> :func:`ids_digest` of its item ids in order (checked against a feature folder).
+    labels : dict of str to ndarray of shape (n,), int16
+        Taxonomy -> class codes (-1 = unlabelled).
+    n_classes : dict of str to int
+        Taxonomy -> its number of classes K.
+    class_names : dict of str to list of str
+        Taxonomy -> the K class names ('' where no cell names the code).
     """
 
     sections: list[str]
@@ -84,16 +113,50 @@ class PanelCells:
         return int(self.offsets[-1])
 
     def rows_of(self, section: str) -> np.ndarray:
+        """The global rows of one section's cells.
+
+        Parameters
+        ----------
+        section : str
+            A section of ``sections``.
+
+        Returns
+        -------
+        ndarray of int
+            ``offsets[i]`` .. ``offsets[i + 1] - 1`` for the section's index i, ascending.
+        """
         i = self.sections.index(section)
         return np.arange(self.offsets[i], self.offsets[i + 1])
 
     def describe(self, row: int) -> str:
-        """A panel row as 'section row r' (for messages)."""
+        """A panel row as 'section row r' (for messages).
+
+        Parameters
+        ----------
+        row : int
+            A global row.
+
+        Returns
+        -------
+        str
+            The section and the row within its manifest, e.g. ``"lung-1 row 17"``.
+        """
         code = int(self.section_code[row])
         return f"{self.sections[code]} row {int(row - self.offsets[code])}"
 
     def labelled(self, taxonomies: Sequence[str] | None = None) -> np.ndarray:
-        """Mask of cells labelled in at least one of ``taxonomies`` (all by default)."""
+        """Mask of cells labelled in at least one of ``taxonomies`` (all by default).
+
+        Parameters
+        ----------
+        taxonomies : sequence of str, optional
+            Taxonomy names of ``labels``; None or empty: all of them.
+
+        Returns
+        -------
+        ndarray of shape (n,), bool
+            True for a cell with a class code >= 0 in any of them.
+        """
         taxonomies = list(taxonomies or self.labels)
         mask = np.zeros(len(self), dtype=bool)
         for t in taxonomies:
@@ -105,8 +168,27 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
                          n_classes: Mapping[str, int] | None = None) -> PanelCells:
     """Stack per-section cell manifests (section -> frame or parquet path) into a :class:`PanelCells`.
 
-    ``n_classes``: K per taxonomy (e.g. from the taxonomy table); by default one more than the largest code
-    in the panel. Labels must be integers in [0, K) or NA; the ``section`` column must name its key.
+    Parameters
+    ----------
+    manifests : mapping of str to DataFrame or str or Path
+        Section -> its cell manifest (columns ``item_id``, ``section``, ``organ``, ``he_x``, ``he_y`` and
+        ``label_<taxonomy>`` of each taxonomy, optionally ``label_<taxonomy>_name``); panel order is the mapping's.
+    taxonomies : sequence of str
+        The taxonomies to read (``fine``, ``coarse``).
+    n_classes : mapping of str to int, optional
+        K per taxonomy (e.g. from the taxonomy table); by default one more than the largest code in the panel.
+
+    Returns
+    -------
+    PanelCells
+        The panel's cells as flat arrays.
+
+    Raises
+    ------
+    FmauditInputError
+        When no section is given, a manifest lacks a column or has no cell, its ``section`` column does not name its
+        key, a section spans several organs, a label is not an integer code in [0, K) or NA, or a taxonomy has fewer
+        than 2 classes.
     """
     sections = list(manifests)
     if not sections:
@@ -173,7 +255,18 @@ def panel_from_manifests(manifests: Mapping[str, pd.DataFrame | PathLike], taxon
 
 
 def ids_digest(item_ids) -> str:
-    """Order-sensitive hash of a sequence of item ids (compares a manifest with a feature folder cheaply)."""
+    """Order-sensitive hash of a sequence of item ids (compares a manifest with a feature folder cheaply).
+
+    Parameters
+    ----------
+    item_ids : sequence of str
+        The item ids, in order.
+
+    Returns
+    -------
+    str
+        16 hex digits of a sha256 over pandas' per-value hashes.
+    """
     import hashlib
 
     values = pd.util.hash_pandas_object(pd.Series(item_ids, dtype="string"), index=False).to_numpy()
@@ -191,6 +284,23 @@ def make_fold_manifest(sections_by_organ: Mapping[str, Sequence[str]], n_folds: 
     to the fold with the fewest sections so far that holds no section of its organ yet (ties: the lower fold);
     when every fold holds the organ, to the fold with the fewest sections. An organ's sections are so spread
     over distinct folds, and folds differ in size by at most one section.
+
+    Parameters
+    ----------
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``, in config order).
+    n_folds : int
+        Number of MOCV folds, at least 2 and at most the number of sections.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``section``, ``organ``, ``fold`` (0..n_folds-1), one row per section in the given order.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n_folds`` is below 2 or above the number of sections.
     """
     if n_folds < 2:
         raise FmauditInputError(f"n_folds={n_folds}: MOCV needs at least 2 folds")
@@ -218,6 +328,26 @@ def read_fold_manifest(fold_manifest: pd.DataFrame | PathLike, sections_by_organ
 
     Every section of the config appears exactly once, with the config's organ; folds are 0..n_folds-1 and
     none is empty. Errors name the file and the row.
+
+    Parameters
+    ----------
+    fold_manifest : DataFrame or str or Path
+        The fold manifest (a frame, or a TSV/parquet path read by :func:`fmaudit.io.read_table`).
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``, in config order).
+    n_folds : int
+        The number of folds the config asks for.
+
+    Returns
+    -------
+    dict of str to list of str
+        ``"fold<k>"`` -> its sections, for k = 0..n_folds-1, sections in file order.
+
+    Raises
+    ------
+    FmauditInputError
+        On a missing column, a non-integer or out-of-range fold, a section not in the config or under another
+        organ, a section given twice or not at all, or an empty fold.
     """
     where = str(fold_manifest) if isinstance(fold_manifest, (str, Path)) else "fold manifest"
     df = read_table(fold_manifest) if isinstance(fold_manifest, (str, Path)) else fold_manifest
@@ -259,7 +389,32 @@ def read_fold_manifest(fold_manifest: pd.DataFrame | PathLike, sections_by_organ
 
 def unit_sections(protocol: str, unit: str, sections_by_organ: Mapping[str, Sequence[str]],
                   folds: Mapping[str, Sequence[str]] | None = None) -> tuple[list[str], list[str]]:
-    """(test sections, training sections) of a unit; for IS both are the unit's section (split by the ROI)."""
+    """(test sections, training sections) of a unit; for IS both are the unit's section (split by the ROI).
+
+    Parameters
+    ----------
+    protocol : {"IS", "IOCD", "MOCV", "LOOO"}
+        The protocol.
+    unit : str
+        The unit: a section (IS, IOCD), a fold ``fold<k>`` (MOCV) or an organ (LOOO).
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``, in config order).
+    folds : mapping of str to sequence of str, optional
+        MOCV's fold -> sections (:func:`read_fold_manifest`); required for MOCV only.
+
+    Returns
+    -------
+    test : list of str
+        The sections tested on.
+    train : list of str
+        The sections trained (and validated) on.
+
+    Raises
+    ------
+    FmauditInputError
+        When the unit is not one of the protocol's, there is nothing left to train on, MOCV has no fold manifest,
+        or the protocol is unknown.
+    """
     organ_of = {s: o for o, secs in sections_by_organ.items() for s in secs}
     if protocol == "IS":
         if unit not in organ_of:
@@ -297,8 +452,24 @@ def unit_sections(protocol: str, unit: str, sections_by_organ: Mapping[str, Sequ
 class Partition:
     """Global panel rows of one (protocol, unit, seed): sorted, disjoint ``train``, ``val`` and ``test``.
 
-    ``held_out``: every panel row of the held-out unit (IS: the cells outside the ROI, labelled or not;
-    otherwise all cells of the test sections); ``roi`` (IS only): the section's rows inside the ROI.
+    Parameters
+    ----------
+    protocol : str
+        The protocol (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+    unit : str
+        The unit (section, fold or organ).
+    seed : int
+        The run's seed (the IS ROI, the validation draw and the training subsample).
+    train, val, test : ndarray of int
+        Sorted global rows of the panel (:class:`PanelCells`): the training, validation and test cells, all
+        labelled in at least one taxonomy.
+    held_out : ndarray of int
+        Every panel row of the held-out unit, labelled or not (IS: the cells outside the ROI; otherwise all cells of
+        the test sections).
+    test_sections : tuple of str
+        The sections tested on.
+    train_sections : tuple of str
+        The sections trained on (for IS the unit's section itself).
     """
 
     protocol: str
@@ -313,14 +484,49 @@ class Partition:
 
 
 def partition_rng(protocol: str, unit: str, seed: int) -> np.random.Generator:
-    """The generator of one (protocol, unit, seed): independent of the other runs of the job."""
+    """The generator of one (protocol, unit, seed): independent of the other runs of the job.
+
+    Parameters
+    ----------
+    protocol : str
+        The protocol.
+    unit : str
+        The unit.
+    seed : int
+        The run's seed.
+
+    Returns
+    -------
+    numpy.random.Generator
+        ``default_rng(SeedSequence([seed, crc32(protocol), crc32(unit)]))``.
+    """
     return np.random.default_rng(np.random.SeedSequence(
         [int(seed), zlib.crc32(protocol.encode()), zlib.crc32(unit.encode())]))
 
 
 def roi_mask(x: np.ndarray, y: np.ndarray, roi_fraction: float, rng: np.random.Generator) -> np.ndarray:
     """IS region of interest: the ``roi_fraction`` of cells nearest (L-infinity) to a centre cell drawn with
-    ``rng``, i.e. a square block of the section; ties by cell order."""
+    ``rng``, i.e. a square block of the section; ties by cell order.
+
+    Parameters
+    ----------
+    x, y : ndarray of shape (n,)
+        The section's nucleus centres (every cell, labelled or not), H&E pixels.
+    roi_fraction : float
+        The share of the section's cells inside the ROI, in (0, 1); at least one cell is inside and one outside.
+    rng : numpy.random.Generator
+        Draws the centre cell (:func:`partition_rng`).
+
+    Returns
+    -------
+    ndarray of shape (n,), bool
+        True inside the ROI.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``roi_fraction`` is outside (0, 1).
+    """
     n = len(x)
     if not 0.0 < roi_fraction < 1.0:
         raise FmauditInputError(f"roi_fraction={roi_fraction}: must lie in (0, 1)")
@@ -351,7 +557,45 @@ def make_partition(panel: PanelCells, protocol: str, unit: str, seed: int, *,
                    sections_by_organ: Mapping[str, Sequence[str]], folds: Mapping[str, Sequence[str]] | None,
                    taxonomies: Sequence[str], roi_fraction: float, val_fraction: float,
                    max_train_cells: int | None, max_val_cells: int | None) -> Partition:
-    """The partition of one (protocol, unit, seed) over the panel (see the module doc); checked for leakage."""
+    """The partition of one (protocol, unit, seed) over the panel (see the module doc); checked for leakage.
+
+    Parameters
+    ----------
+    panel : PanelCells
+        Every cell of the shard's sections.
+    protocol : {"IS", "IOCD", "MOCV", "LOOO"}
+        The protocol.
+    unit : str
+        The unit (section, fold or organ).
+    seed : int
+        The run's seed.
+    sections_by_organ : mapping of str to sequence of str
+        Organ -> its sections (the config's ``cells.sections``, in config order).
+        Keyword-only, as are all that follow.
+    folds : mapping of str to sequence of str or None
+        MOCV's fold -> sections; None for the other protocols.
+    taxonomies : sequence of str
+        The taxonomies a cell may be labelled in to be drawn.
+    roi_fraction : float
+        The IS ROI's share of the section's cells, in (0, 1).
+    val_fraction : float
+        The share of the training pool drawn for validation, in (0, 1).
+    max_train_cells : int or None
+        At most this many training cells (a uniform draw); None: no cap.
+    max_val_cells : int or None
+        At most this many validation cells; None: no cap.
+
+    Returns
+    -------
+    Partition
+        The run's training, validation and test rows, checked by :func:`check_partition`.
+
+    Raises
+    ------
+    FmauditInputError
+        When a section of the unit has no cells in the panel, a fraction is outside (0, 1), the unit is not the
+        protocol's (:func:`unit_sections`), or the partition leaks.
+    """
     test_sections, train_sections = unit_sections(protocol, unit, sections_by_organ, folds)
     missing = [s for s in {*test_sections, *train_sections} if s not in panel.sections]
     if missing:
@@ -378,7 +622,20 @@ def make_partition(panel: PanelCells, protocol: str, unit: str, seed: int, *,
 
 
 def check_partition(part: Partition, panel: PanelCells) -> None:
-    """Raise if a held-out cell, or any cell of a test section outside IS, is used for fitting or selection."""
+    """Raise if a held-out cell, or any cell of a test section outside IS, is used for fitting or selection.
+
+    Parameters
+    ----------
+    part : Partition
+        The partition to check.
+    panel : PanelCells
+        The panel its rows index.
+
+    Raises
+    ------
+    FmauditInputError
+        When a training or validation cell is held out (naming one), or train, validation and test overlap.
+    """
     fitting = np.concatenate([part.train, part.val])
     leaked = np.intersect1d(fitting, part.held_out)
     if part.protocol != "IS":
@@ -398,7 +655,23 @@ def mask_excluded(manifests: Mapping[str, pd.DataFrame], excluded: Mapping[str, 
     """The manifests with every label of an excluded section (fewer than two valid classes, see
     :func:`fmaudit.cells.qc.section_eligibility`) set to NA: its cells then train, validate and test nothing,
     in the split checks and the shards alike, while the section keeps its place (and its features) in the
-    panel."""
+    panel.
+
+    Parameters
+    ----------
+    manifests : mapping of str to DataFrame
+        Section -> its cell manifest.
+    excluded : mapping of str to str
+        Excluded section -> the reason.
+    taxonomies : sequence of str
+        The taxonomies whose ``label_<taxonomy>`` columns are cleared.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        The same sections in the same order; excluded ones copied with their label columns all NA (Int64), the
+        others as given.
+    """
     out = {}
     for section, frame in manifests.items():
         if section in excluded:

@@ -1,6 +1,6 @@
 """Quality control of registered sections: overlay images of sampled regions and section eligibility.
 
-- :func:`overlay_png`: like the seed's inspection of the provider alignment ("overlaying Xenium cell
+- :func:`overlay_png`: like CellPath-Bench's inspection of the provider alignment ("overlaying Xenium cell
   coordinates on 20 sampled H&E regions per section"), draws the registered nucleus centres on crops of the
   H&E image around randomly drawn cells (a seeded draw) and tiles the crops into one PNG per section. Dots
   are coloured by coarse class (grey: unlabelled), with a ring whose radius is 3 µm, so a misregistration
@@ -31,7 +31,26 @@ _UNLABELLED = (128, 128, 128)
 def he_region_reader(path: str | Path,
                      reader: str = "openslide") -> Iterator[Callable[[int, int, int, int], np.ndarray]]:
     """Open the H&E image once; yield ``read(x0, y0, width, height)`` returning RGB uint8 level-0 regions
-    (white outside the image), through openslide or tifffile (the reader :func:`he_image` chose)."""
+    (white outside the image), through openslide or tifffile (the reader :func:`he_image` chose).
+
+    Parameters
+    ----------
+    path : str or Path
+        The H&E image.
+    reader : {"openslide", "tifffile"}, default "openslide"
+        The library that reads it (:attr:`fmaudit.cells.registration.HEImage.reader`).
+
+    Yields
+    ------
+    callable
+        ``read(x0, y0, width, height) -> ndarray of shape (height, width, 3)``, uint8, coordinates in level-0 pixels;
+        the image stays open until the block ends.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``reader`` is neither.
+    """
     path = Path(path)
     if reader == "openslide":
         import openslide
@@ -74,7 +93,24 @@ def he_region_reader(path: str | Path,
 
 def read_he_region(path: str | Path, x0: int, y0: int, width: int, height: int,
                    reader: str = "openslide") -> np.ndarray:
-    """RGB uint8 array of one level-0 region (outside the image: white), read with openslide or tifffile."""
+    """RGB uint8 array of one level-0 region (outside the image: white), read with openslide or tifffile.
+
+    Parameters
+    ----------
+    path : str or Path
+        The H&E image.
+    x0, y0 : int
+        Top-left corner of the region, level-0 pixels (may lie outside the image).
+    width, height : int
+        The region's size in pixels.
+    reader : {"openslide", "tifffile"}, default "openslide"
+        The library that reads the image.
+
+    Returns
+    -------
+    ndarray of shape (height, width, 3), uint8
+        The region.
+    """
     with he_region_reader(path, reader) as read:
         return read(x0, y0, width, height)
 
@@ -83,7 +119,45 @@ def overlay_png(cells: pd.DataFrame, slide: str | Path, out: str | Path, mpp: fl
                 n_regions: int = 20, region_um: float = 80.0, tile_px: int = 192, seed: int = 0,
                 coarse_classes: Sequence[str] | None = None, title: str | None = None) -> Path:
     """Write a PNG grid of ``n_regions`` H&E crops (``region_um`` wide, centred on randomly drawn cells)
-    with every registered nucleus centre (``he_x``, ``he_y``) drawn on it; returns the path."""
+    with every registered nucleus centre (``he_x``, ``he_y``) drawn on it; returns the path.
+
+    Dots are coloured by coarse class (grey: unlabelled), each with a 3-µm ring; five crops per row.
+
+    Parameters
+    ----------
+    cells : DataFrame
+        Registered cells with ``he_x``, ``he_y`` (level-0 pixels) and optionally ``label_coarse`` (class code).
+    slide : str or Path
+        The H&E image.
+    out : str or Path
+        The PNG to write (atomically).
+    mpp : float
+        The image's µm/px.
+    reader : {"openslide", "tifffile"}, default "openslide"
+        The library that reads the image.
+    n_regions : int, default 20
+        Number of crops (at most one per cell).
+    region_um : float, default 80.0
+        Side of each crop in µm.
+    tile_px : int, default 192
+        Side of each crop in the PNG, pixels.
+    seed : int, default 0
+        Random seed of the draw of the crops' cells.
+    coarse_classes : sequence of str, optional
+        The coarse class names, in code order, for the legend (drawn only with a ``title``).
+    title : str, optional
+        A header line above the grid.
+
+    Returns
+    -------
+    Path
+        ``out``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``cells`` is empty.
+    """
     if len(cells) == 0:
         raise FmauditInputError(f"{out}: no registered cells to draw")
     rng = np.random.default_rng(seed)
@@ -136,6 +210,22 @@ def section_eligibility(manifest: pd.DataFrame,
     """(eligible, reason, counts): a section is eligible with >= 2 valid classes in each taxonomy.
 
     ``counts`` holds the labelled cells per class name of each taxonomy (``fine``, ``coarse``).
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A cell manifest with ``label_fine_name`` and ``label_coarse_name`` (NA: unlabelled).
+    min_cells_per_class : int, default 10
+        A class is valid with at least this many labelled cells.
+
+    Returns
+    -------
+    eligible : bool
+        Whether both taxonomies have at least two valid classes.
+    reason : str or None
+        Why not (the valid classes and the counts per class of each failing taxonomy); None when eligible.
+    counts : dict of str to dict of str to int
+        ``{"fine": {class name: n}, "coarse": {...}}``, labelled cells per class.
     """
     counts: dict[str, dict[str, int]] = {}
     reasons = []

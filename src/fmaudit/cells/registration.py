@@ -51,10 +51,22 @@ _OME_UNITS_TO_UM = {"µm": 1.0, "um": 1.0, "micrometer": 1.0, "micron": 1.0, "nm
 def read_alignment(path: str | Path) -> np.ndarray:
     """The 3×3 affine of a 10x image-alignment CSV (H&E pixels -> Xenium morphology pixels), validated.
 
-    Raises :class:`FmauditInputError` naming the file for: a missing file, a header or keypoints table
-    (``fixedX,fixedY,alignmentX,alignmentY`` is the landmark export, not the matrix), a shape other than
-    3×3, non-numeric or non-finite entries, a last row other than ``0,0,1``, and a singular or
-    near-singular linear part.
+    Parameters
+    ----------
+    path : str or Path
+        The ``*_he_imagealignment.csv``: three comma-separated rows of three numbers, no header.
+
+    Returns
+    -------
+    ndarray of shape (3, 3), float64
+        ``A`` with ``[x_xe, y_xe, 1]ᵀ = A · [x_he, y_he, 1]ᵀ`` (module doc); last row ``0, 0, 1``.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the file, for: a missing file, a header or keypoints table (``fixedX,fixedY,alignmentX,alignmentY``
+        is the landmark export, not the matrix), a shape other than 3×3, non-numeric or non-finite entries, a last
+        row other than ``0,0,1``, and a singular or near-singular linear part.
     """
     path = Path(path)
     if not path.exists():
@@ -95,7 +107,20 @@ def _is_number(text: str) -> bool:
 
 
 def check_affine(matrix: np.ndarray, where: str = "alignment") -> None:
-    """Raise if the linear part of a 3×3 affine is singular or so ill-conditioned that inverting it is unsafe."""
+    """Raise if the linear part of a 3×3 affine is singular or so ill-conditioned that inverting it is unsafe.
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (3, 3)
+        The alignment matrix.
+    where : str, default "alignment"
+        What the error calls it (the file or the section).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``|det|`` of the 2×2 linear part is below 1e-12 or its condition number above 1e8.
+    """
     linear = np.asarray(matrix, dtype=np.float64)[:2, :2]
     det = float(np.linalg.det(linear))
     cond = float(np.linalg.cond(linear)) if abs(det) > 0 else np.inf
@@ -107,7 +132,18 @@ def check_affine(matrix: np.ndarray, where: str = "alignment") -> None:
 
 
 def alignment_scale(matrix: np.ndarray) -> float:
-    """Xenium morphology pixels per H&E pixel (the geometric mean of the affine's two scales)."""
+    """Xenium morphology pixels per H&E pixel (the geometric mean of the affine's two scales).
+
+    Parameters
+    ----------
+    matrix : ndarray of shape (3, 3)
+        The alignment matrix.
+
+    Returns
+    -------
+    float
+        ``sqrt(|det A[:2, :2]|)``; times ``pixel_size`` it is the H&E µm/px the alignment implies.
+    """
     return float(np.sqrt(abs(np.linalg.det(np.asarray(matrix, dtype=np.float64)[:2, :2]))))
 
 
@@ -118,7 +154,23 @@ def _points(x, y) -> tuple[np.ndarray, tuple[int, ...]]:
 
 
 def xenium_um_to_he_px(x_um, y_um, matrix: np.ndarray, pixel_size: float) -> tuple[np.ndarray, np.ndarray]:
-    """H&E level-0 pixel coordinates (x right, y down) of Xenium µm coordinates: ``A⁻¹ · [µm / pixel_size, 1]``."""
+    """H&E level-0 pixel coordinates (x right, y down) of Xenium µm coordinates: ``A⁻¹ · [µm / pixel_size, 1]``.
+
+    Parameters
+    ----------
+    x_um, y_um : array-like
+        Xenium coordinates in µm (broadcast against each other).
+    matrix : ndarray of shape (3, 3)
+        The alignment matrix (H&E px -> Xenium px).
+    pixel_size : float
+        µm per Xenium morphology pixel (``experiment.xenium``'s ``pixel_size``).
+
+    Returns
+    -------
+    x_px, y_px : ndarray
+        H&E level-0 pixel coordinates, continuous with the origin at the image's top-left corner, in the
+        broadcast shape of the inputs.
+    """
     matrix = np.asarray(matrix, dtype=np.float64)
     xe, shape = _points(x_um, y_um)
     he = np.linalg.solve(matrix[:2, :2], xe / float(pixel_size) - matrix[:2, 2:3])
@@ -126,7 +178,22 @@ def xenium_um_to_he_px(x_um, y_um, matrix: np.ndarray, pixel_size: float) -> tup
 
 
 def he_px_to_xenium_um(x_px, y_px, matrix: np.ndarray, pixel_size: float) -> tuple[np.ndarray, np.ndarray]:
-    """Xenium µm coordinates of H&E level-0 pixel coordinates: ``pixel_size · A · [x, y, 1]`` (the forward map)."""
+    """Xenium µm coordinates of H&E level-0 pixel coordinates: ``pixel_size · A · [x, y, 1]`` (the forward map).
+
+    Parameters
+    ----------
+    x_px, y_px : array-like
+        H&E level-0 pixel coordinates (broadcast against each other).
+    matrix : ndarray of shape (3, 3)
+        The alignment matrix (H&E px -> Xenium px).
+    pixel_size : float
+        µm per Xenium morphology pixel.
+
+    Returns
+    -------
+    x_um, y_um : ndarray
+        Xenium coordinates in µm, in the broadcast shape of the inputs.
+    """
     matrix = np.asarray(matrix, dtype=np.float64)
     he, shape = _points(x_px, y_px)
     xe = (matrix[:2, :2] @ he + matrix[:2, 2:3]) * float(pixel_size)
@@ -138,7 +205,25 @@ def he_px_to_xenium_um(x_px, y_px, matrix: np.ndarray, pixel_size: float) -> tup
 
 @dataclass(frozen=True)
 class HEImage:
-    """Size, µm/px and reader of an H&E image's level 0."""
+    """Size, µm/px and reader of an H&E image's level 0.
+
+    Parameters
+    ----------
+    path : Path
+        The image.
+    width, height : int
+        Level-0 size in pixels.
+    mpp : float
+        The µm/px used (the first of override, metadata, alignment).
+    mpp_source : str
+        Where ``mpp`` came from: ``override``, ``openslide``, ``tiff_resolution``, ``ome_xml`` or ``alignment``.
+    metadata_mpp : float or None
+        What the file states (None if nothing).
+    alignment_mpp : float or None
+        The µm/px implied by the alignment and ``pixel_size`` (None without them).
+    reader : str
+        The library that reads the image: ``openslide`` or ``tifffile`` (when openslide cannot open it).
+    """
 
     path: Path
     width: int
@@ -182,7 +267,29 @@ def he_image(path: str | Path, mpp_override: float | None = None, matrix: np.nda
     """Level-0 size and µm/px of the H&E image, read with openslide (falling back to tifffile).
 
     µm/px: ``mpp_override`` if given, else the file's metadata, else the value implied by the alignment
-    ``matrix`` and ``pixel_size``; with none of these, :class:`FmauditInputError`.
+    ``matrix`` and ``pixel_size``. A metadata value more than 10 % from the alignment's is logged.
+
+    Parameters
+    ----------
+    path : str or Path
+        The H&E image (pyramidal OME-TIFF or any openslide format).
+    mpp_override : float, optional
+        The µm/px to use whatever the file states (a data set's ``he_mpp``, ``--he-mpp``).
+    matrix : ndarray of shape (3, 3), optional
+        The alignment matrix, to imply and cross-check the µm/px.
+    pixel_size : float, optional
+        µm per Xenium morphology pixel; used with ``matrix``.
+
+    Returns
+    -------
+    HEImage
+        The image's size, µm/px (with its source and both candidate values) and reader.
+
+    Raises
+    ------
+    FmauditInputError
+        When the file is missing or unreadable by both libraries, the override is not a positive number, or no
+        µm/px can be found (none in the metadata and no alignment given).
     """
     path = Path(path)
     if not path.exists():
@@ -256,7 +363,19 @@ def he_image(path: str | Path, mpp_override: float | None = None, matrix: np.nda
 
 @dataclass
 class Registration:
-    """Cells mapped onto the H&E image: ``cells`` gains ``he_x``, ``he_y``; cells outside are dropped."""
+    """Cells mapped onto the H&E image: ``cells`` gains ``he_x``, ``he_y``; cells outside are dropped.
+
+    Parameters
+    ----------
+    cells : DataFrame
+        The cells inside the image, in their input order with a fresh index; ``he_x``, ``he_y`` in H&E level-0 pixels.
+    n_total : int
+        Cells given.
+    n_outside : int
+        Cells dropped outside the image.
+    outside_ids : list of str
+        The dropped cells' ``cell_id``.
+    """
 
     cells: pd.DataFrame
     n_total: int
@@ -268,9 +387,31 @@ def register_cells(cells: pd.DataFrame, matrix: np.ndarray, pixel_size: float, w
                    where: str = "section") -> Registration:
     """Map nucleus centres (``x_um``, ``y_um``) onto the H&E image and drop the cells that fall outside it.
 
-    Cells outside ``[0, width) × [0, height)`` are counted, dropped and logged; if every cell is outside,
-    :class:`FmauditInputError` (with a hint when the inverted matrix would have fitted: an alignment file
-    of the opposite direction).
+    Cells outside ``[0, width) × [0, height)`` are counted, dropped and logged.
+
+    Parameters
+    ----------
+    cells : DataFrame
+        The cells with ``cell_id``, ``x_um`` and ``y_um`` (Xenium µm; :func:`fmaudit.cells.xenium.read_bundle`).
+    matrix : ndarray of shape (3, 3)
+        The alignment matrix (H&E px -> Xenium px).
+    pixel_size : float
+        µm per Xenium morphology pixel.
+    width, height : int
+        The H&E image's level-0 size in pixels.
+    where : str, default "section"
+        What the messages call the section.
+
+    Returns
+    -------
+    Registration
+        The cells inside, with ``he_x`` and ``he_y``, and the counts of those dropped.
+
+    Raises
+    ------
+    FmauditInputError
+        When the matrix is singular, or every cell is outside (with a hint when the inverted matrix would have
+        fitted: an alignment file of the opposite direction).
     """
     check_affine(matrix, where)
     he_x, he_y = xenium_um_to_he_px(cells["x_um"].to_numpy(), cells["y_um"].to_numpy(), matrix, pixel_size)

@@ -55,7 +55,25 @@ _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def cell_table_taxonomy(params: Mapping[str, Any], where: str = "") -> Taxonomy:
-    """The fine (``classes``) and coarse (``coarse``, or the fine classes again) taxonomy of a cell table."""
+    """The fine (``classes``) and coarse (``coarse``, or the fine classes again) taxonomy of a cell table.
+
+    Parameters
+    ----------
+    params : mapping
+        The entry's ``params``: ``classes`` (fine class names) and optionally ``coarse`` (fine -> coarse class).
+    where : str, default ""
+        A prefix for the error messages (e.g. ``"data set 'x': "``).
+
+    Returns
+    -------
+    Taxonomy
+        Fine classes in ``classes`` order, each its own annotation label; coarse classes in order of first use.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``coarse`` is given but misses a fine class or names one not among ``classes``.
+    """
     fine = list(params["classes"])
     coarse_of = dict(params.get("coarse") or {})
     if coarse_of:
@@ -73,7 +91,26 @@ def cell_table_taxonomy(params: Mapping[str, Any], where: str = "") -> Taxonomy:
 
 
 def read_cell_slides(params: Mapping[str, Any]) -> pd.DataFrame:
-    """The slide sheet of a cell table: ``slide``, ``path`` (resolved), ``domain``, ``patient``, ``mpp``."""
+    """The slide sheet of a cell table: ``slide``, ``path`` (resolved), ``domain``, ``patient``, ``mpp``.
+
+    Parameters
+    ----------
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+
+    Returns
+    -------
+    DataFrame
+        One row per slide: ``slide`` (the section id), ``path`` (resolved against the sheet's folder), ``domain``
+        (organ), ``patient`` (NA when absent), ``mpp`` (float, NaN when not given) and the sheet's line column.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the sheet and every bad line: a missing column or value, a slide id that is not a filename-safe slug
+        or is repeated, a path that does not exist, an ``mpp`` that is not a number.
+    """
     sheet_path = str(params["slides"])
     sheet = read_sheet(sheet_path, SLIDE_COLUMNS, SLIDE_OPTIONAL, non_empty=SLIDE_COLUMNS, what="slide sheet")
     problems = SheetProblems(sheet_path, "slide sheet")
@@ -107,7 +144,30 @@ def read_cell_slides(params: Mapping[str, Any]) -> pd.DataFrame:
 
 def read_cell_table(dataset: str, params: Mapping[str, Any], slides: pd.DataFrame | None = None) -> pd.DataFrame:
     """The cell table: ``slide``, ``cell_id``, ``x``, ``y`` (float, in the table's ``units``), ``label`` (class
-    name or NA) and the line; every bad line named (see the module doc)."""
+    name or NA) and the line; every bad line named (see the module doc).
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's name (in the messages).
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+    slides : DataFrame, optional
+        The slide sheet as :func:`read_cell_slides` returns it; read again when None.
+
+    Returns
+    -------
+    DataFrame
+        One row per cell in table order: ``slide``, ``cell_id`` (str; the cell's line when not given), ``x``, ``y``
+        (float64, pixels or µm as ``units`` says), ``label`` and the table's line column.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the table and every bad line: a slide the sheet does not list, a coordinate that is not a number, a
+        class outside ``classes``, a ``cell_id`` repeated on a slide.
+    """
     slides = read_cell_slides(params) if slides is None else slides
     table_path = str(params["cells"])
     cells = read_sheet(table_path, CELL_COLUMNS, CELL_OPTIONAL, non_empty=("slide", "x", "y"), what="cell table")
@@ -140,14 +200,44 @@ def read_cell_table(dataset: str, params: Mapping[str, Any], slides: pd.DataFram
 
 
 def cell_table_sections(params: Mapping[str, Any]) -> dict[str, str]:
-    """Section (slide id) -> organ (its domain) of a cell table's slide sheet."""
+    """Section (slide id) -> organ (its domain) of a cell table's slide sheet.
+
+    Parameters
+    ----------
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+
+    Returns
+    -------
+    dict of str to str
+        Slide id -> domain, in sheet order.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`read_cell_slides`.
+    """
     slides = read_cell_slides(params)
     return dict(zip(slides["slide"], slides["domain"]))
 
 
 def section_lists(config: Mapping[str, Any], registry: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
     """Data set -> the section ids it lists, for every cell-level data set of the config (``xenium_cells``: its
-    ``sections`` parameter; ``cell_table``: the slides of its sheet), as :func:`fmaudit.grid.cell_plan` takes them."""
+    ``sections`` parameter; ``cell_table``: the slides of its sheet), as :func:`fmaudit.grid.cell_plan` takes them.
+
+    Parameters
+    ----------
+    config : mapping
+        The run config (its ``datasets`` and their parameter overrides).
+    registry : mapping of str to mapping
+        The data-set registry (``resources/datasets.yaml``): name -> entry with ``kind`` and ``params``.
+
+    Returns
+    -------
+    dict of str to list of str
+        Cell-level data set -> its section ids; other data sets are not listed.
+    """
     out = {}
     for ds in config["datasets"]:
         kind = registry[ds].get("kind")
@@ -161,7 +251,26 @@ def section_lists(config: Mapping[str, Any], registry: Mapping[str, Mapping[str,
 def check_cell_table(dataset: str, params: Mapping[str, Any], organ_of: Mapping[str, str] | None = None,
                      where: str = "") -> None:
     """The plan-stage checks of a cell table: both sheets, the taxonomy, and (with ``organ_of``, the config's
-    ``cells.sections`` as section -> organ) that each listed section of this data set is under its domain."""
+    ``cells.sections`` as section -> organ) that each listed section of this data set is under its domain.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's name.
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+    organ_of : mapping of str to str, optional
+        The config's section -> organ; None skips the organ check.
+    where : str, default ""
+        A prefix for the taxonomy's error messages.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`cell_table_taxonomy`, :func:`read_cell_slides` and :func:`read_cell_table`, or when a section is
+        under another organ in the config than its domain in the sheet.
+    """
     cell_table_taxonomy(params, where)
     slides = read_cell_slides(params)
     read_cell_table(dataset, params, slides)
@@ -174,7 +283,34 @@ def check_cell_table(dataset: str, params: Mapping[str, Any], organ_of: Mapping[
 def table_section(section: str, organ: str, dataset: str, params: Mapping[str, Any],
                   qc_png: str | Path | None = None) -> SectionResult:
     """One slide of a cell table as a section: its cells in level-0 pixels, labelled by the entry's taxonomy,
-    with its eligibility, provenance and (``qc_png``) a QC overlay."""
+    with its eligibility, provenance and (``qc_png``) a QC overlay.
+
+    Parameters
+    ----------
+    section : str
+        The slide id (the section).
+    organ : str
+        Its organ in the config's ``cells.sections``; must equal the sheet's domain.
+    dataset : str
+        The data set's name.
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+    qc_png : str or Path, optional
+        Where to write the QC overlay (:func:`fmaudit.cells.qc.overlay_png`); None writes none.
+
+    Returns
+    -------
+    SectionResult
+        The section's cell manifest (:data:`fmaudit.cells.prepare.CELL_MANIFEST_COLUMNS`, ``centre_source``
+        ``cell_table``), raw labels, provenance, eligibility and H&E image.
+
+    Raises
+    ------
+    FmauditInputError
+        When the sheet does not list the slide, its domain is not ``organ``, the slide has no cell, a cell lies
+        outside the slide's level 0, or a sheet is bad (:func:`read_cell_table`).
+    """
     where = f"data set {dataset!r}, section {section!r}"
     taxonomy = cell_table_taxonomy(params, f"data set {dataset!r}: ")
     slides = read_cell_slides(params)
@@ -229,7 +365,34 @@ def table_section(section: str, organ: str, dataset: str, params: Mapping[str, A
 def prepare_table_section(section: str, organ: str, dataset: str, params: Mapping[str, Any], out: str | Path,
                           qc_png: str | Path | None = None) -> SectionResult:
     """The workflow's section step for a cell table: :func:`table_section`, written to ``out`` (parquet with
-    provenance)."""
+    provenance).
+
+    Parameters
+    ----------
+    section : str
+        The slide id (the section).
+    organ : str
+        Its organ in the config's ``cells.sections``.
+    dataset : str
+        The data set's name.
+    params : mapping
+        The ``cell_table`` entry's ``params`` with the schema's defaults applied (``slides``, ``cells``, ``classes``,
+        ``coarse``, ``units``, ``min_cells_per_class``; module doc).
+    out : str or Path
+        The cell manifest parquet to write (atomically).
+    qc_png : str or Path, optional
+        Where to write the QC overlay; None writes none.
+
+    Returns
+    -------
+    SectionResult
+        The section, as written.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`table_section`.
+    """
     result = table_section(section, organ, dataset, params, qc_png)
     write_table(out, result.manifest, provenance=result.provenance)
     return result
@@ -238,7 +401,29 @@ def prepare_table_section(section: str, organ: str, dataset: str, params: Mappin
 @register_preparer("cell_table")
 def prepare_cell_table(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Every slide of a cell table as one data-set manifest (the generic manifest columns plus the cell-manifest
-    columns), as ``xenium_cells`` gives its sections; the cell branch prepares one section per job instead."""
+    columns), as ``xenium_cells`` gives its sections; the cell branch prepares one section per job instead.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's name.
+    data_root : Path
+        The data folder; not used here (a sheet's ``path`` column is resolved against the sheet's own folder).
+    params : dict
+        The entry's ``params`` with the schema's defaults applied.
+
+    Returns
+    -------
+    DataFrame
+        One row per cell: ``dataset``, ``item_id``, ``source`` (the slide's path), ``label`` (fine class code),
+        ``label_name``, ``group`` (the section), ``domain`` (the organ), ``split`` (``unassigned``), then the
+        cell-manifest columns.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`table_section`.
+    """
     frames = [table_section(section, organ, dataset, params).manifest
               for section, organ in cell_table_sections(params).items()]
     cells = pd.concat(frames, ignore_index=True)

@@ -33,7 +33,18 @@ _EXCLUDED = {"", "-"}
 
 
 def normalise_label(label: object) -> str:
-    """Case-folded label with every run of characters other than letters, digits and ``+`` as one space."""
+    """Case-folded label with every run of characters other than letters, digits and ``+`` as one space.
+
+    Parameters
+    ----------
+    label : object
+        A raw annotation label (converted with ``str``).
+
+    Returns
+    -------
+    str
+        The normalised label, stripped (``"CD8+ T-cell"`` -> ``"cd8+ t cell"``).
+    """
     return re.sub(r"[^0-9a-z+]+", " ", str(label).casefold()).strip()
 
 
@@ -50,7 +61,21 @@ def _read_tsv(path: Path, columns: tuple[str, str]) -> pd.DataFrame:
 
 @dataclass
 class Taxonomy:
-    """A fine and a coarse taxonomy over annotation labels; codes are positions in the class lists."""
+    """A fine and a coarse taxonomy over annotation labels; codes are positions in the class lists.
+
+    Parameters
+    ----------
+    fine_classes : list of str
+        The fine classes in code order (the coarse table's ``fine`` column).
+    coarse_classes : list of str
+        The coarse classes in code order (first appearance in the coarse table).
+    label_to_fine : dict of str to str or None
+        Normalised annotation label (:func:`normalise_label`) -> fine class; None: excluded on purpose.
+    fine_to_coarse : dict of str to str
+        Fine class -> its coarse class.
+    sources : dict of str to str, default {}
+        Where the tables came from (``fine_table``, ``coarse_table``), for provenance.
+    """
 
     fine_classes: list[str]
     coarse_classes: list[str]
@@ -63,6 +88,17 @@ class Taxonomy:
 
         Missing labels, labels excluded by the table and labels the table does not know all give NA;
         :meth:`unknown_labels` lists the last kind.
+
+        Parameters
+        ----------
+        labels : Series
+            Raw annotation labels (NA: unannotated).
+
+        Returns
+        -------
+        DataFrame
+            ``labels``'s index, columns ``label_fine``, ``label_coarse`` (Int64 codes) and ``label_fine_name``,
+            ``label_coarse_name`` (string), NA where a cell has no class.
         """
         norm = labels.map(lambda v: None if pd.isna(v) else normalise_label(v))
         fine_name = norm.map(lambda v: self.label_to_fine.get(v) if v is not None else None)
@@ -78,14 +114,47 @@ class Taxonomy:
         }, index=labels.index)
 
     def unknown_labels(self, labels: pd.Series) -> dict[str, int]:
-        """Raw labels the fine table does not list, with their counts (excluded-on-purpose labels are known)."""
+        """Raw labels the fine table does not list, with their counts (excluded-on-purpose labels are known).
+
+        Parameters
+        ----------
+        labels : Series
+            Raw annotation labels (NA ignored).
+
+        Returns
+        -------
+        dict of str to int
+            Unknown raw label -> number of cells, most frequent first.
+        """
         present = labels.dropna()
         known = present.map(lambda v: normalise_label(v) in self.label_to_fine)
         return {str(k): int(v) for k, v in present[~known].value_counts().items()}
 
 
 def load_taxonomy(fine_table: str | Path | None = None, coarse_table: str | Path | None = None) -> Taxonomy:
-    """Read the two tables (defaults: ``resources/cells/taxonomy_{fine,coarse}.tsv``) and check them."""
+    """Read the two tables (defaults: ``resources/cells/taxonomy_{fine,coarse}.tsv``) and check them.
+
+    Parameters
+    ----------
+    fine_table : str or Path, optional
+        TSV with columns ``label`` and ``fine``: annotation label -> fine class (``-`` or empty: excluded on
+        purpose); the project's table by default.
+    coarse_table : str or Path, optional
+        TSV with columns ``fine`` and ``coarse``: each fine class once, in code order; the project's by default.
+
+    Returns
+    -------
+    Taxonomy
+        The checked taxonomy, its ``sources`` the two paths.
+
+    Raises
+    ------
+    FileNotFoundError
+        When a table does not exist.
+    FmauditInputError
+        Naming the table and row: a missing column, an empty coarse table, an empty entry, a fine class listed twice,
+        a label mapped to a class the coarse table lacks, or one label (after normalisation) mapped to two classes.
+    """
     fine_path = Path(fine_table) if fine_table is not None else DEFAULT_FINE_TABLE
     coarse_path = Path(coarse_table) if coarse_table is not None else DEFAULT_COARSE_TABLE
     coarse = _read_tsv(coarse_path, ("fine", "coarse"))
@@ -128,8 +197,28 @@ def load_taxonomy(fine_table: str | Path | None = None, coarse_table: str | Path
 def read_cell_types(path: str | Path, id_column: str = "cell_id", label_column: str = "label") -> pd.DataFrame:
     """An annotation table (``cell_id,label``; CSV, or TSV by extension) as string ``cell_id``, ``label``.
 
-    Ids are read as text (``"17"`` and ``"aaabbbcc-1"`` alike). An empty label is a missing label. Raises
-    naming the file for missing columns, empty ids and an id listed twice.
+    Ids are read as text (``"17"`` and ``"aaabbbcc-1"`` alike). An empty label is a missing label.
+
+    Parameters
+    ----------
+    path : str or Path
+        The table; tab-separated for ``.tsv``, ``.txt`` and ``.tsv.gz``, comma-separated otherwise.
+    id_column : str, default "cell_id"
+        The column holding the Xenium cell ids.
+    label_column : str, default "label"
+        The column holding the annotation labels.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``cell_id`` and ``label`` (str, stripped; NA for an empty label), one row per annotated cell.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the table does not exist.
+    FmauditInputError
+        Naming the file, for an unreadable table, missing columns, empty ids and an id listed twice.
     """
     path = Path(path)
     if not path.exists():
@@ -161,6 +250,25 @@ def attach_labels(cell_ids: pd.Series, annotations: pd.DataFrame, where: str = "
 
     An annotation table from another section or another id kind (integer ids of old bundles vs string ids)
     matches few or no cells; a single unmatched id already means the table does not belong to these cells.
+
+    Parameters
+    ----------
+    cell_ids : Series
+        The bundle's cell ids, in cell order.
+    annotations : DataFrame
+        ``cell_id`` and ``label`` (:func:`read_cell_types`).
+    where : str, default "annotations"
+        What the error calls the table.
+
+    Returns
+    -------
+    Series
+        One raw label per cell of ``cell_ids`` (positional index 0..n-1, object dtype), NA where unannotated.
+
+    Raises
+    ------
+    FmauditInputError
+        When an annotated id matches no cell.
     """
     index = pd.Index(cell_ids.astype(str))
     pos = index.get_indexer(annotations["cell_id"])

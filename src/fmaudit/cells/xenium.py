@@ -19,7 +19,7 @@ What is read (file names as Xenium Onboard Analysis writes them; see 10x's "Unde
   it is a 1-D integer array. (Layout from 10x's "Overview of Xenium Zarr Output Files" and the reader of
   spatialdata-io, ``readers/xenium.py``.)
 
-The nucleus centre of a cell (the seed samples features at *nuclear* coordinates; ``x_centroid`` is the
+The nucleus centre of a cell (CellPath-Bench samples features at *nuclear* coordinates; ``x_centroid`` is the
 whole cell's centroid) is taken, per cell, from the first source that has it:
 
 1. ``nucleus_boundaries``: the area (shoelace) centroid of the cell's nucleus polygon. A cell with several
@@ -69,9 +69,20 @@ _MICRON_UNITS = {"micron", "microns", "um", "µm", "micrometer", "micrometers", 
 class XeniumCells:
     """The cells of one bundle with their nucleus centres in Xenium µm.
 
-    ``cells`` has one row per cell of the cells table, in its order: ``cell_id`` (str), ``x_um``, ``y_um``
-    (the nucleus centre, float64), ``centre_source`` (one of :data:`CENTRE_SOURCES`), ``cell_x_um``,
-    ``cell_y_um`` (the cell centroid of the table).
+    Parameters
+    ----------
+    bundle : Path
+        The Xenium output folder.
+    pixel_size : float
+        µm per morphology-image pixel (``experiment.xenium``).
+    analysis_sw_version : str or None
+        The pipeline version ``experiment.xenium`` names (None if absent).
+    cells : DataFrame
+        One row per cell of the cells table, in its order: ``cell_id`` (str), ``x_um``, ``y_um`` (the nucleus
+        centre, float64), ``centre_source`` (one of :data:`CENTRE_SOURCES`), ``cell_x_um``, ``cell_y_um`` (the
+        cell centroid of the table).
+    files : dict of str to Path, default {}
+        The files read: ``experiment``, ``cells`` and, when used, ``nucleus_boundaries`` and ``cells_zarr``.
     """
 
     bundle: Path
@@ -81,6 +92,13 @@ class XeniumCells:
     files: dict[str, Path] = field(default_factory=dict)
 
     def counts_by_source(self) -> dict[str, int]:
+        """How many cells took their centre from each source.
+
+        Returns
+        -------
+        dict of str to int
+            Each of :data:`CENTRE_SOURCES` (in preference order) -> its number of cells, zeros included.
+        """
         counts = self.cells["centre_source"].value_counts()
         return {s: int(counts.get(s, 0)) for s in CENTRE_SOURCES}
 
@@ -93,6 +111,23 @@ def cell_id_strings(prefix: np.ndarray, suffix: np.ndarray) -> np.ndarray:
 
     The prefix is written as 8 hexadecimal digits, most significant first, each digit 0..15 shifted to a
     letter a..p; the suffix follows after a hyphen: prefix 0x0000001b, suffix 1 -> ``"aaaaaabl-1"``.
+
+    Parameters
+    ----------
+    prefix : ndarray of shape (n,)
+        The ids' prefixes (uint32 values).
+    suffix : ndarray of shape (n,)
+        The dataset suffixes.
+
+    Returns
+    -------
+    ndarray of shape (n,), object
+        The string ids.
+
+    Raises
+    ------
+    ValueError
+        When ``prefix`` and ``suffix`` differ in shape.
     """
     prefix = np.asarray(prefix, dtype=np.uint64)
     suffix = np.asarray(suffix)
@@ -106,7 +141,23 @@ def cell_id_strings(prefix: np.ndarray, suffix: np.ndarray) -> np.ndarray:
 
 
 def cell_id_prefix_suffix(cell_ids: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of :func:`cell_id_strings`: (prefix, suffix) uint32 arrays of string ids ``'aaaaaabl-1'``."""
+    """Inverse of :func:`cell_id_strings`: (prefix, suffix) uint32 arrays of string ids ``'aaaaaabl-1'``.
+
+    Parameters
+    ----------
+    cell_ids : iterable of str
+        Xenium string ids (8 letters a-p, ``-``, a decimal suffix).
+
+    Returns
+    -------
+    prefix, suffix : ndarray of shape (n,), uint32
+        The ids' prefixes and suffixes, in order.
+
+    Raises
+    ------
+    FmauditInputError
+        When an id is not of that form.
+    """
     prefixes, suffixes = [], []
     for cid in cell_ids:
         head, sep, tail = str(cid).partition("-")
@@ -141,7 +192,27 @@ def _id_strings(values: pd.Series | np.ndarray) -> np.ndarray:
 
 
 def bundle_file(bundle: Path, *names: str, required: bool = True) -> Path | None:
-    """The first of ``names`` present in the bundle folder; a missing required file raises naming all."""
+    """The first of ``names`` present in the bundle folder; a missing required file raises naming all.
+
+    Parameters
+    ----------
+    bundle : Path
+        The Xenium output folder.
+    *names : str
+        Candidate file names, in order of preference (e.g. ``cells.parquet``, ``cells.csv.gz``).
+    required : bool, default True
+        Raise when none is present; otherwise return None (keyword-only).
+
+    Returns
+    -------
+    Path or None
+        The first present file; None when none is and ``required`` is False.
+
+    Raises
+    ------
+    FmauditInputError
+        When none is present and ``required`` is True.
+    """
     for name in names:
         p = bundle / name
         if p.exists():
@@ -153,7 +224,23 @@ def bundle_file(bundle: Path, *names: str, required: bool = True) -> Path | None
 
 
 def read_experiment(path: str | Path) -> dict[str, Any]:
-    """``experiment.xenium`` as a dict; ``pixel_size`` (µm per morphology pixel) must be a positive number."""
+    """``experiment.xenium`` as a dict; ``pixel_size`` (µm per morphology pixel) must be a positive number.
+
+    Parameters
+    ----------
+    path : str or Path
+        The bundle's ``experiment.xenium``.
+
+    Returns
+    -------
+    dict
+        The JSON manifest, ``pixel_size`` converted to float.
+
+    Raises
+    ------
+    FmauditInputError
+        When the file is missing, not a JSON object, or its ``pixel_size`` is missing, not a number or not positive.
+    """
     path = Path(path)
     if not path.exists():
         raise FmauditInputError(f"{path}: missing file of the Xenium bundle (experiment.xenium)")
@@ -202,7 +289,25 @@ def _read_table(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
 
 
 def read_cells_table(path: str | Path) -> pd.DataFrame:
-    """``cell_id`` (str), ``cell_x_um``, ``cell_y_um`` (float64) of ``cells.parquet`` / ``cells.csv.gz``."""
+    """``cell_id`` (str), ``cell_x_um``, ``cell_y_um`` (float64) of ``cells.parquet`` / ``cells.csv.gz``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The bundle's cells table (columns ``cell_id``, ``x_centroid``, ``y_centroid`` in µm).
+
+    Returns
+    -------
+    DataFrame
+        One row per cell in table order: ``cell_id`` (integer ids of old bundles written in decimal), ``cell_x_um``,
+        ``cell_y_um``.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the file and row: unreadable, a missing column, no rows, an empty id, a missing or non-numeric
+        centroid, an id that occurs twice.
+    """
     path = Path(path)
     df = _read_table(path, ["cell_id", "x_centroid", "y_centroid"])
     if len(df) == 0:
@@ -228,10 +333,24 @@ def polygon_centroids(group: np.ndarray, x: np.ndarray,
                       y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Area (shoelace) centroids of polygons given as contiguous runs of vertices.
 
-    ``group`` labels each vertex with its polygon; vertices of one polygon are contiguous and in ring order.
     Each polygon is closed implicitly (last vertex back to the first; an explicitly repeated first vertex
-    adds a zero-length edge). Returns (start index of each polygon, signed area, centroid x, centroid y);
-    the centroid is NaN where the area is below ``1e-6`` (degenerate polygons).
+    adds a zero-length edge).
+
+    Parameters
+    ----------
+    group : ndarray of shape (n_vertices,)
+        Each vertex's polygon label; vertices of one polygon are contiguous and in ring order.
+    x, y : ndarray of shape (n_vertices,), float64
+        The vertices' coordinates (µm).
+
+    Returns
+    -------
+    starts : ndarray of shape (n_polygons,), int64
+        Index of each polygon's first vertex.
+    area : ndarray of shape (n_polygons,)
+        Signed area (positive for counter-clockwise rings in x-right, y-up axes).
+    cx, cy : ndarray of shape (n_polygons,)
+        The area centroid; NaN where ``|area|`` is below ``1e-6`` (degenerate polygons).
     """
     n = len(group)
     if n == 0:
@@ -264,6 +383,23 @@ def read_nucleus_centres(path: str | Path) -> pd.DataFrame:
     ``cell_id``; a cell with several polygons keeps the largest. Rows of one polygon must be contiguous
     (as 10x writes them); if a cell's rows are interleaved with another's, they are regrouped in file
     order. Degenerate polygons (zero area) are dropped.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``nucleus_boundaries.parquet`` or ``nucleus_boundaries.csv.gz`` (``cell_id``, ``vertex_x``, ``vertex_y`` in
+        µm, optionally ``label_id``).
+
+    Returns
+    -------
+    DataFrame
+        One row per cell with a non-degenerate nucleus, sorted by ``cell_id``: ``cell_id`` (str), ``x_um``, ``y_um``
+        (the area centroid) and ``area_um2``.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the file: unreadable, a missing column, or a missing or non-numeric vertex (with its row).
     """
     path = Path(path)
     if path.name.endswith(".parquet"):
@@ -316,7 +452,26 @@ def _open_zarr_group(path: Path):
 
 
 def read_zarr_nucleus_centres(path: str | Path) -> pd.DataFrame:
-    """Nucleus centroids of ``cells.zarr.zip``: ``cell_id`` (str), ``x_um``, ``y_um`` for cells with a nucleus."""
+    """Nucleus centroids of ``cells.zarr.zip``: ``cell_id`` (str), ``x_um``, ``y_um`` for cells with a nucleus.
+
+    Parameters
+    ----------
+    path : str or Path
+        The bundle's ``cells.zarr.zip``.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``cell_id``, ``x_um``, ``y_um``, in the zarr's row order, for the cells with a finite nucleus centroid
+        (and a positive ``nucleus_area`` where that column exists).
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the file: unreadable, spatial units other than microns, no ``cell_id`` or ``cell_summary`` array, no
+        ``column_names`` or nucleus-centroid columns, a ``cell_id`` array of another shape, or ids and rows that
+        disagree in number.
+    """
     path = Path(path)
     group, store = _open_zarr_group(path)
     try:
@@ -358,7 +513,27 @@ def read_zarr_nucleus_centres(path: str | Path) -> pd.DataFrame:
 
 
 def read_bundle(bundle: str | Path) -> XeniumCells:
-    """Read a Xenium output folder: every cell of its cells table with its nucleus centre in µm."""
+    """Read a Xenium output folder: every cell of its cells table with its nucleus centre in µm.
+
+    The centre comes from the first source that has it: nucleus boundaries, then ``cells.zarr.zip``, then the
+    cell centroid (module doc); nucleus records naming no cell of the cells table are logged and ignored.
+
+    Parameters
+    ----------
+    bundle : str or Path
+        The Xenium output folder (``outs/``).
+
+    Returns
+    -------
+    XeniumCells
+        The cells, their centres and sources, the pixel size and the files read.
+
+    Raises
+    ------
+    FmauditInputError
+        When the folder or a required file (``experiment.xenium``, the cells table) is missing, or a file is
+        malformed (naming it).
+    """
     bundle = Path(bundle)
     if not bundle.is_dir():
         raise FmauditInputError(f"{bundle}: Xenium bundle folder not found")

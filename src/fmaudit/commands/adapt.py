@@ -45,7 +45,18 @@ def _shot_im_settings() -> dict:
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the ``adapt`` command to ``fmaudit``'s sub-commands."""
+    """Add the ``adapt`` command to ``fmaudit``'s sub-commands.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``adapt`` parser, its ``func`` set to :func:`cmd_adapt`.
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.evaluate import METHODS
 
@@ -83,6 +94,26 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
+    """Run ``fmaudit adapt``: every label-free method on the source and target arrays, the table written to ``--out``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of :func:`register` (feature and label files, ``methods``, ``prior`` or
+        ``prior_shares``, ``sample_size``, ``draws``, ``seed``, ``C``, ``val_fraction``, ``ece_bins``, ``out`` ...).
+
+    Returns
+    -------
+    int
+        Exit status 0; the summary (one row per method, ``none`` first) is in ``--out``, the per-draw rows in
+        ``--draws-out`` when given.
+
+    Raises
+    ------
+    FmauditInputError
+        When a label or group file's length differs from its feature rows, or labels are not class indices
+        0..K-1 and no ``--class-names`` or WBC prior names the classes.
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.evaluate import evaluate_draws, summarize_draws
     from fmaudit.adapt.priors import WBC5_CLASS_ORDER, balanced_prior, named_scenario

@@ -18,6 +18,20 @@ from pathlib import Path
 
 
 def cmd_register(args: argparse.Namespace) -> int:
+    """Run ``fmaudit cells register``: one Xenium section's cells mapped onto its H&E image, written to ``--out``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of ``cells register`` (``bundle``, ``he_image``, ``alignment``, ``cell_types``, ``out``,
+        ``manifest``, ``qc``, ``section``, ``organ``, ``he_mpp``, the taxonomy tables, ``min_cells_per_class``).
+
+    Returns
+    -------
+    int
+        Exit status 0; ``--out`` holds one row per registered cell (``cell_id``, ``he_x``, ``he_y`` in H&E level-0
+        pixels, ``centre_source``, and ``label`` with ``--cell-types``).
+    """
     # imported here: PIL and pyarrow load only when this runs
     from fmaudit.cells.prepare import SectionSource, prepare_section, registered_cells_table
     from fmaudit.cells.taxonomy import load_taxonomy
@@ -42,6 +56,19 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Run ``fmaudit cells demo``: the demo Xenium sections written under ``--out``, their list printed as JSON.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of ``cells demo`` (``out``, ``sections``, ``organs`` comma-separated, ``seed``,
+        ``window_px``, ``max_cells``, ``bundle_format``, ``zarr``).
+
+    Returns
+    -------
+    int
+        Exit status 0.
+    """
     # imported here: pyarrow loads only when this runs
     from fmaudit.cells.demo import write_demo_sections
 
@@ -53,7 +80,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``fmaudit cells ...`` to the command line's subparsers."""
+    """Add ``fmaudit cells ...`` to the command line's subparsers.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`; ``cells`` gets its own ``register`` and ``demo``.
+    """
     cells = subparsers.add_parser("cells", help="Xenium sections: register cells on the H&E image, write demo sections")
     sub = cells.add_subparsers(dest="cells_command", required=True)
 

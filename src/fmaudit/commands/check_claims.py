@@ -21,6 +21,25 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit check-claims``: print each claim's status and, with ``--strict``, fail on one not reproduced.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options: ``preset`` or ``claims`` (exactly one), ``results`` or ``tables`` (exactly one), ``out``
+        and ``strict``.
+
+    Returns
+    -------
+    int
+        1 with ``--strict`` when a claim is not reproduced, else 0.
+
+    Raises
+    ------
+    FmauditInputError
+        When both or neither of ``--preset``/``--claims`` or of ``--results``/``--tables`` are given, the preset has
+        no claims file, or the folder of result tables does not exist.
+    """
     if (args.preset is None) == (args.claims is None):
         raise FmauditInputError("check-claims: give --preset NAME or --claims FILE")
     if (args.results is None) == (args.tables is None):
@@ -46,6 +65,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``check-claims`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``check-claims`` parser, its ``func`` set to :func:`run`.
+    """
     p = subparsers.add_parser("check-claims", help="check a paper's claims file against a run's result tables (the "
                               "report's Paper check, outside the workflow)")
     p.add_argument("--preset", help="a preset with a claims file (resources/presets/claims/<preset>.yaml)")

@@ -26,7 +26,28 @@ __all__ = ["prepare_own_data", "register", "run"]
 
 def prepare_own_data(config, datasets, paths) -> dict:
     """Data set -> its manifest, prepared in memory, for every own-data set among ``paths`` (data set -> manifest
-    file) whose manifest the workflow has not written yet; a bad input raises naming the file and line."""
+    file) whose manifest the workflow has not written yet; a bad input raises naming the file and line.
+
+    Parameters
+    ----------
+    config : dict
+        The filled config (:func:`fmaudit.config.load_config`); its ``data_root`` and data-set params are read.
+    datasets : dict
+        The data-set registry as the pre-flight resolved it (slug -> entry with ``kind`` and ``preparer``).
+    paths : dict of str to str or Path
+        Data set -> the manifest (or file) the workflow writes for it; a set whose file exists is skipped.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        Data set -> its manifest (one row per item, the preparer's columns), for the own-data kinds other than
+        ``cell_table`` only.
+
+    Raises
+    ------
+    FmauditInputError
+        When a sheet has a bad line (raised by the preparer, naming the file and line).
+    """
     frames = {}
     for ds, path in paths.items():
         entry = datasets[ds]
@@ -40,6 +61,24 @@ def prepare_own_data(config, datasets, paths) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit check-config``: the plan checks of ``--configfile``, then the data checks of every task at hand.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``configfile``).
+
+    Returns
+    -------
+    int
+        Exit status 0 when every check passed (a failed check raises instead).
+
+    Raises
+    ------
+    FmauditInputError
+        When the config, a registry, an own-data sheet or a manifest fails a check, or an encoder could not be
+        embedded (every problem listed).
+    """
     config = load_config(args.configfile)
     encoders, datasets = check_config(config)
     unusable = unusable_encoders(config, encoders)
@@ -74,6 +113,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``check-config`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``check-config`` parser, its ``func`` set to :func:`run`.
+    """
     cc = subparsers.add_parser("check-config", help="the pre-flight of a config: its registries, names, grids, the "
                                "sheets of your own data, weight files (the workflow's checks), and the data checks "
                                "(splits, class names, every image and slide) of manifests at hand")

@@ -33,7 +33,20 @@ _HOURS = ("cpu_hours", "gpu_hours", "wall_hours")
 
 def study_config(results: Path, configfile: str | None) -> dict | None:
     """The config the study in ``results`` ran with: ``configfile``, else ``config.yaml`` here when its study
-    writes to ``results``, else None."""
+    writes to ``results``, else None.
+
+    Parameters
+    ----------
+    results : Path
+        The study's results folder (``results/<study>``).
+    configfile : str or None
+        The config given with ``--configfile``; a note goes to stderr when it writes elsewhere than ``results``.
+
+    Returns
+    -------
+    dict or None
+        The filled config, or None when neither is at hand (GPU-hours are then reported as unknown).
+    """
     if configfile:
         config = load_config(configfile)
         if Path(results_dir(config)).resolve() != results.resolve():
@@ -70,6 +83,23 @@ def _text(table: pd.DataFrame) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit cost``: the per-rule and per-encoder cost tables of a study's benchmark files.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``results``, ``configfile``, ``json``, ``per_unit``, ``source``).
+
+    Returns
+    -------
+    int
+        Exit status 0.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``results/benchmarks`` holds no benchmark file, or ``--per-unit`` is asked without the study's config.
+    """
     results = Path(args.results)
     files = costs.find_benchmarks(results)
     if not files:
@@ -130,6 +160,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``cost`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``cost`` parser, its ``func`` set to :func:`run`.
+    """
     p = subparsers.add_parser("cost", help="CPU-hours, GPU-hours and memory of a study's jobs (Snakemake benchmarks)")
     p.add_argument("--results", required=True, help="the study's results folder (results/<study>)")
     p.add_argument("--configfile", help="the config the study ran with (default: ./config.yaml if it writes there)")

@@ -17,6 +17,19 @@ SETTINGS_PAGE = Path("docs") / "settings.md"
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit docs settings``: write the settings page, or with ``--check`` compare it with the one on disk.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``page``: only ``settings``; ``out``: default ``docs/settings.md`` of this source tree;
+        ``check``).
+
+    Returns
+    -------
+    int
+        1 with ``--check`` when the page is missing or stale (nothing written), else 0.
+    """
     out = Path(args.out) if args.out else REPO_ROOT / SETTINGS_PAGE
     text = settings_reference()
     if args.check:
@@ -31,6 +44,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``docs`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``docs`` parser, its ``func`` set to :func:`run`.
+    """
     docs = subparsers.add_parser("docs", help="write the pages of docs/ generated from the repository (settings)")
     docs.add_argument("page", choices=["settings"], help="settings: docs/settings.md from the config schema")
     docs.add_argument("--out", help="where to write it (default: docs/settings.md of this source tree)")

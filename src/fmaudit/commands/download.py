@@ -12,6 +12,23 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit download``: fetch and unpack one registered data set under ``--data-root``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``dataset``: a slug of the registry, ``data_root``, ``registry``).
+
+    Returns
+    -------
+    int
+        Exit status 0 once the data set is unpacked.
+
+    Raises
+    ------
+    FmauditInputError
+        When the slug is not in the registry (the message suggests the nearest names).
+    """
     registry = load_dataset_registry(args.registry)
     if args.dataset not in registry:
         raise unknown_name_error("dataset", args.dataset, list(registry), args.registry)
@@ -21,6 +38,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``download`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``download`` parser, its ``func`` set to :func:`run`.
+    """
     dl = subparsers.add_parser("download", help="fetch and unpack one registered data set (resumable, checksummed)")
     dl.add_argument("dataset", help="slug of the data-set registry")
     dl.add_argument("--data-root", required=True)

@@ -30,6 +30,26 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit embed``: the encoder's pre-flight, then the resumable embedding job into ``--out``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of :func:`register` (``encoder``, ``architecture``, ``weights``, ``images``, ``out``,
+        ``readouts``, ``features_readout``, ``batch_size``, ``chunk_size``, ``threads``, ``device``, ``log``,
+        ``overwrite``, ``encoder_registry``).
+
+    Returns
+    -------
+    int
+        Exit status 0 once the file is written.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``--weights`` is given for an encoder that is already a checkpoint file, the encoder is not usable,
+        or its pre-flight fails (hub config, sha256, keys and shapes).
+    """
     # torch and the model libraries load only when the command runs, not with every `fmaudit` command
     from fmaudit.embed import image_manifest
     from fmaudit.encoders import check_encoder_before_embedding
@@ -56,6 +76,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``embed`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``embed`` parser, its ``func`` set to :func:`run`.
+    """
     em = subparsers.add_parser("embed", help="embed a sheet or folder of images with one encoder into an HDF5 "
                                "file (outside the workflow, resumable)")
     em.add_argument("--encoder", required=True, help="registry slug, timm:<org>/<repo>, hf:<org>/<repo>, or a "

@@ -110,6 +110,26 @@ def _encode_labels(labels: np.ndarray, path: str) -> tuple[np.ndarray, list[str]
 
 
 def cmd_gate_export(args: argparse.Namespace) -> int:
+    """Run ``fmaudit gate export``: fit the abstention gate on the training features and write it to ``--out``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of ``gate export`` (``features``, ``labels``, ``groups``, ``features_key``, ``encoder``,
+        ``readout``, ``C``, ``scorer``, ``covariance``, ``knn_k``, ``id_reject``, ``retain``,
+        ``validation_fraction``, ``seed``, ``out``).
+
+    Returns
+    -------
+    int
+        Exit status 0; ``--out`` holds ``gate.safetensors`` and its card ``gate.json``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the features are not 2-D, a file holds several readouts and none is named, or the labels are
+        negative, missing or not integral, or their length differs from the feature rows.
+    """
     X = _read_features(args.features, args.features_key, args.readout)
     labels, names = _encode_labels(_read_vector(args.labels, "labels", len(X)), args.labels)
     groups = _read_vector(args.groups, "groups", len(X)) if args.groups else None
@@ -131,6 +151,24 @@ def cmd_gate_export(args: argparse.Namespace) -> int:
 
 
 def cmd_gate_apply(args: argparse.Namespace) -> int:
+    """Run ``fmaudit gate apply``: one decision per feature row from an exported gate, written to ``--out``.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of ``gate apply`` (``gate``, ``features``, ``features_key``, ``readout``, ``out``).
+
+    Returns
+    -------
+    int
+        Exit status 0; ``--out`` holds ``item_id`` (or ``row``), ``decision``, ``novelty``, ``confidence``,
+        ``prediction`` and, where the gate knows the class names, ``prediction_name``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the features are not 2-D, their readout is ambiguous or differs from the gate's.
+    """
     gate = load_gate(args.gate)
     X = _read_features(args.features, args.features_key, args.readout)
     table = gate.decide(X, readout=args.readout or gate.readout_)
@@ -150,7 +188,13 @@ def cmd_gate_apply(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``gate export`` and ``gate apply`` to the ``fmaudit`` command line."""
+    """Add ``gate export`` and ``gate apply`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`; ``gate`` gets its own ``export`` and ``apply``.
+    """
     gate = subparsers.add_parser("gate", help="fit/export the two-threshold abstention gate, or apply an exported one")
     sub = gate.add_subparsers(dest="gate_command", required=True)
 

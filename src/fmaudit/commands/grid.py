@@ -51,7 +51,24 @@ def _manifest_items(config: dict) -> dict[str, int]:
 
 def estimate(config: dict, measured: str | Path, checked: tuple[dict, dict] | None = None) -> pd.DataFrame:
     """The predicted cost of ``config``'s jobs (:func:`fmaudit.costs.estimate_cost`) from the per-unit costs in
-    ``measured``; ``checked``: :func:`~fmaudit.preflight.check_config`'s result, when the caller has it."""
+    ``measured``; ``checked``: :func:`~fmaudit.preflight.check_config`'s result, when the caller has it.
+
+    Parameters
+    ----------
+    config : dict
+        The filled config.
+    measured : str or Path
+        A per-unit cost table (``fmaudit cost --per-unit``; :data:`MEASURED_COSTS` by default in the command).
+    checked : tuple of (dict, dict), optional
+        ``(encoders, datasets)`` registries from the pre-flight; run here when None.
+
+    Returns
+    -------
+    DataFrame
+        One row per (rule, encoder) and a closing ``total`` row, the columns of
+        :data:`fmaudit.costs.ESTIMATE_COLUMNS` (``jobs``, ``units``, the predicted ``wall_hours``, ``cpu_hours``,
+        ``gpu_hours``, ``rate_from``, ``note`` ...); NaN hours where the units or rate are unknown.
+    """
     encoders, datasets = checked or check_config(config)
     prior_shift = {ps["task"]: ps for _, _, ps in parts_with(config, "prior_shift")}
     planned = costs.planned_units(config, datasets, _manifest_items(config))
@@ -103,6 +120,24 @@ def _estimate(args: argparse.Namespace, config: dict) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit grid``: runs and jobs per analysis and protocol, or with ``--estimate`` the cluster requests
+    and predicted cost.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``configfile``, ``json``, ``estimate``, ``profile``, ``measured_costs``).
+
+    Returns
+    -------
+    int
+        Exit status 0.
+
+    Raises
+    ------
+    FmauditInputError
+        When the config fails its checks.
+    """
     config = load_config(args.configfile)
     if args.estimate:
         return _estimate(args, config)
@@ -117,6 +152,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``grid`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``grid`` parser, its ``func`` set to :func:`run`.
+    """
     gr = subparsers.add_parser("grid", help="count runs and jobs of a config without running anything")
     gr.add_argument("--configfile", required=True)
     gr.add_argument("--json", action="store_true")

@@ -62,7 +62,31 @@ def _classes(sheet: pd.DataFrame, given: Sequence[str] | None, where: str) -> li
 
 
 def parse_encoders(text: str, registry: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """``(encoder names, encoder_weights)`` of ``--encoders``: slugs, ``timm:``/``hf:`` names, ``slug=file``."""
+    """``(encoder names, encoder_weights)`` of ``--encoders``: slugs, ``timm:``/``hf:`` names, ``slug=file``.
+
+    Parameters
+    ----------
+    text : str
+        The ``--encoders`` value: comma-separated registry slugs, ``timm:<name>`` / ``hf:<repo>`` names (kept as
+        given) or ``<slug>=<checkpoint file>``.
+    registry : dict
+        The encoder registry (slug -> entry) the slugs are checked against.
+
+    Returns
+    -------
+    encoders : list of str
+        The encoder names in the order given.
+    weights : dict of str to str
+        Slug -> checkpoint path, for the ``slug=file`` entries (the config's ``encoder_weights``).
+
+    Raises
+    ------
+    FmauditInputError
+        When a slug is unknown (nearest names suggested), a checkpoint is given without its slug, or no encoder
+        is given.
+    FileNotFoundError
+        When a ``slug=file`` checkpoint does not exist.
+    """
     encoders, weights = [], {}
     for raw in (e.strip() for e in text.split(",")):
         if not raw:
@@ -145,7 +169,33 @@ def study_config_text(study: str, encoders: list[str], weights: dict[str, str],
                       tiles: tuple[int, float, int | None] = (224, 0.5, 1000), quick: bool = False) -> str:
     """The commented config of a study over ``data`` (each: name, task, kind, sheet path, sheet, classes,
     domains and ``n_per_domain``, the labelled items of each domain); ``tiles``: (tile_size, target_mpp,
-    max_tiles_per_slide) of slide sheets; ``quick``: the :data:`QUICK` settings, for a first look."""
+    max_tiles_per_slide) of slide sheets; ``quick``: the :data:`QUICK` settings, for a first look.
+
+    Parameters
+    ----------
+    study : str
+        The study's name (a slug; results go under ``results/<study>/``).
+    encoders : list of str
+        Encoder names as :func:`parse_encoders` returns them.
+    weights : dict of str to str
+        Slug -> checkpoint file, written as ``encoder_weights`` (empty: none).
+    data : list of dict
+        One per sheet, with keys ``name``, ``task``, ``kind`` (``image_table`` or ``slide_table``), ``sheet_path``,
+        ``sheet`` (the read DataFrame), ``classes`` (label order), ``domains`` and ``n_per_domain``.
+    data_root : str
+        The study folder (``--out``), written as ``data_root`` and in the commented commands.
+    n_boot : int
+        Bootstrap resamples per interval (ignored with ``quick``, which writes :data:`QUICK`'s).
+    tiles : tuple of (int, float, int or None)
+        ``(tile_size, target_mpp, max_tiles_per_slide)`` of slide sheets (pixels, µm/px, tiles; None: all).
+    quick : bool
+        Write the shorter :data:`QUICK` settings (fewer resamples, seeds, gate divisions, draws), commented.
+
+    Returns
+    -------
+    str
+        The YAML text of the config, commented, ending in one newline.
+    """
     lines = [
         f"# fmaudit study {study!r}, written by `fmaudit init`. Every key is described in",
         "# resources/schemas/config.schema.yaml; your own data in docs/own-data.md. From the repository root:",
@@ -224,6 +274,26 @@ def _sheet_data(kind: str, path: str, study: str, classes: Sequence[str] | None)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit init``: write ``<out>/config.yaml`` for the sheets, check it as the workflow would, print its plan.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of :func:`register` (``images`` and/or ``slides``, ``encoders``, ``out``, ``study``,
+        ``classes``, ``slides_classes``, ``n_boot``, ``tile_size``, ``target_mpp``, ``max_tiles_per_slide``,
+        ``quick``, ``force``).
+
+    Returns
+    -------
+    int
+        Exit status 0 once the config is written and every check passed.
+
+    Raises
+    ------
+    FmauditInputError
+        When no sheet is given, the config exists without ``--force``, a sheet names fewer than two classes, or
+        the written config fails a check.
+    """
     if not args.images and not args.slides:
         raise FmauditInputError("fmaudit init: give --images SHEET or --slides SHEET (or both)")
     out = Path(args.out)
@@ -279,6 +349,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``init`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``init`` parser, its ``func`` set to :func:`run`.
+    """
     p = subparsers.add_parser("init", help=HELP, description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", help="sheet of image files: path,label,patient,domain[,slide,split] (CSV or TSV)")

@@ -83,6 +83,18 @@ def _short(value: object, width: int = 70) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit list``: print the table of what a config can name, one line each, in aligned columns.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options (``what``: one of :data:`WHAT`; ``configfile``: also that config's own entries).
+
+    Returns
+    -------
+    int
+        Exit status 0.
+    """
     table = _table(args)
     table = table.apply(lambda col: col.map(lambda v: _short(v, 70 if col.name == "what" else 32)))
     widths = {c: max([len(str(c))] + [len(str(v)) for v in table[c]]) for c in table.columns}
@@ -93,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``list`` to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``list`` parser, its ``func`` set to :func:`run`.
+    """
     p = subparsers.add_parser("list", help="list encoders, data sets, data-set kinds or analyses a config can name",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", choices=WHAT)

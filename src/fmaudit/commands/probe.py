@@ -40,7 +40,23 @@ def wide_probe_rows(rows: pd.DataFrame, n_bins: int) -> pd.DataFrame:
     """One row per (fraction, seed): raw metrics, then ``<metric>__<stage>`` for each calibration stage; the
     binned metrics are named at ``n_bins`` bins (``ece_top_<n_bins>_lohi``; PRISM's ``ece_prism_<n_bins>_fixed``
     when asked for). Every row says how it was made (``subsample``, ``standardize``, ``calibration_mode``) and
-    what its intervals resample (``ci_resampling``: ``unit=item, n=...`` without ``--test-groups``)."""
+    what its intervals resample (``ci_resampling``: ``unit=item, n=...`` without ``--test-groups``).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The long rows of :func:`fmaudit.analyses.probe_suite.run_probe_suite`: one per run and calibration
+        ``stage`` (``raw``, ``kshot_ts`` with its ``k``, ...), with the metric columns.
+    n_bins : int
+        ECE bins of the run (``calibration.ece_bins``), which name the binned metric columns.
+
+    Returns
+    -------
+    DataFrame
+        One row per (head, C, fraction, seed, ...): the settings columns, the raw metrics and their
+        ``macro_f1_ci_*``/``ece_ci_*`` intervals, ``<metric>__<stage>`` (``__kshot<k>_ts`` for K-shot) and
+        ``ece_convention``.
+    """
     keys = ["head", "C", "fraction", "seed", "n_train", "n_val", "label_budget", "n_test", "subsample", "standardize",
             "calibration_mode", "source_val_macro_f1", "ci_unit", "ci_n_units", "ci_resampling"]
     keys = [k for k in keys if k in rows.columns]
@@ -64,6 +80,25 @@ def wide_probe_rows(rows: pd.DataFrame, n_bins: int) -> pd.DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``fmaudit probe``: the label-fraction probe grid with the calibration ladder on the given arrays.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of :func:`register` (feature, label and group files, ``group_unit``, probe,
+        calibration and bootstrap settings, ``long``, ``predictions``, ``out``).
+
+    Returns
+    -------
+    int
+        Exit status 0.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``--group-unit`` is unknown, a label or group file's length differs from its feature rows, or the
+        splits fail their checks (a group on both sides without ``--allow-group-overlap``, too few classes ...).
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.probe_suite import run_probe_suite
 
@@ -106,6 +141,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``probe`` to the ``fmaudit`` command line, its defaults read from the config schema.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``probe`` parser, its ``func`` set to :func:`run`.
+    """
     def default(section: str, key: str):
         return schema_default(section, key)
 

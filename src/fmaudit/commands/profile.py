@@ -8,7 +8,13 @@ from fmaudit.profiles import install_slurm_profile
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``profile`` (with its ``install`` subcommand) to the ``fmaudit`` command line."""
+    """Add ``profile`` (with its ``install`` subcommand) to the ``fmaudit`` command line.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-parsers of :func:`fmaudit.cli.build_parser`.
+    """
     profile = subparsers.add_parser(
         "profile", help="install a Snakemake profile where `snakemake --profile NAME` finds it",
         description="Install the cluster profile once with your site's names; then `snakemake --profile slurm` "
@@ -36,6 +42,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    """Run ``fmaudit profile install slurm``: write the profile with the site's names and print how to use it.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed options of ``profile install`` (``partition``, ``gpu_partition``, ``account``, ``dest``,
+        ``template``, ``force``, ``no_check``, ``gpu_classes``).
+
+    Returns
+    -------
+    int
+        Exit status 0 once the profile is written.
+
+    Raises
+    ------
+    FmauditInputError
+        When a name is not a Slurm name or fails its ``sinfo``/``sacctmgr`` check, or a profile is already
+        installed there without ``--force``.
+    """
     result = install_slurm_profile(args.dest, args.partition, args.gpu_partition, args.account,
                                    template=args.template, force=args.force, check=not args.no_check,
                                    gpu_classes=args.gpu_classes)

@@ -40,7 +40,21 @@ def register_preparer(name: str, split_strata: tuple[str, ...] = DEFAULT_SPLIT_S
     """Decorator: ``@register_preparer("nct_crc_he_100k")`` on ``fn(dataset, data_root, params) -> manifest``.
 
     ``split_strata``: the manifest columns the preparer stratifies its split by (see
-    :data:`PREPARER_SPLIT_STRATA`)."""
+    :data:`PREPARER_SPLIT_STRATA`).
+
+    Parameters
+    ----------
+    name : str
+        The preparer's name, as ``preparer:`` in ``resources/datasets.yaml`` or a user's data-set entry names it.
+    split_strata : tuple of str
+        Manifest columns the preparer's split is stratified by, jointly (default ``("label",)``).
+
+    Returns
+    -------
+    callable
+        The decorator; it registers ``fn`` under ``name`` and returns it unchanged. Registering another function under a
+        taken name raises ``ValueError``.
+    """
 
     def deco(fn: Preparer) -> Preparer:
         if name in PREPARERS and PREPARERS[name] is not fn:
@@ -54,7 +68,23 @@ def register_preparer(name: str, split_strata: tuple[str, ...] = DEFAULT_SPLIT_S
 
 def preparer_split_strata(name: str) -> tuple[str, ...]:
     """The manifest columns the split of preparer ``name`` is stratified by, jointly (``("label",)`` unless the
-    preparer registered others; an unknown preparer raises like :func:`get_preparer`)."""
+    preparer registered others; an unknown preparer raises like :func:`get_preparer`).
+
+    Parameters
+    ----------
+    name : str
+        A registered preparer's name.
+
+    Returns
+    -------
+    tuple of str
+        The stratification columns, e.g. ``("label", "domain")`` for PANDA.
+
+    Raises
+    ------
+    FmauditInputError
+        When no preparer of that name is registered.
+    """
     get_preparer(name)
     return PREPARER_SPLIT_STRATA.get(name, DEFAULT_SPLIT_STRATA)
 
@@ -69,12 +99,36 @@ def _load_preparers() -> None:
 
 
 def preparer_names() -> list[str]:
-    """Every registered preparer's name."""
+    """Every registered preparer's name.
+
+    Returns
+    -------
+    list of str
+        Sorted names, after importing every module that registers preparers (a registering module absent from
+        this installation is skipped; one whose own imports fail raises).
+    """
     _load_preparers()
     return sorted(PREPARERS)
 
 
 def get_preparer(name: str) -> Preparer:
+    """The preparer registered under ``name``, importing the modules that register preparers first.
+
+    Parameters
+    ----------
+    name : str
+        The preparer's name (``preparer:`` of a data-set entry).
+
+    Returns
+    -------
+    callable
+        ``fn(dataset, data_root, params) -> DataFrame``, the raw manifest before :func:`make_manifest`.
+
+    Raises
+    ------
+    FmauditInputError
+        When no preparer of that name is registered (the message lists the known ones).
+    """
     # Preparers the data-set registry already names (entries with status: pending) whose code arrives with a
     # later piece of work: asking for one says why it is missing rather than calling it unknown.
     pending: dict[str, str] = {}
@@ -89,7 +143,26 @@ def get_preparer(name: str) -> Preparer:
 def dataset_group_unit(entry: Mapping[str, Any], params: Mapping[str, Any] | None = None) -> str:
     """The unit of a data set's ``group`` column (one of :data:`GROUP_UNITS`) under preparer ``params``: the
     preparer's ``group_by`` parameter where it has one (``group_by: image`` is ``item``), else the registry
-    entry's ``group_unit``."""
+    entry's ``group_unit``.
+
+    Parameters
+    ----------
+    entry : mapping
+        The data set's registry entry (``resources/datasets.yaml`` or the config's own data set): its ``params`` and
+        ``group_unit`` are read.
+    params : mapping, optional
+        The run's preparer parameters, overriding ``entry['params']`` key by key.
+
+    Returns
+    -------
+    str
+        One of :data:`GROUP_UNITS`: patient, slide, biopsy, section or item.
+
+    Raises
+    ------
+    FmauditInputError
+        On a ``group_by`` value that names no known unit, or an entry without ``group_unit`` and no ``group_by``.
+    """
     params = dict(entry.get("params") or {}, **dict(params or {}))
     by = params.get("group_by")
     if by is not None:
@@ -108,7 +181,33 @@ def prepare_dataset(dataset: str, preparer: str, data_root: str | Path, params: 
     """Run a data set's preparer and return its validated manifest.
 
     ``group_unit`` (see :func:`dataset_group_unit`) fills the manifest's ``group_unit`` column where the
-    preparer left it empty (a preparer sets it itself where its data decide, e.g. PCam without slide names)."""
+    preparer left it empty (a preparer sets it itself where its data decide, e.g. PCam without slide names).
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's slug (the manifest's ``dataset`` column).
+    preparer : str
+        Name of the registered preparer to run.
+    data_root : str or Path
+        Folder the preparer reads the release from (and may write converted files under).
+    params : dict, optional
+        Preparer parameters (None: the preparer's defaults); an unknown key raises.
+    group_unit : str, optional
+        Fills ``group_unit`` where the preparer left it empty; one of :data:`GROUP_UNITS`.
+
+    Returns
+    -------
+    DataFrame
+        The manifest (columns of :data:`MANIFEST_COLUMNS` first, with their dtypes, then the preparer's extra columns),
+        validated; the preparer's provenance in ``attrs``.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown preparer or ``group_unit``, whatever the preparer raises on its data, and on a manifest that fails
+        :func:`validate_manifest`.
+    """
     fn = get_preparer(preparer)
     raw = fn(dataset, Path(data_root), dict(params or {}))
     df = make_manifest(raw)

@@ -36,7 +36,20 @@ MASK_PIXELS_PER_TILE = 32
 
 @dataclass
 class Regions:
-    """The class regions of one annotation file: ``polygons[class] = [(exterior ring, [holes])]`` in level-0 px."""
+    """The class regions of one annotation file: ``polygons[class] = [(exterior ring, [holes])]`` in level-0 px.
+
+    Parameters
+    ----------
+    path : str
+        The annotation file the regions were read from.
+    polygons : dict
+        Class name -> list of ``(exterior, holes)``: the exterior ring an ndarray of shape (n_points, 2) of level-0 (x,
+        y) pixels, the holes a list of such rings.
+    skipped_geometry : int
+        Features left out for a geometry other than Polygon/MultiPolygon.
+    skipped_unclassified : int
+        Polygon features left out for having no class.
+    """
 
     path: str
     polygons: dict[str, list[tuple[np.ndarray, list[np.ndarray]]]] = field(default_factory=dict)
@@ -45,6 +58,10 @@ class Regions:
 
     @property
     def classes(self) -> list[str]:
+        """The class names that have at least one region, sorted.
+
+
+        """
         return sorted(self.polygons)
 
 
@@ -77,7 +94,28 @@ def _ring(coords: Any, path: str, index: int) -> np.ndarray:
 
 def read_regions(path: PathLike, classes: Sequence[str] | None = None) -> Regions:
     """The class regions of a GeoJSON file; a class name outside ``classes`` is an error naming the file, the
-    feature and the close spellings."""
+    feature and the close spellings.
+
+    Parameters
+    ----------
+    path : str or Path
+        A GeoJSON file (UTF-8, with or without byte-order mark).
+    classes : sequence of str, optional
+        The data set's classes; None accepts any class name.
+
+    Returns
+    -------
+    Regions
+        The regions by class, with the counts of features left out.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When the file is not valid JSON or GeoJSON, a feature is not an object, a ring has fewer than 3 finite points,
+        or regions have classes outside ``classes`` (all of them listed, up to 10).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: annotation file not found")
@@ -118,7 +156,25 @@ def read_regions(path: PathLike, classes: Sequence[str] | None = None) -> Region
 
 def region_shares(regions: Regions, width: int, height: int, x: np.ndarray, y: np.ndarray, extent: float
                   ) -> dict[str, np.ndarray]:
-    """Share of each tile (level-0 top-left ``x``, ``y``, side ``extent`` level-0 px) covered by each class."""
+    """Share of each tile (level-0 top-left ``x``, ``y``, side ``extent`` level-0 px) covered by each class.
+
+    Parameters
+    ----------
+    regions : Regions
+        The slide's class regions (:func:`read_regions`).
+    width, height : int
+        The slide's level-0 size in pixels; masks are clipped to it.
+    x, y : ndarray of shape (n_tiles,)
+        Level-0 pixel coordinates of each tile's top-left corner.
+    extent : float
+        Tile side in level-0 pixels (the same for every tile).
+
+    Returns
+    -------
+    dict of str to ndarray
+        Class name -> ndarray of shape (n_tiles,), the share of each tile's area in [0, 1] covered by that class's
+        regions (holes excluded).
+    """
     scale = max(1.0, float(extent) / MASK_PIXELS_PER_TILE)  # level-0 px per mask pixel
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -144,7 +200,27 @@ def region_shares(regions: Regions, width: int, height: int, x: np.ndarray, y: n
 
 def tile_labels(regions: Regions, width: int, height: int, x: np.ndarray, y: np.ndarray, extent: float,
                 min_share: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(class name or None, its share)`` of every tile (see the module doc)."""
+    """``(class name or None, its share)`` of every tile (see the module doc).
+
+    Parameters
+    ----------
+    regions : Regions
+        The slide's class regions (:func:`read_regions`).
+    width, height : int
+        The slide's level-0 size in pixels; masks are clipped to it.
+    x, y : ndarray of shape (n_tiles,)
+        Level-0 pixel coordinates of each tile's top-left corner.
+    extent : float
+        Tile side in level-0 pixels (the same for every tile).
+    min_share : float
+        Share of a tile's area a class must cover for the tile to take it, in (0, 1].
+
+    Returns
+    -------
+    tuple of (ndarray, ndarray)
+        Object array of shape (n_tiles,) with the class name or None, and float array of shape (n_tiles,) with the
+        largest class's share (0 where the slide has no regions).
+    """
     shares = region_shares(regions, width, height, x, y, extent)
     n = len(np.asarray(x))
     if not shares:

@@ -78,7 +78,27 @@ _E_REF = (0.07, 0.99, 0.11)
 
 @dataclass(frozen=True)
 class AcquisitionDomain:
-    """How one scanner/site renders stained tissue: stain colours and strengths, then optics and sensor."""
+    """How one scanner/site renders stained tissue: stain colours and strengths, then optics and sensor.
+
+    Attributes
+    ----------
+    name : str
+        The domain's name, the manifest's ``domain`` (``scanner-a`` .. ``scanner-d``).
+    hematoxylin_od, eosin_od : tuple of 3 float
+        Optical-density (RGB) vectors of the two stains; normalised to unit length when imaged.
+    hematoxylin_gain, eosin_gain : float
+        Multipliers of each stain's concentration (stain strength).
+    blur_sigma : float
+        Gaussian optical blur, in pixels (0: none).
+    white_balance : tuple of 3 float
+        Per-channel gain of the transmitted light.
+    gamma : float
+        Exponent applied to [0, 1] intensities.
+    noise_sigma : float
+        Standard deviation of the Gaussian sensor noise, in 8-bit units.
+    jpeg_quality : int or None
+        IJG quality (1-100) of the 8×8 DCT quantisation; None: lossless.
+    """
 
     name: str
     hematoxylin_od: tuple[float, float, float]
@@ -93,7 +113,21 @@ class AcquisitionDomain:
 
     def shifted_from(self, reference: "AcquisitionDomain", strength: float) -> "AcquisitionDomain":
         """This domain moved to ``strength`` × its distance from ``reference`` (0: acquires like the reference,
-        1: itself; other values extrapolate). Lossless counts as JPEG quality 100."""
+        1: itself; other values extrapolate). Lossless counts as JPEG quality 100.
+
+        Parameters
+        ----------
+        reference : AcquisitionDomain
+            The domain at strength 0 (the demo uses ``scanner-a``).
+        strength : float
+            The ``shift_strength`` lever, at least 0; 1 returns this domain itself.
+
+        Returns
+        -------
+        AcquisitionDomain
+            Every numeric field interpolated (or extrapolated) between ``reference`` and this domain, the name kept,
+            blur and noise clipped at 0, JPEG quality clipped to [1, 100] with 100 meaning lossless.
+        """
         if strength == 1.0:
             return self
         values = {}
@@ -318,6 +352,18 @@ def jpeg_like(rgb: np.ndarray, quality: int) -> np.ndarray:
     """JPEG's lossy step without a codec: YCbCr, 8×8 orthonormal DCT, IJG-scaled quantisation, inverse.
 
     Deterministic and free of libjpeg versions; no chroma subsampling. ``rgb`` is float in [0, 255].
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (height, width, 3)
+        Float RGB in [0, 255].
+    quality : int
+        IJG quality, 1 to 100 (lower: coarser quantisation).
+
+    Returns
+    -------
+    ndarray of shape (height, width, 3)
+        Float RGB after the round trip, not clipped or rounded.
     """
     from scipy import fft
 
@@ -345,7 +391,19 @@ def jpeg_like(rgb: np.ndarray, quality: int) -> np.ndarray:
 @dataclass(frozen=True)
 class TileComposition:
     """What one tile shows and how it is labelled: the dominant ``tissue_class``, a ``second_class`` (-1 for
-    none) covering ``second_share`` of it, and the annotated ``label`` (another class where it is noisy)."""
+    none) covering ``second_share`` of it, and the annotated ``label`` (another class where it is noisy).
+
+    Attributes
+    ----------
+    tissue_class : int
+        Index into ``CLASS_NAMES`` of the tissue covering most of the tile.
+    second_class : int
+        Index of the tissue laid over part of it, or -1 for none.
+    second_share : float
+        Share of the tile the second tissue covers, in [0, 0.5].
+    label : int
+        The annotated class: ``tissue_class``, or another class where label noise struck.
+    """
 
     tissue_class: int
     second_class: int
@@ -357,7 +415,26 @@ def draw_composition(rng: np.random.Generator, tissue_class: int, tissue_mixing:
                      label_noise: float, n_classes: int = len(CLASS_NAMES)) -> TileComposition:
     """A tile's composition: second class uniform among the others at a share uniform in [0, tissue_mixing];
     with probability ``label_noise`` the label is another class, uniform among the others. The draws are the
-    same whatever the levers, so a lever changes how much, not which tiles."""
+    same whatever the levers, so a lever changes how much, not which tiles.
+
+    Parameters
+    ----------
+    rng : Generator
+        The tile's grading generator; four values are drawn from it whatever the levers.
+    tissue_class : int
+        The tile's dominant class.
+    tissue_mixing : float
+        The ``tissue_mixing`` lever, in [0, 0.5]: the largest share of a second class.
+    label_noise : float
+        The ``label_noise`` lever, in [0, 1]: the probability that the label is another class.
+    n_classes : int
+        Number of classes (default ``len(CLASS_NAMES)``, 5).
+
+    Returns
+    -------
+    TileComposition
+        ``second_class`` -1 when the drawn share is 0.
+    """
     others = [c for c in range(n_classes) if c != tissue_class]
     share_u, second, flip_u, noisy = rng.uniform(), int(rng.choice(others)), rng.uniform(), int(rng.choice(others))
     share = float(share_u * tissue_mixing)
@@ -368,7 +445,26 @@ def draw_composition(rng: np.random.Generator, tissue_class: int, tissue_mixing:
 def tissue_stains(composition: TileComposition, patient: _Patient, rng: np.random.Generator,
                   second_rng: np.random.Generator, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Hematoxylin and eosin concentration maps of a tile: the dominant tissue drawn with ``rng``, the second
-    one (if any) drawn with ``second_rng`` and laid over a smooth blob covering ``second_share`` of the tile."""
+    one (if any) drawn with ``second_rng`` and laid over a smooth blob covering ``second_share`` of the tile.
+
+    Parameters
+    ----------
+    composition : TileComposition
+        What the tile shows.
+    patient : _Patient
+        The patient's stain gains, nucleus scale and stain-vector jitter (drawn per domain and patient from the seed).
+    rng : Generator
+        Generator of the dominant tissue's drawing.
+    second_rng : Generator
+        Generator of the second tissue and of the blob's shape (the grading generator).
+    size : int
+        Tile side in pixels.
+
+    Returns
+    -------
+    tuple of (ndarray, ndarray)
+        Hematoxylin and eosin concentration maps, float arrays of shape (size, size).
+    """
     h, e = _PAINTERS[composition.tissue_class](rng, size, patient)
     if composition.second_class < 0:
         return h, e
@@ -381,7 +477,24 @@ def tissue_stains(composition: TileComposition, patient: _Patient, rng: np.rando
 
 def acquire(h: np.ndarray, e: np.ndarray, domain: AcquisitionDomain, patient: _Patient,
             rng: np.random.Generator) -> np.ndarray:
-    """Stain concentration maps as ``domain`` images them for ``patient``: RGB uint8."""
+    """Stain concentration maps as ``domain`` images them for ``patient``: RGB uint8.
+
+    Parameters
+    ----------
+    h, e : ndarray of shape (size, size)
+        Hematoxylin and eosin concentration maps (negative values are clipped to 0).
+    domain : AcquisitionDomain
+        The scanner that images them: stain vectors and gains, white balance, blur, gamma, noise, JPEG.
+    patient : _Patient
+        The patient's stain gains, nucleus scale and stain-vector jitter (drawn per domain and patient from the seed).
+    rng : Generator
+        Generator of the sensor noise.
+
+    Returns
+    -------
+    ndarray of shape (size, size, 3)
+        The RGB tile, uint8.
+    """
     from scipy import ndimage
 
     h = np.clip(h, 0, None) * domain.hematoxylin_gain * patient.hematoxylin_gain
@@ -402,7 +515,26 @@ def acquire(h: np.ndarray, e: np.ndarray, domain: AcquisitionDomain, patient: _P
 def render_tile(
     class_index: int, domain: AcquisitionDomain, patient: _Patient, rng: np.random.Generator, size: int
 ) -> np.ndarray:
-    """One clean ``size``×``size`` RGB uint8 tile of class ``class_index`` as ``domain`` acquires it."""
+    """One clean ``size``×``size`` RGB uint8 tile of class ``class_index`` as ``domain`` acquires it.
+
+    Parameters
+    ----------
+    class_index : int
+        Index into ``CLASS_NAMES``.
+    domain : AcquisitionDomain
+        The scanner that images it.
+    patient : _Patient
+        The patient's stain gains, nucleus scale and stain-vector jitter (drawn per domain and patient from the seed).
+    rng : Generator
+        Generator of the tissue's drawing and of the sensor noise.
+    size : int
+        Tile side in pixels.
+
+    Returns
+    -------
+    ndarray of shape (size, size, 3)
+        The RGB tile, uint8, with no second tissue.
+    """
     h, e = _PAINTERS[class_index](rng, size, patient)
     return acquire(h, e, domain, patient, rng)
 
@@ -419,7 +551,25 @@ def _patient(seed: int, d: int, p: int, variability: float = 1.0) -> _Patient:
 
 
 def patient_splits(n_patients: int, rng: np.random.Generator) -> list[str]:
-    """Split of each patient (index order): 20 % test, 20 % val (at least one each), the rest train."""
+    """Split of each patient (index order): 20 % test, 20 % val (at least one each), the rest train.
+
+    Parameters
+    ----------
+    n_patients : int
+        Patients of one domain, at least 3.
+    rng : Generator
+        Generator of the permutation that picks them.
+
+    Returns
+    -------
+    list of str
+        ``train``, ``val`` or ``test`` for each patient index.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n_patients`` is below 3.
+    """
     if n_patients < 3:
         raise FmauditInputError(f"demo data: n_patients_per_domain must be at least 3 (train/val/test), "
                                 f"got {n_patients}")
@@ -435,7 +585,18 @@ def patient_splits(n_patients: int, rng: np.random.Generator) -> list[str]:
 
 
 def pixel_sha256(rgb: np.ndarray) -> str:
-    """SHA-256 of an image's shape and RGB bytes (independent of the file format that stores it)."""
+    """SHA-256 of an image's shape and RGB bytes (independent of the file format that stores it).
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (height, width, 3)
+        The image; converted to contiguous uint8 before hashing.
+
+    Returns
+    -------
+    str
+        Hex sha256 of the shape's ``repr`` followed by the bytes.
+    """
     h = hashlib.sha256(repr(rgb.shape).encode())
     h.update(np.ascontiguousarray(rgb, dtype=np.uint8).tobytes())
     return h.hexdigest()
@@ -503,6 +664,28 @@ def prepare_demo_tiles(dataset: str, data_root: Path, params: dict[str, Any]) ->
     ``tiles_per_patient_per_class``, ``n_domains`` (1 to 4), and the grading levers ``tissue_mixing``,
     ``label_noise``, ``patient_variability``, ``shift_strength`` (module docstring); defaults in
     ``DEMO_DEFAULTS``. Default size: 5 classes × 3 domains × 6 patients × 4 tiles = 360 tiles of 64 px.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's slug: the folder under ``data_root`` and the manifest's ``dataset`` column.
+    data_root : Path
+        Where the tiles are written, ``<data_root>/<dataset>/<domain>/<item_id>.png``; a PNG whose pixels already match
+        is not rewritten.
+    params : dict
+        Any of ``DEMO_DEFAULTS``' keys; an unknown key or an out-of-range value raises.
+
+    Returns
+    -------
+    DataFrame
+        One row per tile: ``dataset``, ``item_id`` (``<domain>_p<NN>_<class>_<KK>``), ``source``, ``label``,
+        ``label_name``, ``group`` (the patient), ``domain``, ``split`` (patient-level, per domain), and
+        ``tissue_class``, ``second_class``, ``second_share``, ``pixel_sha256``.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown parameter or a value of the wrong type or out of range.
     """
     p = _check_params(dataset, params)
     seed, size = p["seed"], p["image_size"]

@@ -57,6 +57,29 @@ def verify_file(path: str | Path, sha256: str | None = None, md5: str | None = N
     """Raise :class:`FmauditInputError` if the file's size or checksums differ from the expected ones.
 
     Returns the file's sha256 when a checksum was checked (the digests are computed in one read), else None.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to check.
+    sha256 : str, optional
+        Expected hex sha256 (any case); None: not checked.
+    md5 : str, optional
+        Expected hex md5 (any case); None: not checked.
+    expected_size : int, optional
+        Expected size in bytes; None: not checked.
+    url : str, optional
+        Where the file came from, named in the error message.
+
+    Returns
+    -------
+    str or None
+        The file's hex sha256 when ``sha256`` or ``md5`` was given, else None (the size alone needs no read).
+
+    Raises
+    ------
+    FmauditInputError
+        When the size or a checksum differs, naming the file (and its URL) and both values.
     """
     path = Path(path)
     what = f"{path}" + (f" (from {url})" if url else "")
@@ -74,7 +97,18 @@ def verify_file(path: str | Path, sha256: str | None = None, md5: str | None = N
 
 
 def sha256_sidecar(path: str | Path) -> Path:
-    """Where the sha256 of a download without a published one is recorded: ``<file>.sha256``."""
+    """Where the sha256 of a download without a published one is recorded: ``<file>.sha256``.
+
+    Parameters
+    ----------
+    path : Path
+        The downloaded file (a ``Path``: its ``with_name`` is used).
+
+    Returns
+    -------
+    Path
+        ``<file>.sha256`` beside it, in ``sha256sum`` format (``<64 hex digits>  <file name>``).
+    """
     path = Path(path)
     return path.with_name(path.name + ".sha256")
 
@@ -171,6 +205,35 @@ def fetch(
     checksums (``sha256``, ``md5``; either may be None when the source publishes none) are verified; a
     mismatch deletes the part file and raises :class:`FmauditInputError`. Only a verified file is renamed
     onto ``dest``.
+
+    Parameters
+    ----------
+    url : str
+        ``http``, ``https`` or ``file`` URL.
+    dest : str or Path
+        Where the verified file ends up; its folder is created.
+    sha256 : str, optional
+        Published hex sha256; None: the file's sha256 is recorded at the first download and checked later
+        (:func:`sha256_sidecar`).
+    expected_size : int, optional
+        Published size in bytes; None: not checked.
+    resume : bool
+        Continue an existing ``dest.part`` with a range request (default true); false starts from zero.
+    md5 : str, optional
+        Published hex md5; None: not checked.
+    timeout : float
+        Seconds the connection may stall (default 60).
+
+    Returns
+    -------
+    Path
+        ``dest``.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unsupported scheme, an HTTP or connection error, a missing ``file://`` file, or a size or checksum
+        mismatch (with the file, or with the earlier recorded sha256).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -280,6 +343,26 @@ def unpack(archive: str | Path, dest_dir: str | Path) -> Path:
     ``__MACOSX`` folders are skipped. A marker ``.fmaudit-unpacked-<archive name>`` in ``dest_dir`` records
     a finished unpack, and makes a second call a no-op. A top-level entry that already exists in
     ``dest_dir`` (from another source) stops the unpack with an error rather than being overwritten.
+
+    Parameters
+    ----------
+    archive : str or Path
+        A .zip, .tar, .tar.gz/.tgz, .tar.bz2, .tar.xz or single-file .gz archive.
+    dest_dir : str or Path
+        Folder the archive's top-level entries are moved into; created when missing.
+
+    Returns
+    -------
+    Path
+        ``dest_dir``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``archive`` does not exist.
+    FmauditInputError
+        On an unknown archive type or a corrupt archive, a member with an absolute path, ``..``, a link pointing out or
+        a device file, or a top-level entry that already exists in ``dest_dir``.
     """
     archive, dest_dir = Path(archive), Path(dest_dir)
     if not archive.exists():
@@ -330,7 +413,23 @@ def unpack(archive: str | Path, dest_dir: str | Path) -> Path:
 
 
 def gunzip(path: str | Path) -> Path:
-    """Decompress ``x.gz`` to ``x`` beside it (atomically); return the decompressed path."""
+    """Decompress ``x.gz`` to ``x`` beside it (atomically); return the decompressed path.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.gz`` file; an existing decompressed file beside it is returned as is.
+
+    Returns
+    -------
+    Path
+        The decompressed file (``path`` without ``.gz``).
+
+    Raises
+    ------
+    FmauditInputError
+        When the name does not end in ``.gz`` or the file is not valid gzip.
+    """
     path = Path(path)
     if not path.name.endswith(".gz"):
         raise FmauditInputError(f"{path}: not a .gz file")
@@ -362,7 +461,28 @@ def _item_path(slug: str, item: Mapping[str, Any], data_root: Path) -> Path:
 
 def downloaded_checksums(slug: str, entry: Mapping[str, Any], data_root: str | Path) -> list[dict[str, Any]]:
     """The sha256 of every downloaded file of a registry entry: ``published`` or ``recorded`` (sidecar), for
-    provenance; files not downloaded (or recorded) yet have ``sha256`` None."""
+    provenance; files not downloaded (or recorded) yet have ``sha256`` None.
+
+    Parameters
+    ----------
+    slug : str
+        The data set's slug (archives lie under ``data_root/downloads/<slug>/``).
+    entry : mapping
+        Its registry entry; its ``files`` items are read.
+    data_root : str or Path
+        The data root the files were downloaded into.
+
+    Returns
+    -------
+    list of dict
+        One dict per ``files`` item: ``url``, ``path``, ``sha256`` (hex or None) and ``sha256_source`` (``published`` or
+        ``recorded``).
+
+    Raises
+    ------
+    FmauditInputError
+        When a sidecar is not a valid sha256 record.
+    """
     rows = []
     for item in entry.get("files") or []:
         path = _item_path(slug, item, Path(data_root))
@@ -382,6 +502,27 @@ def download_dataset(slug: str, entry: Mapping[str, Any], data_root: str | Path,
     default data_root itself). Archives are kept in ``data_root/downloads/<slug>/`` unless
     ``keep_archives`` is false. Entries without files (registration, Kaggle, TCIA) raise with their
     ``how_to_get`` text.
+
+    Parameters
+    ----------
+    slug : str
+        The data set's slug, named in messages and in the archive folder.
+    entry : mapping
+        Its registry entry (``resources/datasets.yaml``): ``files`` and, for error messages, ``how_to_get``.
+    data_root : str or Path
+        Where the data sets live.
+    keep_archives : bool
+        Keep the downloaded archives after unpacking (default true).
+
+    Returns
+    -------
+    Path
+        ``data_root``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the entry has no ``files`` (it says how to get the data set), and as :func:`fetch` and :func:`unpack`.
     """
     data_root = Path(data_root)
     files = entry.get("files") or []

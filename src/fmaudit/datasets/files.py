@@ -35,13 +35,35 @@ _READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError, Fmaudi
 
 
 def image_files(manifest: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct image file of the manifest (rows without ``x``), the first item naming it."""
+    """One row per distinct image file of the manifest (rows without ``x``), the first item naming it.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A manifest; rows with ``x`` (slide tiles) are left out.
+
+    Returns
+    -------
+    DataFrame
+        The first row of each distinct ``source``, index reset.
+    """
     rows = manifest[manifest["x"].isna()] if "x" in manifest.columns else manifest
     return rows.drop_duplicates("source").reset_index(drop=True)
 
 
 def slide_files(manifest: pd.DataFrame) -> pd.DataFrame:
-    """One row per slide of the manifest's tiles, with its first tile."""
+    """One row per slide of the manifest's tiles, with its first tile.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A manifest; only rows with ``x`` (slide tiles) count.
+
+    Returns
+    -------
+    DataFrame
+        The first tile row of each distinct ``source``, index reset (no rows when the manifest has no tiles).
+    """
     if "x" not in manifest.columns:
         return manifest.iloc[0:0]
     return manifest[manifest["x"].notna()].drop_duplicates("source").reset_index(drop=True)
@@ -92,14 +114,48 @@ def _decode(row: pd.Series) -> None:
 
 
 def check_image_headers(manifest: pd.DataFrame, workers: int = 4) -> tuple[list[str], str]:
-    """Every image file's header (see the module doc): ``(problems, what was checked)``."""
+    """Every image file's header (see the module doc): ``(problems, what was checked)``.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A data set's manifest (``source``, ``item_id``, and ``x`` for slide tiles; ``sheet`` and the sheet line, where
+        present, are named in the problems).
+    workers : int
+        Threads that open files at once (default 4); 1 or fewer, or fewer than 64 files, reads in this thread.
+
+    Returns
+    -------
+    tuple of (list of str, str)
+        The problems, one line per unreadable file (``<source>: <what> (<error>) (item ..., line ... of <sheet>)``),
+        empty when all read; and a line saying what was checked, for the log.
+    """
     files = image_files(manifest)
     problems = _run(files, _header, "not a readable image", workers)
     return problems, f"{len(files)} image file header(s) read"
 
 
 def check_image_decode(manifest: pd.DataFrame, sample: int, seed: int, workers: int = 4) -> tuple[list[str], str]:
-    """A seeded sample of ``sample`` image files fully decoded (all of them when fewer): ``(problems, what)``."""
+    """A seeded sample of ``sample`` image files fully decoded (all of them when fewer): ``(problems, what)``.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A data set's manifest (``source``, ``item_id``, and ``x`` for slide tiles; ``sheet`` and the sheet line, where
+        present, are named in the problems).
+    sample : int
+        Number of distinct image files to decode.
+    seed : int
+        Seed of ``np.random.default_rng`` that picks them.
+    workers : int
+        Threads that open files at once (default 4); 1 or fewer, or fewer than 64 files, reads in this thread.
+
+    Returns
+    -------
+    tuple of (list of str, str)
+        The problems, one line per unreadable file (``<source>: <what> (<error>) (item ..., line ... of <sheet>)``),
+        empty when all read; and a line saying what was checked, for the log.
+    """
     files = image_files(manifest)
     n = min(int(sample), len(files))
     rng = np.random.default_rng(int(seed))
@@ -114,7 +170,22 @@ def _slide(row: pd.Series) -> None:
 
 
 def check_slides(manifest: pd.DataFrame, workers: int = 2) -> tuple[list[str], str]:
-    """Every slide of the manifest opened with openslide and its first tile read: ``(problems, what)``."""
+    """Every slide of the manifest opened with openslide and its first tile read: ``(problems, what)``.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A data set's manifest (``source``, ``item_id``, and ``x`` for slide tiles; ``sheet`` and the sheet line, where
+        present, are named in the problems).
+    workers : int
+        Threads that open files at once (default 2); 1 or fewer, or fewer than 64 files, reads in this thread.
+
+    Returns
+    -------
+    tuple of (list of str, str)
+        The problems, one line per unreadable file (``<source>: <what> (<error>) (item ..., line ... of <sheet>)``),
+        empty when all read; and a line saying what was checked, for the log.
+    """
     files = slide_files(manifest)
     problems = _run(files, _slide, "openslide cannot read it", workers)
     return problems, f"{len(files)} slide(s) opened with openslide, one tile of each read"

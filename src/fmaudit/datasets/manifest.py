@@ -56,7 +56,24 @@ SPLITS = ("train", "val", "test", "unassigned")
 
 
 def make_manifest(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
-    """Build a manifest with the canonical column order and dtypes; missing optional columns become NA."""
+    """Build a manifest with the canonical column order and dtypes; missing optional columns become NA.
+
+    Parameters
+    ----------
+    rows : list of dict or DataFrame
+        One row per item; needs ``dataset``, ``item_id``, ``source``, ``group`` and ``domain``. ``x``, ``y``, ``level``,
+        ``size``, ``label`` and ``label_name`` missing become NA, a missing ``split`` becomes ``unassigned``.
+
+    Returns
+    -------
+    DataFrame
+        The :data:`MANIFEST_COLUMNS` in order with their dtypes, then the extra columns as given; index reset.
+
+    Raises
+    ------
+    FmauditInputError
+        When a required column is missing.
+    """
     df = pd.DataFrame(rows).copy()
     for col, dtype in MANIFEST_COLUMNS.items():
         if col not in df.columns:
@@ -72,7 +89,27 @@ def make_manifest(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
 
 
 def validate_manifest(df: pd.DataFrame, name: str = "manifest") -> pd.DataFrame:
-    """Check a manifest; raise :class:`FmauditInputError` naming the column or the first bad row."""
+    """Check a manifest; raise :class:`FmauditInputError` naming the column or the first bad row.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A manifest as :func:`make_manifest` builds it.
+    name : str
+        What to call it in error messages, e.g. ``manifest of nct_crc_he``.
+
+    Returns
+    -------
+    DataFrame
+        ``df`` itself, unchanged, when it passes: required columns present, at least one row, no NA in dataset, item_id,
+        source, group, domain or split, unique item ids, known split and group_unit values, slide tiles with
+        y/level/size, non-negative labels, one label_name per label.
+
+    Raises
+    ------
+    FmauditInputError
+        On the first check that fails, naming the column or the row.
+    """
     missing = [c for c in MANIFEST_COLUMNS if c not in df.columns]
     if missing:
         raise FmauditInputError(f"{name}: missing column(s) {missing}")
@@ -116,7 +153,21 @@ def validate_manifest(df: pd.DataFrame, name: str = "manifest") -> pd.DataFrame:
 
 
 def check_group_disjoint(df: pd.DataFrame, name: str = "manifest") -> None:
-    """Raise if one group (patient/slide) has items on more than one of train/val/test."""
+    """Raise if one group (patient/slide) has items on more than one of train/val/test.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A manifest with ``domain``, ``group`` and ``split``; rows on ``unassigned`` are ignored. A group is keyed by
+        (domain, group).
+    name : str
+        What to call the table in the error message.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the first group found on two or more splits.
+    """
     assigned = df[df["split"] != "unassigned"]
     per_group = assigned.groupby(["domain", "group"])["split"].nunique()
     leaky = per_group[per_group > 1]
@@ -128,7 +179,19 @@ def check_group_disjoint(df: pd.DataFrame, name: str = "manifest") -> None:
 
 
 def label_names(df: pd.DataFrame) -> list[str]:
-    """Class names indexed by label (``'class_k'`` where a name is missing)."""
+    """Class names indexed by label (``'class_k'`` where a name is missing).
+
+    Parameters
+    ----------
+    df : DataFrame
+        A manifest with ``label`` and ``label_name``; unlabelled rows are ignored.
+
+    Returns
+    -------
+    list of str
+        Entry ``k`` is the name of label ``k``, for ``k`` from 0 to the largest label; an empty list when no row is
+        labelled.
+    """
     lab = df.dropna(subset=["label"])
     if len(lab) == 0:
         return []

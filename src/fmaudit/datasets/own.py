@@ -67,7 +67,29 @@ def automatic_split(df: pd.DataFrame, fractions: Sequence[float], seed: int, whe
 
     Each domain is split on its own (every domain then has train, val and test groups where it has enough),
     unless a group has items in several domains (the same patient scanned twice): then the groups are split
-    once over all domains, stratified by domain and label, so that a patient is on one split everywhere."""
+    once over all domains, stratified by domain and label, so that a patient is on one split everywhere.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Manifest rows with ``group``, ``domain`` and ``label``.
+    fractions : sequence of float
+        Train, val and test shares, summing to 1 (the entry's ``fractions``).
+    seed : int
+        Seed of the grouped split (the entry's ``seed``).
+    where : str
+        Prefix of error messages, e.g. ``"data set 'mine': "``.
+
+    Returns
+    -------
+    DataFrame
+        ``df`` (same index and row order) with a ``split`` column of train/val/test.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``fractions`` does not sum to 1, or as :func:`~fmaudit.datasets.splits.grouped_split` does.
+    """
     frac = [float(f) for f in fractions]
     if abs(sum(frac) - 1.0) > 1e-6:
         raise FmauditInputError(f"{where}fractions {list(fractions)} must sum to 1")
@@ -113,7 +135,30 @@ def read_image_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
     """The rows of an ``image_table`` sheet as manifest columns (``item_id``, ``source``, ``label``,
     ``label_name``, ``group``, ``domain``, ``patient``, ``slide``, ``split`` where given, ``sheet``,
     :data:`~fmaudit.datasets.sheets.LINE_COLUMN`); every bad line of the sheet is named, no image is read
-    (their existence is checked: a stat per file)."""
+    (their existence is checked: a stat per file).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``resources/schemas/datasets.schema.yaml``,
+        ``image_table``): ``sheet``, ``classes``, ``labels_required``, ``fractions``, ``seed``, ``group_by``.
+
+    Returns
+    -------
+    DataFrame
+        One row per sheet line: ``dataset``, ``item_id``, ``source``, ``label`` (index into ``classes``, NA where
+        empty), ``label_name``, ``group`` (the ``group_by`` column), ``domain``, ``patient``, ``slide`` (NA where not
+        given), ``sheet``, the sheet line, and ``split`` when the sheet has one. ``source`` is the image path resolved
+        against the sheet's folder.
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every bad line at once: missing columns or values, unknown classes, a group on several splits, duplicate
+        item ids, image files that do not exist.
+    """
     sheet_path = str(params["sheet"])
     sheet = read_sheet(sheet_path, IMAGE_COLUMNS, IMAGE_OPTIONAL, non_empty=("path", "patient", "domain"),
                        what="image sheet")
@@ -147,7 +192,29 @@ def _sheet_manifest(dataset: str, sheet: pd.DataFrame, sheet_path: Any, items: A
 
 @register_preparer("image_table")
 def prepare_image_table(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
-    """Preparer of ``image_table`` entries (``data_root`` unused: the sheet lists its files)."""
+    """Preparer of ``image_table`` entries (``data_root`` unused: the sheet lists its files).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Unused: the sheet names its files (the preparer signature is shared by every kind).
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``resources/schemas/datasets.schema.yaml``,
+        ``image_table``): ``sheet``, ``classes``, ``labels_required``, ``fractions``, ``seed``, ``group_by``.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`read_image_table` with ``split`` (the sheet's, else :func:`automatic_split`), and the split's
+        provenance (mode, fractions, seed, groups per domain and split) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`read_image_table` and :func:`automatic_split`.
+    """
     rows = read_image_table(dataset, params)
     split_given = "split" in rows.columns
     out = rows if split_given else automatic_split(rows, params["fractions"], int(params["seed"]),
@@ -176,7 +243,32 @@ def read_slide_table(dataset: str, params: Mapping[str, Any], read_annotations: 
     ``group``, ``label`` (class name or NA), ``annotations`` (path or NA), ``split`` where given, ``mpp``
     (Float64) and the sheet line. Every bad line is named: missing files, a class outside ``classes``, a slide
     with neither label nor annotations where labels are required (or with both), and with
-    ``read_annotations`` every annotated region of a class outside ``classes``."""
+    ``read_annotations`` every annotated region of a class outside ``classes``.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``slide_table``): ``sheet``, ``classes``,
+        ``labels_required``, ``min_region_share``, ``keep_unannotated_tiles``, ``target_mpp``, ``tile_size``,
+        ``min_tissue_fraction``, ``max_tiles_per_slide``, ``fractions``, ``seed``, ``group_by``.
+    read_annotations : bool
+        Also parse every annotation file and check its region classes (default true); false checks only that the files
+        exist.
+
+    Returns
+    -------
+    DataFrame
+        One row per slide: ``slide``, ``path`` (resolved), ``patient``, ``domain``, ``group``, ``label`` (class name; NA
+        for annotated slides), ``annotations`` (path or NA), ``mpp`` (Float64, NA: read from the slide), the sheet line,
+        and ``split`` where the sheet has one.
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every bad line at once.
+    """
     sheet_path = str(params["sheet"])
     sheet = read_sheet(sheet_path, SLIDE_COLUMNS, SLIDE_OPTIONAL, non_empty=SLIDE_COLUMNS, what="slide sheet")
     problems = SheetProblems(sheet_path, "slide sheet")
@@ -281,7 +373,35 @@ def _slide_tiles(row: Any, params: Mapping[str, Any], classes: Sequence[str], wh
 @register_preparer("slide_table")
 def prepare_slide_table(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Preparer of ``slide_table`` entries: every slide's tissue tiles, labelled by their slide or their regions,
-    split by the sheet or automatically (``data_root`` unused)."""
+    split by the sheet or automatically (``data_root`` unused).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Unused: the sheet names its files (the preparer signature is shared by every kind).
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``slide_table``): ``sheet``, ``classes``,
+        ``labels_required``, ``min_region_share``, ``keep_unannotated_tiles``, ``target_mpp``, ``tile_size``,
+        ``min_tissue_fraction``, ``max_tiles_per_slide``, ``fractions``, ``seed``, ``group_by``.
+
+    Returns
+    -------
+    DataFrame
+        One row per kept tile: ``item_id`` (``<slide>_x<x>_y<y>``), the tile columns of
+        :func:`fmaudit.slides.tile_coordinates` (``x``, ``y``, ``level``, ``size``, ``tissue_fraction``,
+        ``mpp``),
+        ``label_name``/``label`` (NA for unlabelled tiles), ``region_share`` (NaN for slide-labelled tiles),
+        ``dataset``, ``source`` (the slide), ``group``, ``domain``, ``patient``, ``slide``, ``sheet``, the sheet line,
+        ``split``; the split's provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`read_slide_table`, when a slide cannot be tiled (the message names its sheet line), or when no tile of
+        an annotated slide is covered enough by a region.
+    """
     sheet = read_slide_table(dataset, params)
     classes = list(params["classes"])
     index = {c: i for i, c in enumerate(classes)}
@@ -320,7 +440,29 @@ FEATURE_OPTIONAL = ("slide", "split")
 
 def read_feature_ids(path: PathLike, ids_key: str | None = None, features_key: str = "features"
                      ) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``(item ids, shape of the feature array)`` of a feature file, without reading the features."""
+    """``(item ids, shape of the feature array)`` of a feature file, without reading the features.
+
+    Parameters
+    ----------
+    path : str or Path
+        An .h5/.hdf5 or .npz feature file.
+    ids_key : str, optional
+        Name of the item-id array; None takes the first of :data:`FEATURE_ID_KEYS` the file holds.
+    features_key : str
+        Name of the (items x dims) feature array (default ``features``).
+
+    Returns
+    -------
+    tuple of (ndarray, tuple of int)
+        The ids (object array of str) and the feature array's shape ``(N, D)`` (a leading axis of 1 dropped).
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        On a suffix other than .h5/.hdf5/.npz, a missing array, or a feature array whose shape does not match the ids.
+    """
     arrays = _open_feature_file(path, ids_key, features_key, read_features=False)
     return arrays[0], arrays[2]
 
@@ -329,7 +471,29 @@ def read_feature_file(path: PathLike, ids_key: str | None = None, features_key: 
                       ) -> tuple[np.ndarray, np.ndarray]:
     """``(item ids, features (N, D) float32)`` of an HDF5 (``.h5``/``.hdf5``) or ``.npz`` feature file; the ids
     are ``ids_key`` or the first of :data:`FEATURE_ID_KEYS` the file holds; a leading axis of 1 (one bag, as
-    CLAM and TRIDENT write) is dropped."""
+    CLAM and TRIDENT write) is dropped.
+
+    Parameters
+    ----------
+    path : str or Path
+        An .h5/.hdf5 or .npz feature file.
+    ids_key : str, optional
+        Name of the item-id array; None takes the first of :data:`FEATURE_ID_KEYS` the file holds.
+    features_key : str
+        Name of the (items x dims) feature array (default ``features``).
+
+    Returns
+    -------
+    tuple of (ndarray, ndarray)
+        The ids (object array of str, length N) and the features, float32 of shape ``(N, D)``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        On a suffix other than .h5/.hdf5/.npz, a missing array, or a feature array whose shape does not match the ids.
+    """
     ids, feats, _ = _open_feature_file(path, ids_key, features_key, read_features=True)
     return ids, feats
 
@@ -371,7 +535,30 @@ def _open_feature_file(path: PathLike, ids_key: str | None, features_key: str, r
 
 def read_feature_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
     """The labels sheet of a ``features`` entry as manifest columns; every item must be in every feature file
-    (its ids are read, not its features), and every file must exist: errors name the line or the file."""
+    (its ids are read, not its features), and every file must exist: errors name the line or the file.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``features``): ``sheet``, ``files`` (encoder ->
+        file), ``features_key``, ``ids_key``, ``readout``, ``classes``, ``labels_required``, ``fractions``, ``seed``,
+        ``group_by``.
+
+    Returns
+    -------
+    DataFrame
+        One row per sheet line: ``dataset``, ``item_id``, ``source``, ``label`` (index into ``classes``, NA where
+        empty), ``label_name``, ``group`` (the ``group_by`` column), ``domain``, ``patient``, ``slide`` (NA where not
+        given), ``sheet``, the sheet line, and ``split`` when the sheet has one. ``source`` is ``features:<item_id>``.
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every bad line of the sheet at once (including an item id on two lines), then naming the first feature
+        file that lacks some of the sheet's items.
+    """
     sheet_path = str(params["sheet"])
     sheet = read_sheet(sheet_path, FEATURE_COLUMNS, FEATURE_OPTIONAL, non_empty=("item_id", "patient", "domain"),
                        what="features sheet")
@@ -401,7 +588,30 @@ def read_feature_table(dataset: str, params: Mapping[str, Any]) -> pd.DataFrame:
 @register_preparer("features")
 def prepare_features(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Preparer of ``features`` entries: the labels sheet as a manifest (the features are imported per encoder
-    by the workflow's ``import_features`` rule, in this manifest's items)."""
+    by the workflow's ``import_features`` rule, in this manifest's items).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Unused: the sheet names its files (the preparer signature is shared by every kind).
+    params : mapping
+        The entry's ``params`` with the schema's defaults filled in (``features``): ``sheet``, ``files`` (encoder ->
+        file), ``features_key``, ``ids_key``, ``readout``, ``classes``, ``labels_required``, ``fractions``, ``seed``,
+        ``group_by``.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`read_feature_table` with ``split``; provenance (the split and the files per encoder) in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`read_feature_table` and :func:`automatic_split`.
+    """
     rows = read_feature_table(dataset, params)
     split_given = "split" in rows.columns
     out = rows if split_given else automatic_split(rows, params["fractions"], int(params["seed"]),
@@ -411,7 +621,18 @@ def prepare_features(dataset: str, data_root: Path, params: dict[str, Any]) -> p
 
 
 def feature_files(params: Mapping[str, Any]) -> dict[str, str]:
-    """Encoder -> feature file of a ``features`` entry's params, paths taken relative to its sheet."""
+    """Encoder -> feature file of a ``features`` entry's params, paths taken relative to its sheet.
+
+    Parameters
+    ----------
+    params : mapping
+        A ``features`` entry's params: ``files`` (encoder -> path) and ``sheet``.
+
+    Returns
+    -------
+    dict of str to str
+        Encoder slug -> feature file path, relative paths resolved against the sheet's folder.
+    """
     files = dict(params["files"])
     return dict(zip(files, resolve_paths(params["sheet"], files.values())))
 
@@ -419,7 +640,22 @@ def feature_files(params: Mapping[str, Any]) -> dict[str, str]:
 def feature_encoders(config_datasets: Sequence[str], registry: Mapping[str, Mapping[str, Any]],
                      params_of: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """``{(encoder, data set): what its import reads}`` (file, features_key, ids_key, readout or None) of every
-    ``features`` data set of ``config_datasets``; ``params_of`` gives each data set's parameters."""
+    ``features`` data set of ``config_datasets``; ``params_of`` gives each data set's parameters.
+
+    Parameters
+    ----------
+    config_datasets : sequence of str
+        The data sets of the config.
+    registry : mapping
+        Data-set registry: slug -> entry (its ``kind`` is read).
+    params_of : mapping
+        Slug -> the data set's resolved params.
+
+    Returns
+    -------
+    dict
+        ``(encoder, data set)`` -> ``{"file", "features_key", "ids_key", "readout"}``, for ``features`` data sets only.
+    """
     out = {}
     for ds in config_datasets:
         if registry[ds]["kind"] != "features":
@@ -436,7 +672,26 @@ def precomputed_encoders(imports: Mapping[tuple[str, str], Mapping[str, Any]],
     """Encoder entries for the names of :func:`feature_encoders` that no registry defines: ``loader:
     precomputed`` (nothing to build: no embedding job may run for them), one readout (the imports' ``readout``,
     else ``cls``) of the files' width (their headers are read). Two files of one name must agree in width and
-    readout."""
+    readout.
+
+    Parameters
+    ----------
+    imports : mapping
+        What :func:`feature_encoders` returns.
+    encoder_registry : mapping
+        Encoder slug -> registry entry; names found here are left out.
+
+    Returns
+    -------
+    dict
+        Encoder name -> entry with ``description``, ``loader`` (``precomputed``), ``weights``, ``readouts``,
+        ``default_readout``, ``embed_dim`` (the files' width), ``gpu`` (false) and ``precision`` (float32).
+
+    Raises
+    ------
+    FmauditInputError
+        When two files of one name disagree in width or readout, or as :func:`read_feature_ids` does.
+    """
     out: dict[str, dict[str, Any]] = {}
     for (encoder, _), spec in sorted(imports.items()):
         if encoder in encoder_registry:

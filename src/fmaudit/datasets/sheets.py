@@ -39,7 +39,15 @@ _TAB_SUFFIXES = (".tsv", ".tab", ".txt")
 
 
 class SheetProblems:
-    """The problems found in one sheet; :meth:`raise_if_any` raises one error listing them."""
+    """The problems found in one sheet; :meth:`raise_if_any` raises one error listing them.
+
+    Parameters
+    ----------
+    sheet : str or Path
+        The sheet's path, the head of the error message.
+    what : str
+        What the sheet is, in the message (e.g. ``image sheet``; default ``sheet``).
+    """
 
     def __init__(self, sheet: PathLike, what: str = "sheet"):
         self.sheet = str(sheet)
@@ -47,9 +55,25 @@ class SheetProblems:
         self.lines: list[str] = []
 
     def add(self, line: int | None, message: str) -> None:
+        """Record one problem, on a line of the sheet or of the sheet as a whole.
+
+        Parameters
+        ----------
+        line : int or None
+            The file line (header = 1); None for a problem of the whole sheet (a missing column, a group on two splits).
+        message : str
+            What is wrong, naming the column and the value.
+        """
         self.lines.append(f"line {line}: {message}" if line is not None else message)
 
     def raise_if_any(self) -> None:
+        """Raise one error listing the first :data:`MAX_PROBLEMS` problems and their total; nothing when there are none.
+
+        Raises
+        ------
+        FmauditInputError
+            When at least one problem was added.
+        """
         if not self.lines:
             return
         shown = "\n".join(f"  - {p}" for p in self.lines[:MAX_PROBLEMS])
@@ -59,7 +83,18 @@ class SheetProblems:
 
 
 def sheet_separator(path: PathLike) -> str:
-    """``\\t`` for .tsv/.tab/.txt files, ``,`` otherwise."""
+    """``\\t`` for .tsv/.tab/.txt files, ``,`` otherwise.
+
+    Parameters
+    ----------
+    path : str or Path
+        The sheet's path; only its suffix is read (case-insensitive).
+
+    Returns
+    -------
+    str
+        The separator ``pandas.read_csv`` is given.
+    """
     return "\t" if Path(path).suffix.lower() in _TAB_SUFFIXES else ","
 
 
@@ -68,7 +103,34 @@ def read_sheet(path: PathLike, required: Sequence[str], optional: Sequence[str] 
     """The sheet's rows as text (``<NA>`` for empty cells), columns lower-cased, with :data:`LINE_COLUMN`.
 
     Unknown or missing columns, an empty sheet and an empty cell in a ``non_empty`` column are errors naming
-    the file (and the line)."""
+    the file (and the line).
+
+    Parameters
+    ----------
+    path : str or Path
+        The .csv or .tsv/.tab/.txt sheet.
+    required : sequence of str
+        Lower-case column names the sheet must have.
+    optional : sequence of str
+        Lower-case column names it may have; any other column is an error.
+    non_empty : sequence of str
+        Columns in which an empty cell is an error (each line named).
+    what : str
+        What the sheet is, in error messages (e.g. ``image sheet``).
+
+    Returns
+    -------
+    DataFrame
+        One row per non-blank data line, the sheet's columns (lower-cased, string dtype, cells stripped, NA for empty)
+        and :data:`LINE_COLUMN` (int64 file line); index reset.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` is not a file.
+    FmauditInputError
+        When the file does not parse, has unknown or missing columns, no rows, or empty ``non_empty`` cells.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: {what} not found (relative to {Path.cwd()})")
@@ -111,7 +173,20 @@ def _data_lines(path: Path) -> np.ndarray:
 
 
 def resolve_paths(sheet: PathLike, values: Iterable[str]) -> list[str]:
-    """Paths of a sheet's cells, taken relative to the sheet's folder unless absolute (as text)."""
+    """Paths of a sheet's cells, taken relative to the sheet's folder unless absolute (as text).
+
+    Parameters
+    ----------
+    sheet : str or Path
+        The sheet's path; relative cells are taken from its folder.
+    values : iterable of str
+        The cells.
+
+    Returns
+    -------
+    list of str
+        One path per cell, in order; absolute cells unchanged.
+    """
     base = Path(sheet).parent
     return [str(p if Path(p).is_absolute() else base / p) for p in values]
 
@@ -119,7 +194,28 @@ def resolve_paths(sheet: PathLike, values: Iterable[str]) -> list[str]:
 def labels_from_names(sheet: pd.DataFrame, classes: Sequence[str], problems: SheetProblems, *,
                       column: str = "label", required: bool = True, dataset: str = "") -> pd.Series:
     """Integer labels (Int64, the position in ``classes``) of a sheet's class-name column; an empty cell is an
-    error when ``required`` (else NA: an unlabelled item) and a name outside ``classes`` always is."""
+    error when ``required`` (else NA: an unlabelled item) and a name outside ``classes`` always is.
+
+    Parameters
+    ----------
+    sheet : DataFrame
+        A sheet from :func:`read_sheet` (with :data:`LINE_COLUMN`).
+    classes : sequence of str
+        The entry's class names, in label order.
+    problems : SheetProblems
+        Collector the problems are added to (raised later, all at once, by its ``raise_if_any``).
+    column : str
+        The column of class names (default ``label``).
+    required : bool
+        Whether an empty cell (or a missing column) is a problem (default true).
+    dataset : str
+        The data set's slug, named in the messages (empty: not named).
+
+    Returns
+    -------
+    Series
+        Int64 labels on the sheet's index, NA where the cell is empty or the class unknown.
+    """
     index = {name: i for i, name in enumerate(classes)}
     of = f" of data set {dataset!r}" if dataset else ""
     out = pd.Series(pd.NA, index=sheet.index, dtype="Int64")
@@ -143,7 +239,17 @@ def labels_from_names(sheet: pd.DataFrame, classes: Sequence[str], problems: She
 
 def check_splits_per_group(sheet: pd.DataFrame, group_col: str, problems: SheetProblems) -> None:
     """A sheet's ``split`` column: every value train/val/test, and one split per group (a group on two splits
-    is leakage), each problem naming its lines."""
+    is leakage), each problem naming its lines.
+
+    Parameters
+    ----------
+    sheet : DataFrame
+        A sheet from :func:`read_sheet`; nothing is checked when it has no ``split`` column.
+    group_col : str
+        The column that names the group (the entry's ``group_by``: ``patient`` or ``slide``).
+    problems : SheetProblems
+        Collector the problems are added to (raised later, all at once, by its ``raise_if_any``).
+    """
     if "split" not in sheet.columns:
         return
     for value, line in zip(sheet["split"], sheet[LINE_COLUMN]):
@@ -162,7 +268,23 @@ def check_splits_per_group(sheet: pd.DataFrame, group_col: str, problems: SheetP
 
 def item_ids_from_paths(sheet: pd.DataFrame, column: str, problems: SheetProblems) -> pd.Series:
     """Filename-safe, unique item ids from a path column (``scanner1/tile 01.png`` -> ``scanner1__tile_01.png``);
-    two rows with the same id (the same file twice) are an error naming both lines."""
+    two rows with the same id (the same file twice) are an error naming both lines.
+
+    Parameters
+    ----------
+    sheet : DataFrame
+        A sheet from :func:`read_sheet`.
+    column : str
+        The path (or id) column the ids are made from.
+    problems : SheetProblems
+        Collector the problems are added to (raised later, all at once, by its ``raise_if_any``).
+
+    Returns
+    -------
+    Series
+        String ids on the sheet's index: separators become ``__``, other unsafe characters ``_``, and an id that would
+        not start with a letter or digit gets a leading ``i``.
+    """
     ids = sheet[column].astype(str).map(_safe_id)
     seen: dict[str, int] = {}
     for item, line in zip(ids, sheet[LINE_COLUMN]):

@@ -53,6 +53,27 @@ def read_slide_sheet(path: str | Path, schema_path: str | Path = SLIDE_SHEET_SCH
 
     Each row is checked against the JSON schema; errors name the sheet, the row (0-based, header excluded),
     the slide and the key. Slide ids must be unique and ``label_name`` needs a ``label``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The tab-separated slide sheet.
+    schema_path : str or Path
+        JSON schema each row is checked against (default ``resources/schemas/slides.schema.yaml``).
+
+    Returns
+    -------
+    DataFrame
+        One row per slide, the columns of ``SHEET_COLUMNS`` (``slide_id``, ``path``, ``group``, ``domain``,
+        ``label_name`` as string, ``label`` Int64, ``mpp`` Float64; NA where the cell is empty).
+
+    Raises
+    ------
+    FileNotFoundError
+        When the sheet does not exist.
+    FmauditInputError
+        On unknown columns, no rows, a cell that does not parse or violates the schema, a ``label_name`` without
+        ``label``, or a duplicated ``slide_id``.
     """
     path = Path(path)
     if not path.exists():
@@ -103,6 +124,35 @@ def slide_tiles_manifest(
     ``item_id`` is ``f"{slide_id}_x{x}_y{y}"``; each tile takes its slide's label, group and domain;
     ``split`` is ``unassigned`` (splits are made downstream, by group); ``tissue_fraction`` and ``mpp``
     (µm/px of the pixels read) are extra columns. Every slide samples with the same ``seed``.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's slug (the manifest's ``dataset`` column).
+    sheet : DataFrame
+        A slide sheet from :func:`read_slide_sheet`; a slide's ``mpp`` overrides the µm/px its file states.
+    target_mpp : float
+        µm/px of the tiles read.
+    tile_size : int
+        Tile side in pixels at ``target_mpp``.
+    min_tissue_fraction : float
+        Share of tissue a tile needs, in [0, 1] (default 0.5).
+    max_tiles_per_slide : int, optional
+        Tiles kept per slide at most, a seeded sample (None: all).
+    seed : int
+        Seed of the per-slide sample (default 0).
+
+    Returns
+    -------
+    DataFrame
+        One row per tile: ``dataset``, ``item_id``, ``source`` (the slide path as written), ``x``, ``y``, ``level``,
+        ``size``, ``label`` (Int64), ``label_name``, ``group``, ``domain``, ``split`` (``unassigned``),
+        ``tissue_fraction``, ``mpp``.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`fmaudit.slides.tile_coordinates` does for a slide it cannot read or that has no tissue.
     """
     parts = []
     for slide in sheet.itertuples(index=False):
@@ -137,7 +187,28 @@ def slide_tiles_manifest(
 def prepare_slide_tiles(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Preparer: ``params`` are ``slides`` (sheet path, required), ``target_mpp``, ``tile_size``,
     ``min_tissue_fraction``, ``max_tiles_per_slide`` and ``seed`` (defaults in ``SLIDE_TILES_DEFAULTS``).
-    ``data_root`` is not used: the sheet lists the slides' paths."""
+    ``data_root`` is not used: the sheet lists the slides' paths.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's slug.
+    data_root : Path
+        Unused (the preparer signature is shared).
+    params : dict
+        ``slides`` (the sheet, required) and any of ``SLIDE_TILES_DEFAULTS``' keys.
+
+    Returns
+    -------
+    DataFrame
+        What :func:`slide_tiles_manifest` returns for the sheet.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown parameter or a missing ``slides``, and as :func:`read_slide_sheet` and
+        :func:`slide_tiles_manifest` do.
+    """
     unknown = sorted(set(params) - set(SLIDE_TILES_DEFAULTS) - {"slides"})
     if unknown:
         raise FmauditInputError(

@@ -90,6 +90,35 @@ def grouped_split(
     the split least filled relative to its target). A split with fraction 0 receives nothing; a split with a
     positive fraction left empty by the greedy pass takes the smallest group of the split holding the most
     groups, so every such split is non-empty when there are enough groups.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table to split, one row per item.
+    fractions : sequence of float
+        One fraction per name in ``split_names``, non-negative, summing to 1 (default 60/20/20).
+    seed : int
+        Seed of ``np.random.default_rng``, which orders items and breaks ties.
+    group_col : str
+        Column whose values must not straddle splits (default ``group``); NA raises.
+    stratify_by : sequence of str
+        Manifest columns whose joint value is the stratum (default ``("label",)``; empty: one stratum; NA is a value of
+        its own).
+    split_names : sequence of str
+        Names of the splits, in the order of ``fractions`` (default train, val, test).
+    split_col : str
+        Column written with the assignment (default ``split``; Camelyon17's patch-level split writes ``split_patch``).
+
+    Returns
+    -------
+    DataFrame
+        A copy of ``df`` with ``split_col`` (string dtype) set on every row.
+
+    Raises
+    ------
+    FmauditInputError
+        On fractions that do not match the names, are negative or do not sum to 1, a missing group or stratum column, or
+        a row without a group.
     """
     frac = _check_fractions(fractions, split_names)
     if group_col not in df.columns:
@@ -184,6 +213,32 @@ def carve_validation(
     """Move about ``val_fraction`` of the ``from_split`` rows (whole groups, stratified) to ``val``.
 
     For data sets whose official split has only train and test. ``val_fraction`` 0 returns a copy unchanged.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A table with a ``split`` column.
+    val_fraction : float
+        Share of the ``from_split`` rows to move, in [0, 1).
+    seed : int
+        Seed of the grouped split that picks them.
+    from_split : str
+        The split that gives rows (default ``train``).
+    group_col : str
+        Column whose groups are moved whole (default ``group``).
+    stratify_by : sequence of str
+        Manifest columns whose joint value is the stratum (default ``("label",)``; empty: one stratum; NA is a value of
+        its own).
+
+    Returns
+    -------
+    DataFrame
+        A copy of ``df`` in which some ``from_split`` rows now have ``split`` ``val``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``val_fraction`` is outside [0, 1), or it is positive and no row is on ``from_split``.
     """
     val_fraction = float(val_fraction)
     if not 0.0 <= val_fraction < 1.0:
@@ -250,6 +305,28 @@ def stratified_row_sample(
     """``n`` rows drawn without replacement, each stratum keeping its share (largest-remainder rounding).
 
     Rows keep their original order. ``n`` at least the table size returns the table unchanged.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table to sample.
+    n : int
+        Number of rows to keep, positive.
+    seed : int
+        Seed of ``np.random.default_rng`` for the draw.
+    stratify_by : sequence of str
+        Manifest columns whose joint value is the stratum (default ``("label",)``; empty: one stratum; NA is a value of
+        its own).
+
+    Returns
+    -------
+    DataFrame
+        A copy of the ``n`` kept rows (all rows when ``n >= len(df)``), in their original order and index.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n`` is not positive.
     """
     return _sample_strata(df, n, seed, stratify_by, _proportional)
 
@@ -261,12 +338,45 @@ def balanced_subsample(
 
     A stratum with fewer rows than its share gives all it has and the rest goes to the others, so the result
     has ``min(n, len(df))`` rows. Rows keep their original order.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table to sample.
+    n : int
+        Number of rows to keep, positive.
+    seed : int
+        Seed of ``np.random.default_rng`` for the draw.
+    stratify_by : sequence of str
+        Manifest columns whose joint value is the stratum (default ``("label",)``; empty: one stratum; NA is a value of
+        its own).
+
+    Returns
+    -------
+    DataFrame
+        A copy of the kept rows in their original order and index.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n`` is not positive.
     """
     return _sample_strata(df, n, seed, stratify_by, _water_filling)
 
 
 def pixel_digest(path: str | Path) -> str:
-    """sha256 of an image's decoded RGB pixels and shape: equal for the same picture saved differently."""
+    """sha256 of an image's decoded RGB pixels and shape: equal for the same picture saved differently.
+
+    Parameters
+    ----------
+    path : str or Path
+        An image file PIL can open; it is converted to RGB.
+
+    Returns
+    -------
+    str
+        Hex sha256 of the array's shape string followed by its bytes (the digest ``array_digest`` gives the array).
+    """
     from PIL import Image
 
     with Image.open(path) as im:
@@ -277,7 +387,27 @@ def pixel_digest(path: str | Path) -> str:
 
 
 def file_digests(paths: Iterable[str | Path], mode: str = "bytes", max_workers: int = 4) -> list[str]:
-    """Digest of every file: ``bytes`` (sha256 of the file) or ``pixels`` (:func:`pixel_digest`)."""
+    """Digest of every file: ``bytes`` (sha256 of the file) or ``pixels`` (:func:`pixel_digest`).
+
+    Parameters
+    ----------
+    paths : iterable of str or Path
+        The files to hash.
+    mode : str
+        ``bytes`` (default) or ``pixels``.
+    max_workers : int
+        Threads that hash at once (default 4); 1 or fewer, or fewer than 64 files, hashes in this thread.
+
+    Returns
+    -------
+    list of str
+        Hex digests in the order of ``paths``.
+
+    Raises
+    ------
+    FmauditInputError
+        On an unknown ``mode``.
+    """
     if mode not in ("bytes", "pixels"):
         raise FmauditInputError(f"duplicate detection mode must be 'bytes' or 'pixels', got {mode!r}")
     fn = sha256_file if mode == "bytes" else pixel_digest
@@ -303,6 +433,31 @@ def remove_exact_duplicates(
     Rows are ordered by ``source`` first, so the copy kept is the first in sorted path order whatever the
     input order. The digest of each kept row is stored in ``digest_col``. ``digests`` may be given when
     the caller already hashed the content (e.g. pixel arrays read from an HDF5 file).
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table, one row per file.
+    source_col : str
+        Column with the file paths (default ``source``).
+    mode : str
+        ``bytes`` (default: sha256 of the file) or ``pixels`` (of the decoded RGB pixels).
+    digest_col : str
+        Column the digests are written to (default ``sha256``).
+    digests : sequence of str, optional
+        Precomputed digests, one per row of ``df`` in its order; None hashes the files.
+    max_workers : int
+        Threads for hashing (see :func:`file_digests`).
+
+    Returns
+    -------
+    tuple of (DataFrame, int)
+        The kept rows sorted by ``source_col`` (index reset, with ``digest_col``), and the number of rows removed.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``source_col`` is missing or ``digests`` does not have one entry per row.
     """
     if source_col not in df.columns:
         raise FmauditInputError(f"remove_exact_duplicates: column {source_col!r} not in the table")
@@ -326,6 +481,25 @@ def paper_stratified_sample(manifest: pd.DataFrame, n: int = PAPER_SAMPLE_SIZE, 
     items in the audit paper's listing order (class by class in label order, paths sorted within a class), after
     duplicate removal; the kept rows are returned in the manifest's own order. A manifest of at most ``n``
     labelled items is returned unchanged.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A manifest with ``label`` (no NA) and ``source``.
+    n : int
+        Items to keep, positive (default 9,000, the audit paper's).
+    seed : int
+        ``random_state`` of the draw (default 42, the audit paper's).
+
+    Returns
+    -------
+    DataFrame
+        A copy of the kept rows in the manifest's order and index.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``label`` or ``source`` is missing, a row is unlabelled, or ``n`` is not positive.
     """
     if "label" not in manifest.columns or "source" not in manifest.columns:
         raise FmauditInputError("paper_stratified_sample: the manifest needs 'label' and 'source' columns")

@@ -40,7 +40,30 @@ __all__ = ["CTransPathConvStem", "Encoder", "build_encoder", "build_network", "c
 # --------------------------------------------------------------------------------------------------------
 
 class CTransPathConvStem(nn.Module):
-    """CTransPath's convolutional patch embedding (two stride-2 3×3 convs, then 1×1), NHWC out for timm Swin."""
+    """CTransPath's convolutional patch embedding (two stride-2 3×3 convs, then 1×1), NHWC out for timm Swin.
+
+    Parameters
+    ----------
+    img_size : int or tuple of int
+        Input image size, square when an int (pixels).
+    patch_size : int
+        Stride of the whole stem; must be 4 (two stride-2 convolutions).
+    in_chans : int
+        Input channels (3 for RGB).
+    embed_dim : int
+        Output width; must be divisible by 8 (the first conv has ``embed_dim / 8`` channels).
+    norm_layer : callable, optional
+        Normalisation layer class applied to the output (timm passes Swin's); None: identity.
+    output_fmt : str
+        ``"NHWC"`` (what timm's Swin expects) or ``"NCHW"``.
+    **_ignored
+        Further keyword arguments timm passes to an embedding layer, ignored.
+
+    Raises
+    ------
+    ValueError
+        When ``patch_size`` is not 4 or ``embed_dim`` is not divisible by 8.
+    """
 
     def __init__(self, img_size=224, patch_size=4, in_chans=3, embed_dim=96, norm_layer=None,
                  output_fmt="NHWC", **_ignored):
@@ -64,6 +87,18 @@ class CTransPathConvStem(nn.Module):
         self.norm = norm_layer(embed_dim) if norm_layer else nn.Identity()
 
     def forward(self, x):
+        """Embed a batch of images into a patch grid.
+
+        Parameters
+        ----------
+        x : Tensor of shape (B, in_chans, H, W)
+            Images, normalised.
+
+        Returns
+        -------
+        Tensor
+            ``(B, H/4, W/4, embed_dim)`` in ``NHWC`` (or ``(B, embed_dim, H/4, W/4)`` in ``NCHW``), normalised.
+        """
         x = self.proj(x)
         if self.output_fmt == "NHWC":
             x = x.permute(0, 2, 3, 1)
@@ -260,6 +295,14 @@ class Encoder(nn.Module):
     ``num_prefix_tokens``, ``patch_size``, ``transform`` (PIL RGB -> normalised tensor). The transform is also
     available in two halves, ``pixel_transform`` (PIL -> uint8 tensor, for data-loader workers) and
     ``normalize`` (uint8 batch -> normalised float, on the model's device); composed they are ``transform``.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The encoder's registry entry (``name``, ``readouts``, ``patch_size``, the preprocessing keys of
+        :func:`~fmaudit.encoders.transforms.resolve_data_config`).
+    backbone : nn.Module
+        The loader's backbone adapter around the network (:func:`check_network`), weights already loaded.
     """
 
     def __init__(self, spec: Mapping[str, Any], backbone: nn.Module):
@@ -277,7 +320,26 @@ class Encoder(nn.Module):
         self.readout_dims = readout_dims(spec)
 
     def forward(self, images: torch.Tensor, readouts: Sequence[str] | None = None) -> dict[str, torch.Tensor]:
-        """Readouts of a batch of preprocessed images (B, 3, H, W); conventions in :mod:`fmaudit.encoders.readouts`."""
+        """Readouts of a batch of preprocessed images (B, 3, H, W); conventions in :mod:`fmaudit.encoders.readouts`.
+
+        Parameters
+        ----------
+        images : Tensor of shape (B, 3, H, W)
+            Preprocessed images (:attr:`transform`, or :attr:`normalize` of uint8 pixels), on the encoder's device.
+        readouts : sequence of str, optional
+            Readouts to compute (of :data:`~fmaudit.encoders.readouts.READOUTS`); None: the entry's ``readouts``.
+
+        Returns
+        -------
+        dict of str to Tensor
+            Readout -> ``(B, D)`` tensor, D the readout's width (:attr:`readout_dims`); ``patch_grid`` is
+            ``(B, D, H/p, W/p)``.
+
+        Raises
+        ------
+        FmauditInputError
+            For an unknown readout, or one the backbone's outputs cannot give.
+        """
         readouts = check_readouts(readouts or self.readouts, self.name)
         feats = self.backbone(images, set(readouts))
         return compute_readouts(feats, readouts, self.num_prefix_tokens, self.patch_size,
@@ -289,13 +351,47 @@ def build_network(spec: Mapping[str, Any]) -> nn.Module:
 
     Works under ``torch.device("meta")`` for the timm and open_clip loaders, which lets the registry's
     architectures be checked without allocating or downloading anything.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry with ``loader`` (``timm``, ``transformers``, ``open_clip``), ``architecture`` and
+        ``weights``.
+
+    Returns
+    -------
+    nn.Module
+        The library's model, randomly initialised.
+
+    Raises
+    ------
+    FmauditInputError
+        When the library cannot build the architecture as the entry gives it.
     """
     with _seeded(int(spec["weights"].get("seed", 0))):
         return _BUILDERS[spec["loader"]](spec)
 
 
 def check_network(spec: Mapping[str, Any], model: nn.Module) -> nn.Module:
-    """Wrap ``model`` in its loader's backbone adapter after checking the entry's declared sizes against it."""
+    """Wrap ``model`` in its loader's backbone adapter after checking the entry's declared sizes against it.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The registry entry (``loader``, ``readouts``, ``embed_dim``, ``pooled_dim``, ``num_prefix_tokens``).
+    model : nn.Module
+        The network :func:`build_network` built for it.
+
+    Returns
+    -------
+    nn.Module
+        The backbone adapter (outputs ``tokens``, ``feature_map`` and ``pooled`` alike for every library).
+
+    Raises
+    ------
+    FmauditInputError
+        When a declared width or prefix-token count differs from the network's.
+    """
     backbone = _BACKBONES[spec["loader"]](model)
     _check_widths(spec, backbone)
     return backbone
@@ -305,7 +401,20 @@ def describe_network(spec: Mapping[str, Any], model: nn.Module) -> dict[str, Any
     """What a built network (on the meta device is enough) says of itself, in the entry's terms: ``embed_dim``
     (token or feature-map width), ``pooled_dim``, ``num_prefix_tokens``, ``patch_size`` (None without patches),
     ``tokens`` (patch tokens rather than a feature map), ``class_token``, ``global_pool`` (timm's, or None) and
-    ``params_m``. Encoders named by their hub repo take their sizes from here."""
+    ``params_m``. Encoders named by their hub repo take their sizes from here.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The registry entry (its ``loader``).
+    model : nn.Module
+        The network :func:`build_network` built for it.
+
+    Returns
+    -------
+    dict of str to Any
+        The keys above; ``params_m`` is millions of parameters, rounded to 0.1.
+    """
     backbone = _BACKBONES[spec["loader"]](model)
     facts: dict[str, Any] = {"embed_dim": backbone.width, "pooled_dim": backbone.pooled_width,
                              "num_prefix_tokens": backbone.num_prefix_tokens, "global_pool": None,
@@ -355,6 +464,28 @@ def build_encoder(spec: Mapping[str, Any] | str, weights_path: str | os.PathLike
     weight source with a local file. ``resolved``: the weights as :func:`~fmaudit.encoders.weights.resolve_weights`
     already found and checked them for this ``spec`` and ``weights_path`` (the embedding engine resolves them
     first, to key its chunks), so they are not hashed twice.
+
+    Parameters
+    ----------
+    spec : Mapping or str
+        A registry entry (with ``name``) or an encoder slug of the built-in registry.
+    weights_path : path-like, optional
+        A local weight file to load instead of the entry's weight source (format from its suffix).
+    device : str or torch.device
+        Where the encoder is moved (``"cpu"``, ``"cuda:0"``...).
+    resolved : ResolvedWeights, optional
+        The weights already resolved for this ``spec`` and ``weights_path``; None resolves them here.
+
+    Returns
+    -------
+    Encoder
+        In eval mode, with gradients off, on ``device``.
+
+    Raises
+    ------
+    FmauditInputError
+        When remote code has no pinned commit, the weights cannot be found or read, or the checkpoint does not
+        match the architecture (missing or unexpected keys, shapes).
     """
     if isinstance(spec, str):
         spec = get_encoder_spec(spec)
@@ -380,7 +511,31 @@ def network_state(spec: Mapping[str, Any], model: nn.Module, files: Sequence[Pat
     entry's state_dict_key, strip_prefix and drop_keys_with_prefix, timm's checkpoint filter where the entry asks
     for it, and for transformers models transformers' own renaming of checkpoint keys (checkpoints saved by other
     releases, or under the base model's prefix, as ``from_pretrained`` renames them). ``overridden``: the files
-    are a weights_path override, whose format comes from its suffix."""
+    are a weights_path override, whose format comes from its suffix.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The registry entry (``loader``, ``weights`` with ``format``, ``allow_pickle``, the key-mapping keys).
+    model : nn.Module
+        The network the state is for (:func:`build_network`; on the meta device is enough).
+    files : sequence of Path
+        The weight files (:func:`~fmaudit.encoders.weights.resolve_weights`), merged in order.
+    overridden : bool
+        Whether the files are a ``weights_path`` override.
+    meta : bool
+        Read only keys, shapes and dtypes (tensors on the meta device), for the pre-flight.
+
+    Returns
+    -------
+    dict of str to Tensor
+        Parameter name -> tensor, ready for a strict ``load_state_dict`` into ``model``.
+
+    Raises
+    ------
+    FmauditInputError
+        When a file cannot be read, lacks the ``state_dict_key``, or needs a transformers tensor conversion.
+    """
     name = spec.get("name", "?")
     weights = spec["weights"]
     allow_pickle = bool(weights.get("allow_pickle", False))
@@ -434,6 +589,18 @@ def save_weights(encoder_or_module: nn.Module, path: str | os.PathLike) -> Path:
     """Write a module's state dict as safetensors (atomically); for an :class:`Encoder`, the wrapped network's.
 
     Used to produce local weight files for ``source: file`` (and by the tests).
+
+    Parameters
+    ----------
+    encoder_or_module : nn.Module
+        An :class:`Encoder` or any module.
+    path : path-like
+        The ``.safetensors`` file to write (its folder is created when missing).
+
+    Returns
+    -------
+    Path
+        ``path``.
     """
     from safetensors.torch import save_file
 

@@ -55,7 +55,28 @@ class EncoderCache:
     def get(self, spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None,
             device: str | torch.device = "cpu", resolved: ResolvedWeights | None = None,
             logger: logging.Logger | None = None) -> Encoder:
-        """The encoder of ``spec`` on ``device``, built on the first request (see :func:`build_encoder`)."""
+        """The encoder of ``spec`` on ``device``, built on the first request (see :func:`build_encoder`).
+
+        Parameters
+        ----------
+        spec : Mapping
+            The encoder's registry entry (with ``name``); its config hash is part of the cache key.
+        weights_path : path-like, optional
+            A local weight file overriding the entry's weights.
+        device : str or torch.device
+            Where the encoder runs.
+        resolved : ResolvedWeights, optional
+            The weights already resolved (:func:`~fmaudit.encoders.weights.resolve_weights`); their sha256 identity
+            keys the cache.
+        logger : logging.Logger, optional
+            Where the ``loaded encoder`` line goes; None: this module's logger.
+
+        Returns
+        -------
+        Encoder
+            The cached encoder when entry, weights and device are those of the last request, else a newly built one
+            (which replaces it).
+        """
         name = spec.get("name", "?")
         key = (encoder_config_hash(spec), _weights_identity(weights_path, resolved), str(torch.device(device)))
         if key != self._key or self._encoder is None:

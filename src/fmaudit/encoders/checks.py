@@ -38,7 +38,21 @@ __all__ = ["PreflightRecord", "check_encoder_before_embedding", "local_weight_fi
 class PreflightRecord:
     """What :func:`check_encoder_before_embedding` checked for one encoder: ``files`` (path and sha256 where it
     was computed), ``hub_config`` (the config files compared, or None), ``checks`` (check -> what it found) and
-    ``skipped`` (check -> why it could not run before the job)."""
+    ``skipped`` (check -> why it could not run before the job).
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder's slug.
+    files : list of dict
+        One ``{"path": ..., "sha256": ...}`` per local weight file (``sha256`` only where it was computed).
+    hub_config : list of str or None
+        The cached hub config files the entry was compared with; None when none was cached.
+    checks : dict of str to str
+        Check (``hub_config``, ``sha256``, ``state_dict``) -> what it found.
+    skipped : dict of str to str
+        Check -> why it could not run before the embedding job.
+    """
 
     encoder: str
     files: list[dict[str, Any]] = field(default_factory=list)
@@ -47,13 +61,32 @@ class PreflightRecord:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
+        """The record as plain data, for the JSON file of the validation folder.
+
+        Returns
+        -------
+        dict of str to Any
+            Keys ``encoder``, ``files``, ``hub_config``, ``checks``, ``skipped``.
+        """
         return {"encoder": self.encoder, "files": self.files, "hub_config": self.hub_config, "checks": self.checks,
                 "skipped": self.skipped}
 
 
 def local_weight_files(spec: Mapping[str, Any], override: PathLike | None = None) -> list[Path]:
     """The weight files of an entry that are on this machine now: the override, an existing ``source: file``
-    path, or the hub files in the local cache (all shards, or none); [] for random init or nothing local."""
+    path, or the hub files in the local cache (all shards, or none); [] for random init or nothing local.
+
+    Parameters
+    ----------
+    spec : Mapping
+        The registry entry (its ``weights``: ``source``, ``path``, hub id and revision).
+    override : path-like, optional
+        The config's ``encoder_weights.<slug>`` file; when given it is the only candidate.
+
+    Returns
+    -------
+    list of Path
+    """
     weights = spec["weights"]
     if override:
         return [Path(override)] if Path(override).is_file() else []
@@ -84,7 +117,31 @@ def check_encoder_before_embedding(name: str, spec: Mapping[str, Any], override:
                                    source: str = "encoder registry") -> PreflightRecord:
     """Every pre-flight check of one encoder (module doc); raise one :class:`FmauditInputError` listing every
     failure, each naming the encoder, file and key. ``override``: the config's local weight file for it, named in
-    messages as ``override_key`` (``encoder_weights.<slug>``); ``source``: the registry file, for messages."""
+    messages as ``override_key`` (``encoder_weights.<slug>``); ``source``: the registry file, for messages.
+
+    Parameters
+    ----------
+    name : str
+        The encoder's slug.
+    spec : Mapping
+        Its registry entry as the config sees it (``encoder_revisions`` applied).
+    override : path-like, optional
+        The config's local weight file for it.
+    override_key : str, optional
+        The config key of ``override``, for messages.
+    source : str
+        The registry file the entry comes from, for messages.
+
+    Returns
+    -------
+    PreflightRecord
+        What was checked and what was skipped.
+
+    Raises
+    ------
+    FmauditInputError
+        One error listing every failed check.
+    """
     spec = {**spec, "name": name}
     record = PreflightRecord(name)
     problems: list[str] = []

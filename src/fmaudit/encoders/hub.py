@@ -78,6 +78,26 @@ class HubConfig:
     -> value as the files state it; ``where``: field -> the file and key it came from, for messages.
     ``entry``: the registry-entry keys the files determine (loader, architecture, preprocessing). ``folder``:
     the snapshot folder; ``commit``: its commit; ``files``: the config files read.
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repo (``owner/name``).
+    library : str
+        ``timm``, ``transformers`` or ``open_clip``.
+    folder : Path
+        The cached snapshot folder the files lie in.
+    commit : str or None
+        The snapshot's commit (None when the path names none).
+    values : dict of str to Any
+        Compared field -> the value the files state.
+    where : dict of str to str
+        Compared field -> ``<file> <key>`` it came from.
+    entry : dict of str to Any
+        Registry-entry keys the files determine (``architecture``, ``preprocessing``, ``model_type``,
+        ``auto_map``, ``licence``...).
+    files : list of Path
+        The config files read.
     """
 
     repo_id: str
@@ -92,7 +112,15 @@ class HubConfig:
 
 class UnsupportedHubConfig(FmauditInputError):
     """A hub config that states a transform fmaudit's preprocessing cannot state exactly; ``field`` is the entry
-    field it concerns (None when none could express it)."""
+    field it concerns (None when none could express it).
+
+    Parameters
+    ----------
+    message : str
+        What the config states, naming the file and key.
+    field_name : str or None
+        The registry-entry field concerned (``preprocessing.crop``...), stored as :attr:`field`.
+    """
 
     def __init__(self, message: str, field_name: str | None):
         super().__init__(message)
@@ -272,7 +300,26 @@ def _open_clip_config(repo_id: str, config_path: Path) -> HubConfig:
 def read_hub_config(repo_id: str, revision: str | None = None, library: str | None = None) -> HubConfig | None:
     """The cached config of ``repo_id`` at ``revision`` (default: the cache's ``main``) as ``library`` reads it
     (timm, transformers, open_clip; None: whichever the repo's files are for), or None when the cache holds no
-    config file of it. Raises naming the file and key when a config states a transform fmaudit cannot."""
+    config file of it. Raises naming the file and key when a config states a transform fmaudit cannot.
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repo (``owner/name``).
+    revision : str, optional
+        Branch, tag or commit.
+    library : str, optional
+        ``timm``, ``transformers`` or ``open_clip``; None tries open_clip, then transformers, then timm.
+
+    Returns
+    -------
+    HubConfig or None
+
+    Raises
+    ------
+    UnsupportedHubConfig
+        When the config states a transform fmaudit's preprocessing cannot state exactly.
+    """
     libraries = [library] if library else ["open_clip", "transformers", "timm"]
     config = cached_hub_file(repo_id, "config.json", revision)
     for lib in libraries:
@@ -323,7 +370,23 @@ def _same(a: Any, b: Any) -> bool:
 
 def hub_config_of_entry(spec: Mapping[str, Any]) -> HubConfig | None:
     """The cached config of a registry entry's hub repo, read as the entry's loader reads it; None for entries
-    whose weights are not on the hub or whose config is not cached."""
+    whose weights are not on the hub or whose config is not cached.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry (``loader``, ``weights``, ``departs_from_hub_config``).
+
+    Returns
+    -------
+    HubConfig or None
+        Also None when the config states a transform the entry declares it departs from.
+
+    Raises
+    ------
+    FmauditInputError
+        When the config states a transform fmaudit cannot follow and the entry does not declare the departure.
+    """
     weights = spec["weights"]
     if weights.get("source") != "hf_hub":
         return None
@@ -340,7 +403,20 @@ def hub_config_of_entry(spec: Mapping[str, Any]) -> HubConfig | None:
 
 def hub_config_mismatches(spec: Mapping[str, Any], hub: HubConfig) -> list[str]:
     """Every compared field where the entry differs from ``hub`` and does not declare the departure
-    (``departs_from_hub_config``), one line each naming the field, both values and the file."""
+    (``departs_from_hub_config``), one line each naming the field, both values and the file.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry.
+    hub : HubConfig
+        Its hub repo's config (:func:`hub_config_of_entry`).
+
+    Returns
+    -------
+    list of str
+        One line per differing field; empty when the entry agrees.
+    """
     departs = spec.get("departs_from_hub_config") or {}
     out = []
     for name in HUB_CONFIG_FIELDS:
@@ -356,7 +432,24 @@ def hub_config_mismatches(spec: Mapping[str, Any], hub: HubConfig) -> list[str]:
 
 def check_against_hub_config(spec: Mapping[str, Any], source: str = "encoder registry") -> HubConfig | None:
     """Compare a registry entry with its hub repo's cached config (module doc); raise naming every field that
-    differs without a declared departure. Returns the config compared, or None when there was none to read."""
+    differs without a declared departure. Returns the config compared, or None when there was none to read.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry.
+    source : str
+        The registry file, for the message.
+
+    Returns
+    -------
+    HubConfig or None
+
+    Raises
+    ------
+    FmauditInputError
+        Listing every field that differs without a declared departure.
+    """
     hub = hub_config_of_entry(spec)
     if hub is None:
         return None
@@ -413,7 +506,26 @@ def resolve_hub_encoder(name: str, revision: str | None = None) -> dict[str, Any
     with ``name`` set to its slug (:func:`fmaudit.registry.hub_name_slug`) and ``hub_name`` to ``name``. The
     weights are pinned to the commit of the cached snapshot (or ``revision``), so the embedding key changes
     when the cache moves to another commit. Raises naming the repo and what is missing when anything needed is
-    not cached, or the file and key of a config fmaudit cannot follow."""
+    not cached, or the file and key of a config fmaudit cannot follow.
+
+    Parameters
+    ----------
+    name : str
+        ``timm:<org>/<repo>`` or ``hf:<org>/<repo>``.
+    revision : str, optional
+        The commit to pin (the config's ``encoder_revisions``); None: the cache's ``main``.
+
+    Returns
+    -------
+    dict of str to Any
+        A registry entry (loader, architecture, weights, preprocessing, readouts, ``embed_dim``, ``gpu``...)
+        that passes :func:`fmaudit.registry.validate_encoder_entry`.
+
+    Raises
+    ------
+    FmauditInputError
+        When a config or weight file is not cached, the repo needs remote code, or its model type is not covered.
+    """
     library, repo_id = parse_hub_name(name)
     hub = read_hub_config(repo_id, revision, library="timm" if library == "timm" else None)
     if hub is None:

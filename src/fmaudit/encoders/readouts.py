@@ -33,7 +33,24 @@ __all__ = ["READOUTS", "TOKEN_READOUTS", "check_readouts", "compute_readouts", "
 
 
 def check_readouts(readouts: Sequence[str], encoder: str) -> list[str]:
-    """``readouts`` as a list; raise naming the encoder and the unknown ones."""
+    """``readouts`` as a list; raise naming the encoder and the unknown ones.
+
+    Parameters
+    ----------
+    readouts : sequence of str
+        Readout names, each one of :data:`READOUTS`.
+    encoder : str
+        The encoder's slug, for the message.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the unknown readouts and the known ones.
+    """
     bad = [r for r in readouts if r not in READOUTS]
     if bad:
         raise FmauditInputError(f"encoder {encoder!r}: unknown readout(s) {bad}; known {list(READOUTS)}")
@@ -42,7 +59,30 @@ def check_readouts(readouts: Sequence[str], encoder: str) -> list[str]:
 
 def patch_grid(tokens: torch.Tensor, num_prefix_tokens: int, patch_size: int | None, image_hw: tuple[int, int],
                encoder: str) -> torch.Tensor:
-    """Patch tokens (prefix tokens dropped) as a ``(B, D, H/p, W/p)`` grid of an image of ``image_hw`` pixels."""
+    """Patch tokens (prefix tokens dropped) as a ``(B, D, H/p, W/p)`` grid of an image of ``image_hw`` pixels.
+
+    Parameters
+    ----------
+    tokens : Tensor of shape (B, N, D)
+        Tokens of the last layer, prefix (class, register) tokens first.
+    num_prefix_tokens : int
+        How many leading tokens are not patch tokens.
+    patch_size : int or None
+        Patch side p in pixels (None: 1).
+    image_hw : tuple of (int, int)
+        Height and width of the input images in pixels.
+    encoder : str
+        The encoder's slug, for the message.
+
+    Returns
+    -------
+    Tensor of shape (B, D, H/p, W/p)
+
+    Raises
+    ------
+    FmauditInputError
+        When the patch tokens do not form that grid.
+    """
     patch = tokens[:, num_prefix_tokens:]
     b, n, d = patch.shape
     p = patch_size or 1
@@ -55,7 +95,34 @@ def patch_grid(tokens: torch.Tensor, num_prefix_tokens: int, patch_size: int | N
 
 def compute_readouts(feats: Mapping[str, torch.Tensor | None], readouts: Sequence[str], num_prefix_tokens: int,
                      patch_size: int | None, image_hw: tuple[int, int], encoder: str) -> dict[str, torch.Tensor]:
-    """``{readout: tensor}`` from a backbone's outputs (see the module doc for each convention)."""
+    """``{readout: tensor}`` from a backbone's outputs (see the module doc for each convention).
+
+    Parameters
+    ----------
+    feats : Mapping of str to Tensor or None
+        A backbone adapter's outputs: ``tokens`` (B, N, D), ``feature_map`` (B, C, H, W), ``pooled`` (B, P), any
+        of them None.
+    readouts : sequence of str
+        Readouts to compute (checked by :func:`check_readouts`).
+    num_prefix_tokens : int
+        Leading non-patch tokens of ``tokens`` (class token first).
+    patch_size : int or None
+        Patch side in pixels, for ``patch_grid``.
+    image_hw : tuple of (int, int)
+        Input image height and width in pixels, for ``patch_grid``.
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    dict of str to Tensor
+        Readout -> ``(B, D)`` tensor (``patch_grid``: ``(B, D, H/p, W/p)``).
+
+    Raises
+    ------
+    FmauditInputError
+        When a readout needs an output the backbone does not give (a class token, tokens, a pooled output).
+    """
     tokens, fmap = feats["tokens"], feats["feature_map"]
     prefix = num_prefix_tokens
     out: dict[str, torch.Tensor] = {}

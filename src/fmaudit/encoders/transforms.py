@@ -41,7 +41,21 @@ class ConvertRGB:
 
 
 def resolve_data_config(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry's preprocessing with defaults filled in (timm's ``resolve_data_config`` counterpart)."""
+    """The entry's preprocessing with defaults filled in (timm's ``resolve_data_config`` counterpart).
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry; its ``preprocessing`` block (``input_size``, ``mean``, ``std`` required; ``resize_size``,
+        ``crop``, ``interpolation`` optional).
+
+    Returns
+    -------
+    dict of str to Any
+        ``input_size`` and ``resize_size`` (pixels; ``resize_size`` defaults to ``input_size``), ``crop``
+        (``center`` by default, or ``none``), ``interpolation`` (``bicubic`` by default, or ``bilinear``), ``mean``
+        and ``std`` (tuples of three floats, for pixels scaled to [0, 1]).
+    """
     pre = spec["preprocessing"]
     size = int(pre["input_size"])
     return {
@@ -69,6 +83,13 @@ class NormalizeUint8:
 
     The same float32 operations, in the same order, as torchvision's ``ToTensor`` then ``Normalize``; applied
     to a whole batch on the model's device it gives the per-image transform's numbers exactly.
+
+    Parameters
+    ----------
+    mean : sequence of float
+        Per-channel mean of pixels scaled to [0, 1].
+    std : sequence of float
+        Per-channel standard deviation of pixels scaled to [0, 1].
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
@@ -89,6 +110,15 @@ def create_pixel_transform(data_config: Mapping[str, Any]) -> Callable:
 
     ``crop: center`` resizes the shorter side to ``resize_size`` then centre-crops ``input_size``;
     ``crop: none`` resizes straight to ``input_size`` × ``input_size`` (aspect ratio not kept).
+
+    Parameters
+    ----------
+    data_config : Mapping
+        Preprocessing as :func:`resolve_data_config` gives it.
+
+    Returns
+    -------
+    PixelTransform
     """
     return PixelTransform(data_config)
 
@@ -102,6 +132,16 @@ class PixelTransform:
     A uint8 tensor input (3, H, W) that needs no resize is centre-cropped as a tensor (the same offsets as
     torchvision's PIL crop, so the same pixels); one that does is resized as a PIL image, so the numbers are
     those of the PIL path whatever decoded the image.
+
+    Parameters
+    ----------
+    data_config : Mapping
+        Preprocessing as :func:`resolve_data_config` gives it.
+
+    Raises
+    ------
+    ValueError
+        For an interpolation other than ``bicubic`` or ``bilinear``.
     """
 
     def __init__(self, data_config: Mapping[str, Any]):
@@ -121,6 +161,19 @@ class PixelTransform:
         self.pil_steps = T.Compose(steps)
 
     def needs_resize(self, height: int, width: int) -> bool:
+        """Whether an image of this size must be resized (rather than only cropped) to reach the input size.
+
+        Parameters
+        ----------
+        height, width : int
+            The image's size in pixels.
+
+        Returns
+        -------
+        bool
+            With ``crop: center``, whether the shorter side differs from ``resize_size``; with ``crop: none``, whether
+            the image is not already ``input_size`` square.
+        """
         if self.center:
             return min(height, width) != self.resize_size
         return (height, width) != (self.size, self.size)
@@ -151,7 +204,18 @@ class DecodeOnly:
 
 def collate_pixels(batch):
     """(indices (B,), uint8 images): one (B, 3, H, W) tensor when every image has the same size, else the
-    list of (3, H, W) tensors (:class:`DevicePreprocess` takes either)."""
+    list of (3, H, W) tensors (:class:`DevicePreprocess` takes either).
+
+    Parameters
+    ----------
+    batch : sequence of (int, Tensor)
+        ``(index, image)`` pairs from the dataset, images uint8 (3, H, W).
+
+    Returns
+    -------
+    tuple of (Tensor, Tensor or list of Tensor)
+        The indices (B,) and the images, stacked when they share a size.
+    """
     images = [img for _, img in batch]
     if all(img.shape == images[0].shape for img in images):
         # torch's collate: in a worker it stacks straight into shared memory (no second copy to send it)
@@ -167,6 +231,13 @@ class DevicePreprocess:
     Resizing runs in float32 with torch's antialiased ``interpolate`` in the entry's interpolation (skipped
     for images already at their size: then the result equals :class:`NormalizeUint8` of the worker path's);
     scaling and normalisation are :class:`NormalizeUint8`'s operations; the cast to ``dtype`` comes last.
+
+    Parameters
+    ----------
+    data_config : Mapping
+        Preprocessing as :func:`resolve_data_config` gives it.
+    dtype : torch.dtype
+        The dtype of the output (the model's: float32, or bfloat16 under autocast).
     """
 
     def __init__(self, data_config: Mapping[str, Any], dtype: torch.dtype = torch.float32):
@@ -208,5 +279,16 @@ class DevicePreprocess:
 
 def create_transform(data_config: Mapping[str, Any]) -> Callable:
     """PIL image -> normalised float tensor (3, input_size, input_size): the pixel transform, then
-    :class:`NormalizeUint8` (equal to torchvision's ``ToTensor`` + ``Normalize``)."""
+    :class:`NormalizeUint8` (equal to torchvision's ``ToTensor`` + ``Normalize``).
+
+    Parameters
+    ----------
+    data_config : Mapping
+        Preprocessing as :func:`resolve_data_config` gives it.
+
+    Returns
+    -------
+    callable
+        A torchvision ``Compose`` of :class:`PixelTransform` and :class:`NormalizeUint8`.
+    """
     return T.Compose([create_pixel_transform(data_config), NormalizeUint8(data_config["mean"], data_config["std"])])

@@ -75,7 +75,30 @@ def _hub_where() -> str:
 
 
 def hub_download(repo_id: str, filename: str, revision: str | None, encoder: str) -> Path:
-    """One file of a hub repo through the HF cache; offline mode reads the cache only."""
+    """One file of a hub repo through the HF cache; offline mode reads the cache only.
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repo (``owner/name``).
+    filename : str
+        The file's path in the repo.
+    revision : str or None
+        Branch, tag or commit; None: ``main``.
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    Path
+        The file in the local Hugging Face cache (``.../snapshots/<commit>/<filename>``).
+
+    Raises
+    ------
+    FmauditInputError
+        When the file is not cached and cannot be downloaded (offline, no network), the repo is gated, or the repo,
+        revision or file does not exist; each says what to do.
+    """
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -110,13 +133,49 @@ def hub_download(repo_id: str, filename: str, revision: str | None, encoder: str
 
 def cached_hub_file(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
     """A file of a hub repo at ``revision`` (default: the cache's ``main``) if the local cache holds it, else None;
-    never touches the network (huggingface_hub's ``try_to_load_from_cache``)."""
+    never touches the network (huggingface_hub's ``try_to_load_from_cache``).
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repo (``owner/name``).
+    filename : str
+        The file's path in the repo.
+    revision : str, optional
+        Branch, tag or commit.
+
+    Returns
+    -------
+    Path or None
+    """
     hit = try_to_load_from_cache(repo_id, filename, cache_dir=_hub_cache_dir(), revision=revision)
     return Path(hit) if isinstance(hit, str) else None
 
 
 def hub_snapshot(repo_id: str, revision: str | None, patterns: list[str], encoder: str) -> Path:
-    """Config and code files of a hub repo (for transformers configs and remote code)."""
+    """Config and code files of a hub repo (for transformers configs and remote code).
+
+    Parameters
+    ----------
+    repo_id : str
+        The hub repo (``owner/name``).
+    revision : str or None
+        Branch, tag or commit; None: ``main``.
+    patterns : list of str
+        Glob patterns of the files to fetch (``config.json``; ``*.json`` and ``*.py`` for remote code).
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    Path
+        The snapshot folder in the local cache.
+
+    Raises
+    ------
+    FmauditInputError
+        When the files are not cached and downloads are off or impossible.
+    """
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -141,6 +200,17 @@ class ResolvedWeights:
     repo, the requested ``revision`` and the ``resolved_commit`` of the cached snapshot. ``files`` lists each
     file's path and sha256, for provenance; ``sha256_checked`` says whether the registry's sha256 was checked
     (it is recorded in any case).
+
+    Parameters
+    ----------
+    paths : list of Path
+        The weight files to read, in order (shards of an index in name order); empty for random init.
+    identity : dict of str to Any
+        What the weights are, without paths (keys as described above).
+    files : list of dict of str to str
+        ``{"path", "sha256"}`` of every file.
+    sha256_checked : bool
+        Whether a registry ``weights.sha256`` was compared (rather than only computed).
     """
 
     paths: list[Path]
@@ -150,7 +220,18 @@ class ResolvedWeights:
 
 
 def hub_commit_of(path: Path) -> str | None:
-    """The commit of the Hugging Face cache snapshot a downloaded file lies in (``.../snapshots/<commit>/...``)."""
+    """The commit of the Hugging Face cache snapshot a downloaded file lies in (``.../snapshots/<commit>/...``).
+
+    Parameters
+    ----------
+    path : Path
+        A file in the Hugging Face cache.
+
+    Returns
+    -------
+    str or None
+        The 40-hex commit, or None when the path is not inside a snapshot folder.
+    """
     parts = Path(path).parts
     for i in range(len(parts) - 2, 0, -1):
         if parts[i - 1] == "snapshots" and _COMMIT.match(parts[i]):
@@ -173,6 +254,23 @@ def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | N
     A ``weights_path`` override is checked against the registry's ``weights.sha256`` when the entry has one (the
     override is meant to be the same weights, stored locally); otherwise its sha256 is recorded. A local file
     of ``source: file`` likewise. Hub files are hashed and recorded with the snapshot commit they resolved to.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry (``name``, ``weights`` with ``source``, ``path`` / ``hf_hub_id``, ``revision``,
+        ``filename``, ``format``, ``sha256``, ``seed``).
+    weights_path : path-like, optional
+        A local file that replaces the entry's source.
+
+    Returns
+    -------
+    ResolvedWeights
+
+    Raises
+    ------
+    FmauditInputError
+        When a file does not exist, a sha256 differs from the registry's, or a hub file cannot be had.
     """
     name = spec.get("name", "?")
     weights = spec["weights"]
@@ -214,13 +312,34 @@ def resolve_weights(spec: Mapping[str, Any], weights_path: str | os.PathLike | N
 
 
 def weight_filename(weights: Mapping[str, Any]) -> str:
-    """The weight file of a hub entry: ``weights.filename``, else the format's default name."""
+    """The weight file of a hub entry: ``weights.filename``, else the format's default name.
+
+    Parameters
+    ----------
+    weights : Mapping
+        The entry's ``weights`` block (``filename``, ``format``).
+
+    Returns
+    -------
+    str
+        ``model.safetensors`` or ``pytorch_model.bin`` by default; an ``*.index.json`` names a sharded checkpoint.
+    """
     return weights.get("filename") or _DEFAULT_FILENAMES[weights["format"]]
 
 
 def cached_weight_files(spec: Mapping[str, Any]) -> list[Path] | None:
     """The hub weight file(s) of an entry as the local cache holds them (every shard of an ``*.index.json``),
-    or None when any is not cached; nothing is downloaded. Pre-flight checks read these."""
+    or None when any is not cached; nothing is downloaded. Pre-flight checks read these.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry with ``weights.source: hf_hub``.
+
+    Returns
+    -------
+    list of Path or None
+    """
     weights = spec["weights"]
     repo, revision = weights["hf_hub_id"], weights.get("revision")
     first = cached_hub_file(repo, weight_filename(weights), revision)
@@ -234,17 +353,63 @@ def cached_weight_files(spec: Mapping[str, Any]) -> list[Path] | None:
 
 
 def resolve_weight_files(spec: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> list[Path]:
-    """The weight file(s) of an entry, checked to exist (and against sha256); [] for random init."""
+    """The weight file(s) of an entry, checked to exist (and against sha256); [] for random init.
+
+    Parameters
+    ----------
+    spec : Mapping
+        A registry entry.
+    weights_path : path-like, optional
+        A local file that replaces the entry's source.
+
+    Returns
+    -------
+    list of Path
+        :attr:`ResolvedWeights.paths` of :func:`resolve_weights`.
+    """
     return resolve_weights(spec, weights_path).paths
 
 
 def checkpoint_format(path: Path) -> str:
-    """Format of a weights_path override, from its suffix."""
+    """Format of a weights_path override, from its suffix.
+
+    Parameters
+    ----------
+    path : Path
+        The weight file.
+
+    Returns
+    -------
+    str
+        ``safetensors`` for a ``.safetensors`` suffix, ``torch`` for any other.
+    """
     return "safetensors" if path.suffix == ".safetensors" else "torch"
 
 
 def read_checkpoint(path: Path, fmt: str, allow_pickle: bool = False, encoder: str = "?") -> Any:
-    """Read a checkpoint file: safetensors, or torch.load(weights_only=True) unless ``allow_pickle``."""
+    """Read a checkpoint file: safetensors, or torch.load(weights_only=True) unless ``allow_pickle``.
+
+    Parameters
+    ----------
+    path : Path
+        The checkpoint file.
+    fmt : str
+        ``safetensors`` or ``torch``.
+    allow_pickle : bool
+        Whether a torch file may be fully unpickled (only where the registry entry says ``allow_pickle: true``).
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    Any
+        A dict of CPU tensors (safetensors), or whatever the torch file holds (often a nested dict).
+
+    Raises
+    ------
+    FmauditInputError
+        When the file cannot be read, or holds objects that ``weights_only`` refuses.
+    """
     if fmt == "safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -274,7 +439,29 @@ def _torch_load(path: Path, map_location: str, allow_pickle: bool, encoder: str)
 def read_checkpoint_meta(path: Path, fmt: str, allow_pickle: bool = False, encoder: str = "?") -> dict[str, Any]:
     """A checkpoint's tensors as meta tensors (keys, shapes and dtypes; no weights in memory): the safetensors
     header, or a torch file loaded onto the meta device (``weights_only`` unless ``allow_pickle``). Nested
-    containers are kept as they are, so :func:`extract_state_dict` applies to the result as to a real load."""
+    containers are kept as they are, so :func:`extract_state_dict` applies to the result as to a real load.
+
+    Parameters
+    ----------
+    path : Path
+        The checkpoint file.
+    fmt : str
+        ``safetensors`` or ``torch``.
+    allow_pickle : bool
+        Whether a torch file may be fully unpickled.
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    dict of str to Any
+        Key -> meta tensor (safetensors), or the torch file's contents with meta tensors.
+
+    Raises
+    ------
+    FmauditInputError
+        When the file cannot be read, or holds objects that ``weights_only`` refuses.
+    """
     if fmt == "safetensors":
         try:
             with safe_open(str(path), framework="pt", device="cpu") as f:
@@ -296,7 +483,29 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.
 
 def extract_state_dict(obj: Any, weights: Mapping[str, Any], source: str,
                        encoder: str = "?") -> dict[str, torch.Tensor]:
-    """The tensor dict inside a checkpoint: ``state_dict_key``, then ``strip_prefix``, ``drop_keys_with_prefix``."""
+    """The tensor dict inside a checkpoint: ``state_dict_key``, then ``strip_prefix``, ``drop_keys_with_prefix``.
+
+    Parameters
+    ----------
+    obj : Any
+        What the checkpoint file held (:func:`read_checkpoint`).
+    weights : Mapping
+        The entry's ``weights`` block (``state_dict_key``, ``strip_prefix``, ``drop_keys_with_prefix``).
+    source : str
+        The file, for messages.
+    encoder : str
+        The encoder's slug, for messages.
+
+    Returns
+    -------
+    dict of str to Tensor
+        A flat state dict.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``state_dict_key`` is absent, or what remains is not a flat mapping of tensors.
+    """
     key = weights.get("state_dict_key")
     if key is not None:
         if not isinstance(obj, Mapping) or key not in obj:
@@ -336,7 +545,19 @@ def _without_non_persistent(module: nn.Module, state_dict: Mapping[str, torch.Te
 
 def state_dict_mismatch(module: nn.Module, state_dict: Mapping[str, Any]) -> str | None:
     """How ``state_dict`` (real or meta tensors) does not fit ``module``'s keys and shapes: missing, unexpected and
-    mis-shaped keys in one line, or None when it fits. ``module`` may live on the meta device."""
+    mis-shaped keys in one line, or None when it fits. ``module`` may live on the meta device.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network the state dict is for.
+    state_dict : Mapping
+        Key -> tensor (real or meta).
+
+    Returns
+    -------
+    str or None
+    """
     own = module.state_dict()
     sd = _without_non_persistent(module, state_dict)
     missing = sorted(set(own) - set(sd))
@@ -356,7 +577,24 @@ def state_dict_mismatch(module: nn.Module, state_dict: Mapping[str, Any]) -> str
 def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], source: str,
                            encoder: str = "?") -> None:
     """Strict load; missing, unexpected and mis-shaped keys are reported together in one clear error
-    (:func:`state_dict_mismatch`). Entries of the module's non-persistent buffers are ignored."""
+    (:func:`state_dict_mismatch`). Entries of the module's non-persistent buffers are ignored.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The network, loaded in place.
+    state_dict : Mapping of str to Tensor
+        The checkpoint's state dict (:func:`extract_state_dict`).
+    source : str
+        The weight file(s), for messages.
+    encoder : str
+        The encoder's slug, for messages.
+
+    Raises
+    ------
+    FmauditInputError
+        When the keys or shapes do not fit (:func:`state_dict_mismatch`).
+    """
     problem = state_dict_mismatch(module, state_dict)
     if problem:
         raise FmauditInputError(f"encoder {encoder!r}: the weights in {source} do not fit the architecture; {problem}")

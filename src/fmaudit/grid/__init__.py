@@ -41,11 +41,11 @@ job keys, the rule that runs its jobs, whether a cluster retries them) is :data:
 Tasks named by ``cells.taxonomies`` are label spaces of cells, not of tiles: they leave the tile probe grid,
 and a data set used only by them is not embedded tile-wise.
 
-Combined configs (``studies:``): each study runs its own encoders on its own tasks with its own sections
+Combined configs (``studies:``): each study runs its own encoders on its own tasks with its own blocks
 (``probe``, ``calibration`` ... ``cells``), so a combined config plans exactly the union of its studies' runs
 instead of every encoder on every task. Without ``studies`` the whole config is one study.
 
-Modules: :mod:`~fmaudit.grid.studies` (studies, sections, task domains), :mod:`~fmaudit.grid.probe` (the probe
+Modules: :mod:`~fmaudit.grid.studies` (studies, settings blocks, task domains), :mod:`~fmaudit.grid.probe` (the probe
 grid, its shards and embeddings, head sweep, cross-data-set pairs), :mod:`~fmaudit.grid.ood`,
 :mod:`~fmaudit.grid.prior_shift`, :mod:`~fmaudit.grid.cells` (declared analyses), :mod:`~fmaudit.grid.analyses`
 (the declaration of every analysis, ``enumerate_runs``, ``jobs``, ``check_grid``), :mod:`~fmaudit.grid.summary`

@@ -36,15 +36,31 @@ __all__ = ["ANALYSES", "Analysis", "JOB_KEYS", "RULED_ANALYSES", "analysis_modul
 class Analysis:
     """One analysis of the grid.
 
-    ``enumerate(config, dataset_registry)`` returns its run table (one row per run; ``embed``: per pair);
-    ``job_keys`` are the columns that name the job a run is batched into; ``rule`` is the workflow rule that runs
-    those jobs (None while the analysis is declared only; several analyses may share one: the OOD gate runs in
-    the OOD shard, the blurred copies are embedding jobs); ``retried``: a job of it can fail for lack of memory
-    or time, or on a lost node, so the cluster profile resubmits it (:func:`retried_rules`). :func:`check_grid`
-    runs the enumerator on every dry-run, or ``check`` instead where the run table is large; ``checked=False``
-    where another analysis's check covers this one. ``count(config, dataset_registry)``, where the run table is
-    large, gives its jobs and how many runs each has without building it (:func:`count_runs`; tested equal to
-    the enumerator's)."""
+    Parameters
+    ----------
+    name : str
+        The analysis's name (the key of :data:`ANALYSES`, the ``analysis`` column of its runs).
+    enumerate : callable
+        ``enumerate(config, dataset_registry)`` returns its run table (one row per run; ``embed``: per
+        (encoder, data set) pair), raising :class:`~fmaudit.io.FmauditInputError` on a bad config block.
+    job_keys : tuple of str
+        The columns that name the job a run is batched into.
+    rule : str or None
+        The workflow rule that runs those jobs (None while the analysis is declared only; several analyses may
+        share one: the OOD gate runs in the OOD shard, the blurred copies are embedding jobs).
+    retried : bool
+        A job of it can fail for lack of memory or time, or on a lost node, so the cluster profile resubmits it
+        (:func:`retried_rules`).
+    check : callable, optional
+        ``check(config, dataset_registry)``, run by :func:`check_grid` on every dry-run instead of the
+        enumerator, where the run table is large.
+    checked : bool
+        False where another analysis's check covers this one (:func:`check_grid` skips it).
+    count : callable, optional
+        ``count(config, dataset_registry)``, where the run table is large: its jobs (the job keys) and how many
+        runs each has (``runs``), without building the table (:func:`count_runs`; tested equal to the
+        enumerator's).
+    """
 
     name: str
     enumerate: Enumerator
@@ -62,12 +78,39 @@ class Analysis:
         return self.rule is not None
 
     def run_check(self, config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None) -> None:
+        """Run the analysis's check on ``config`` (``check``, else its enumerator), unless another analysis covers it.
+
+        Parameters
+        ----------
+        config : Mapping
+            The filled config.
+        dataset_registry : Mapping or None
+            Data-set slug -> registry entry, for the tasks' domains.
+
+        Raises
+        ------
+        FmauditInputError
+            Naming the config key of the first bad reference.
+        """
         if self.checked:
             (self.check or self.enumerate)(config, dataset_registry)
 
 
 def ruled(analysis: Analysis, rule: str) -> Analysis:
-    """The same analysis, now planned by the workflow's rule ``rule``."""
+    """The same analysis, now planned by the workflow's rule ``rule``.
+
+    Parameters
+    ----------
+    analysis : Analysis
+        A declared (or ruled) analysis.
+    rule : str
+        The name of the rule that runs its jobs.
+
+    Returns
+    -------
+    Analysis
+        A copy with ``rule`` set; ``analysis`` itself is unchanged (frozen).
+    """
     return dataclasses.replace(analysis, rule=rule)
 
 
@@ -105,14 +148,36 @@ JOB_KEYS: dict[str, tuple[str, ...]] = {name: a.job_keys for name, a in ANALYSES
 
 def retried_rules(analyses: Mapping[str, Analysis] | None = None) -> list[str]:
     """The rules whose jobs a cluster profile resubmits (``preemptible-rules``): each ruled analysis's rule where
-    it is ``retried``, once, in table order."""
+    it is ``retried``, once, in table order.
+
+    Parameters
+    ----------
+    analyses : Mapping of str to Analysis, optional
+        A table of analyses; None: :data:`ANALYSES`.
+
+    Returns
+    -------
+    list of str
+        Rule names, each once.
+    """
     table = ANALYSES if analyses is None else analyses
     return list(dict.fromkeys(a.rule for a in table.values() if a.rule is not None and a.retried))
 
 
 def analysis_modules(analyses: Mapping[str, Analysis] | None = None) -> list[ModuleType]:
     """The modules that hold the analyses' enumerators, once, in table order: :mod:`fmaudit.grid` re-exports their
-    public names (``__all__``), so a new analysis's module is exported by its line in :data:`ANALYSES`."""
+    public names (``__all__``), so a new analysis's module is exported by its line in :data:`ANALYSES`.
+
+    Parameters
+    ----------
+    analyses : Mapping of str to Analysis, optional
+        A table of analyses; None: :data:`ANALYSES`.
+
+    Returns
+    -------
+    list of ModuleType
+        The imported modules, each once.
+    """
     table = ANALYSES if analyses is None else analyses
     return [sys.modules[name] for name in dict.fromkeys(a.enumerate.__module__ for a in table.values())]
 
@@ -123,6 +188,25 @@ def enumerate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 
     ``embed`` rows are (encoder, data set) pairs; the other tables have one row per run and the columns of
     :data:`JOB_KEYS` say which job runs it.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the tasks' domains.
+    analysis : str, optional
+        A key of :data:`ANALYSES`; None: every analysis.
+
+    Returns
+    -------
+    DataFrame or dict of str to DataFrame
+        The analysis's run table, or analysis name -> run table in table order.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``analysis`` is unknown, or a block of the config fails its checks (naming the key).
     """
     if analysis is None:
         return {name: a.enumerate(config, dataset_registry) for name, a in ANALYSES.items()}
@@ -132,7 +216,20 @@ def enumerate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 
 
 def jobs(runs: pd.DataFrame, analysis: str) -> pd.DataFrame:
-    """The jobs a run table of ``analysis`` is batched into: its distinct :data:`JOB_KEYS`, in run order."""
+    """The jobs a run table of ``analysis`` is batched into: its distinct :data:`JOB_KEYS`, in run order.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        A run table of ``analysis`` (:func:`enumerate_runs`).
+    analysis : str
+        A key of :data:`ANALYSES`.
+
+    Returns
+    -------
+    DataFrame
+        One row per job, the job-key columns only (as object dtype); empty with those columns when ``runs`` is.
+    """
     keys = list(JOB_KEYS[analysis])
     if runs.empty:
         return pd.DataFrame(columns=keys)
@@ -143,7 +240,24 @@ def count_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
                by: tuple[str, ...] = ()) -> pd.DataFrame:
     """The jobs of one analysis (its :data:`JOB_KEYS`, and the columns ``by``, in run order) with ``runs``,
     how many runs each has: from the analysis's ``count`` where it has one (its run table is never built),
-    else from its run table."""
+    else from its run table.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping or None
+        Data-set slug -> registry entry, for the tasks' domains.
+    analysis : str
+        A key of :data:`ANALYSES`.
+    by : tuple of str
+        Further run-table columns to split the counts by (e.g. ``("protocol",)``), placed first.
+
+    Returns
+    -------
+    DataFrame
+        One row per job, columns ``by`` then the job keys, then ``runs`` (int).
+    """
     entry = ANALYSES[analysis]
     keys = list(dict.fromkeys([*by, *entry.job_keys]))
     if entry.count is not None:
@@ -158,7 +272,20 @@ def count_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
 def check_grid(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`FmauditInputError` naming the key of the first bad reference in any analysis section.
 
-    Cheap enough for every dry-run: the cell grid is checked without building its run table."""
+    Cheap enough for every dry-run: the cell grid is checked without building its run table.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the tasks' domains.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming the config key of the first bad reference (studies first, then each analysis in table order).
+    """
     check_studies(config)
     for analysis in ANALYSES.values():
         analysis.run_check(config, dataset_registry)

@@ -51,7 +51,26 @@ def _check_cells(part: Mapping[str, Any], cells: Mapping[str, Any], where: str) 
 
 def cell_feature_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Cell features (CellPath-Bench): each encoder's feature field of each section at each magnification,
-    sampled at the registered nuclei once for every readout."""
+    sampled at the registered nuclei once for every readout.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config (or one study part of it) with a ``cells`` block.
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        One row per feature field, columns ``analysis`` (``cell_features``), ``encoder``, ``section``,
+        ``magnification``.
+
+    Raises
+    ------
+    FmauditInputError
+        When a taxonomy names an unknown task, or a section is under two organs.
+    """
     frames = []
     for where, part, cells in parts_with(config, "cells"):
         _check_cells(part, cells, where)
@@ -63,7 +82,26 @@ def cell_feature_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, 
 
 def cell_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Cell-level probes (CellPath-Bench): per protocol, encoder × magnification × taxonomy × readout × seed ×
-    evaluation unit (IS: section; IOCD: section of an organ with enough sections; MOCV: fold; LOOO: organ)."""
+    evaluation unit (IS: section; IOCD: section of an organ with enough sections; MOCV: fold; LOOO: organ).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with a ``cells`` block.
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        One row per run, columns ``analysis`` (``cells``), ``protocol``, ``encoder``, ``magnification``,
+        ``taxonomy``, ``readout``, ``seed``, ``unit`` and ``organ`` (empty for MOCV folds).
+
+    Raises
+    ------
+    FmauditInputError
+        When a taxonomy names an unknown task, a section is under two organs, or a protocol has no unit.
+    """
     frames = []
     for where, part, cells in parts_with(config, "cells"):
         _check_cells(part, cells, where)
@@ -87,7 +125,25 @@ def cell_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
 def cell_run_counts(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """:func:`cell_runs` counted, not built: one row per job (its job keys and ``protocol``) with ``runs``,
     the number of its rows in :func:`cell_runs` (taxonomies x readouts x seeds x units of the protocol), in
-    the same job order. A few hundred rows where the run table has ~300,000."""
+    the same job order. A few hundred rows where the run table has ~300,000.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with a ``cells`` block.
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run counters.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``protocol``, ``encoder``, ``magnification``, ``runs``.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`cell_runs`.
+    """
     rows = []
     for where, part, cells in parts_with(config, "cells"):
         _check_cells(part, cells, where)
@@ -104,7 +160,19 @@ def cell_run_counts(config: Mapping[str, Any], dataset_registry: Mapping[str, An
 
 
 def check_cell_protocols(config: Mapping[str, Any]) -> None:
-    """The checks of :func:`cell_runs` without building its run table (cheap enough for every dry-run)."""
+    """The checks of :func:`cell_runs` without building its run table (cheap enough for every dry-run).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config; a config without ``cells`` passes.
+
+    Raises
+    ------
+    FmauditInputError
+        When a taxonomy names an unknown task, a section is under two organs, or a protocol is unknown or has
+        no unit.
+    """
     for where, part, cells in parts_with(config, "cells"):
         _check_cells(part, cells, where)
         for protocol, spec in (cells.get("protocols") or {}).items():
@@ -119,11 +187,26 @@ def check_cell_protocols(config: Mapping[str, Any]) -> None:
 class CellPlan:
     """The cell branch of a config as the workflow plans it.
 
-    ``cells``: the (filled) ``cells`` section; ``encoders``: the study's encoders; ``organ_of`` and
-    ``dataset_of``: section -> organ and -> the data set listing it; ``feature_jobs``: (encoder, section) of
-    every feature job (one job embeds a section at every magnification, the encoder loaded once);
-    ``shard_jobs``: (encoder, magnification, protocol) of every shard job, both in grid order
-    (:data:`fmaudit.grid.JOB_KEYS`)."""
+    Attributes
+    ----------
+    where : str
+        The config path of the study part holding the ``cells`` block (``cells``, or ``studies.<name>.cells``).
+    cells : Mapping
+        The (filled) ``cells`` section.
+    encoders : tuple of str
+        The study's encoders.
+    taxonomy_tasks : Mapping of str to str
+        Taxonomy -> the task whose label space it maps cells into.
+    organ_of : Mapping of str to str
+        Section -> its organ, in config order.
+    dataset_of : Mapping of str to str
+        Section -> the data set listing it.
+    feature_jobs : tuple of (str, str)
+        ``(encoder, section)`` of every feature job (one job embeds a section at every magnification, the
+        encoder loaded once), in grid order (:data:`fmaudit.grid.JOB_KEYS`).
+    shard_jobs : tuple of (str, float, str)
+        ``(encoder, magnification, protocol)`` of every shard job, in grid order.
+    """
 
     where: str
     cells: Mapping[str, Any]
@@ -136,11 +219,25 @@ class CellPlan:
 
     @property
     def sections(self) -> list[str]:
+        """Every section of the plan, in config order (the keys of ``organ_of``)."""
         return list(self.organ_of)
 
 
 def protocol_sections(cells: Mapping[str, Any], protocol: str) -> list[str]:
-    """Sections a protocol's shard reads (IOCD: those of organs with enough sections; others: every one)."""
+    """Sections a protocol's shard reads (IOCD: those of organs with enough sections; others: every one).
+
+    Parameters
+    ----------
+    cells : Mapping
+        The filled ``cells`` block (``sections``: organ -> section ids; ``protocols``).
+    protocol : str
+        ``IS``, ``IOCD``, ``MOCV`` or ``LOOO``.
+
+    Returns
+    -------
+    list of str
+        Section ids in config order.
+    """
     sections = cells["sections"]
     if protocol == "IOCD":
         min_sections = int(cells["protocols"]["IOCD"]["min_sections_per_organ"])
@@ -154,7 +251,26 @@ def cell_plan(config: Mapping[str, Any], section_lists: Mapping[str, Sequence[st
     lists none yet, e.g. a preset's placeholder panel): a section belongs to the one data set of its
     taxonomies' tasks that lists it, or to the only data set of those tasks. Job lists are built from the
     config's factors directly (the shard jobs are the distinct job keys of :func:`cell_runs`), so the
-    dry-run of a 300,000-run grid never builds its run table."""
+    dry-run of a 300,000-run grid never builds its run table.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    section_lists : Mapping
+        Data set -> the section ids its params list, or None where it lists none yet.
+
+    Returns
+    -------
+    CellPlan or None
+        The plan, None when the config has no ``cells`` block.
+
+    Raises
+    ------
+    FmauditInputError
+        When several study parts have a ``cells`` block, a section is listed by no data set (with several
+        candidates) or by several, or the protocols fail their checks.
+    """
     parts = list(parts_with(config, "cells"))
     if not parts:
         return None

@@ -13,7 +13,22 @@ __all__ = ["concat_runs", "product_frame"]
 
 def product_frame(levels: Mapping[str, Sequence[Any]], **constants: Any) -> pd.DataFrame:
     """The Cartesian product of ``levels`` (first level slowest) as a frame, built from integer codes so a
-    grid of hundreds of thousands of runs takes milliseconds; string levels become categoricals."""
+    grid of hundreds of thousands of runs takes milliseconds; string levels become categoricals.
+
+    Parameters
+    ----------
+    levels : Mapping of str to sequence
+        Column -> its values, in product order: the first column varies slowest. A column of distinct strings
+        becomes a categorical; strings with repeats stay object; other values keep their NumPy dtype.
+    **constants
+        Columns holding one value on every row (e.g. ``analysis="cells"``), as one-category categoricals, placed
+        before the levels.
+
+    Returns
+    -------
+    DataFrame
+        ``prod(len(v))`` rows (none when a level is empty), the constant columns then one column per level.
+    """
     sizes = [len(v) for v in levels.values()]
     n = int(np.prod(sizes)) if sizes else 0
     data: dict[str, Any] = {k: pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[v])
@@ -32,6 +47,20 @@ def product_frame(levels: Mapping[str, Sequence[Any]], **constants: Any) -> pd.D
 
 
 def concat_runs(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """Run tables stacked into one; a column categorical in every table keeps one union of their categories.
+
+    Parameters
+    ----------
+    frames : list of DataFrame
+        Run tables, each holding every one of ``columns``.
+    columns : list of str
+        The columns to keep, in this order.
+
+    Returns
+    -------
+    DataFrame
+        The rows of ``frames`` in order with a fresh index; an empty frame with ``columns`` when there is none.
+    """
     if not frames:
         return pd.DataFrame(columns=columns)
     frames = [f.copy(deep=False) for f in frames]

@@ -154,7 +154,27 @@ def _gate_settings(part: Mapping[str, Any], ood: Mapping[str, Any], where: str,
 def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Novelty detection (audit paper): encoder × task × OOD condition × scorer. Far, blur and image-artefact
     conditions reuse the task's probe and scorers; near and artefact conditions refit them without the
-    held-out classes."""
+    held-out classes.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with an ``ood`` block (the tiers of the module doc, ``scorers``).
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        One row per detection, columns ``analysis`` (``ood``), ``encoder``, ``task``, ``tier``, ``condition``,
+        ``scorer``.
+
+    Raises
+    ------
+    FmauditInputError
+        When a tier names an unknown task or donor, a perturbation spec is invalid, or two image-artefact specs
+        make the same artefact (naming the config key).
+    """
     rows = []
     for where, part, ood in parts_with(config, "ood"):
         for task, conds in _conditions(part, ood, where).items():
@@ -167,7 +187,25 @@ def ood_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | No
 def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The abstention gate (audit paper): per encoder, each gated task on its own split, plus each artefact task
     with its artefact classes removed (``setting`` ``<task>:artefact``) and, with ``gate.near``, each near
-    class removed (``<task>:holdout_<class>``). It runs in the task's OOD shard."""
+    class removed (``<task>:holdout_<class>``). It runs in the task's OOD shard.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with an ``ood.gate`` block (``tasks``, ``near``).
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, setting), columns ``analysis`` (``ood_gate``), ``encoder``, ``task``, ``setting``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the gate or a tier names an unknown task (naming the config key).
+    """
     rows = []
     for where, part, ood in parts_with(config, "ood"):
         settings = _gate_settings(part, ood, where, _conditions(part, ood, where))
@@ -178,7 +216,25 @@ def ood_gate_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
 
 def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Test splits re-embedded under Gaussian blur (the audit paper's blur tier): encoder × task × data set of the
-    task × sigma; one embedding job per (encoder, data set, sigma), shared by the tasks of that data set."""
+    task × sigma; one embedding job per (encoder, data set, sigma), shared by the tasks of that data set.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with an ``ood.blur`` block (``tasks``, ``sigmas`` in pixels of the image).
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``ood_blur``), ``encoder``, ``task``, ``dataset``, ``sigma`` (float).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``ood.blur.tasks`` names an unknown task.
+    """
     rows = []
     for where, part, ood in parts_with(config, "ood"):
         blur = ood.get("blur") or {}
@@ -193,7 +249,26 @@ def ood_blur_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any]
 def ood_image_artefact_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None
                             ) -> pd.DataFrame:
     """Test splits re-embedded with a synthetic image artefact (pen, bubble, fold, exposure, JPEG): encoder ×
-    task × data set of the task × artefact spec; one embedding job per (encoder, data set, artefact)."""
+    task × data set of the task × artefact spec; one embedding job per (encoder, data set, artefact).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with an ``ood.image_artefact`` block (``tasks``, ``specs``).
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``ood_image_artefact``), ``encoder``, ``task``, ``dataset``, ``condition`` (the spec's
+        tag, e.g. ``jpeg_q20``) and ``spec`` (its canonical string).
+
+    Raises
+    ------
+    FmauditInputError
+        When the block names an unknown task, a spec is invalid, or two specs make the same artefact.
+    """
     rows = []
     for where, part, ood in parts_with(config, "ood"):
         tasks, specs = _image_artefacts(part, ood, where)
@@ -206,7 +281,23 @@ def ood_image_artefact_runs(config: Mapping[str, Any], dataset_registry: Mapping
 
 def ood_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, task) of every OOD shard job: each task with an OOD condition or a gate, by each encoder of
-    its study."""
+    its study.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(encoder, task)``, tasks in config order, each task's encoders together.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`ood_runs`.
+    """
     out: list[tuple[str, str]] = []
     for where, part, ood in parts_with(config, "ood"):
         conditions = _conditions(part, ood, where)
@@ -219,7 +310,24 @@ def ood_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def derived_datasets(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     """``{"<dataset>__<tag>": {"dataset", "tag", "spec"}}``: every perturbed copy of a test split the OOD
-    conditions need (blur sigmas and image artefacts of each task's data sets), once each."""
+    conditions need (blur sigmas and image artefacts of each task's data sets), once each.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+
+    Returns
+    -------
+    dict of str to dict
+        Derived data-set name -> ``dataset`` (the source data set), ``tag`` (``blur_s2`` ...) and ``spec`` (the
+        canonical perturbation string), in first-seen order.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`ood_runs`.
+    """
     out: dict[str, dict[str, str]] = {}
     for where, part, ood in parts_with(config, "ood"):
         for task, conds in _conditions(part, ood, where).items():
@@ -232,13 +340,13 @@ def derived_datasets(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return out
 
 
-#: Keys of the ``ood`` section that declare conditions or the gate (the shard plan resolves them per task).
+#: Keys of the ``ood`` block that declare conditions or the gate (the shard plan resolves them per task).
 TIER_KEYS = ("far", "blur", "near", "artefact", "image_artefact", "gate")
-#: Keys whose section applies to the tasks it lists (``tasks``; sensitivity: every task when omitted).
+#: Keys whose block applies to the tasks it lists (``tasks``; sensitivity: every task when omitted).
 EXTRA_KEYS = ("sensitivity", "slides", "coarsening")
 #: Keys of the further train/test splits (their own shard job; the stored split's shard does not read them).
 SPLIT_KEYS = ("extra_splits",)
-#: What the further splits evaluate, in order: the probe metrics of every task, and, where the ``ood`` section
+#: What the further splits evaluate, in order: the probe metrics of every task, and, where the ``ood`` block
 #: declares them for the task, slide aggregation, label coarsening and the task without some classes.
 SPLIT_PARTS = ("probe_metrics", "slide_aggregation", "label_coarsening", "without_classes")
 
@@ -257,7 +365,18 @@ def _split_parts(ood: Mapping[str, Any], task: str) -> list[str]:
 
 def ood_split_shards(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, task) of every further-splits job: each OOD shard's task when ``ood.extra_splits.seeds`` is not
-    empty (the audit paper's five further splits, seeds 0-4)."""
+    empty (the audit paper's five further splits, seeds 0-4).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(encoder, task)``, tasks in config order; empty when no study has split seeds.
+    """
     out: list[tuple[str, str]] = []
     for _, part, ood in parts_with(config, "ood"):
         if not (ood.get("extra_splits") or {}).get("seeds"):
@@ -271,7 +390,21 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
     """The further train/test splits of the audit paper (``ood.extra_splits``): encoder x task x part x split seed,
     where the parts are the probe metrics of every OOD task and, where declared for the task, slide aggregation,
     label coarsening and the task without some classes (:data:`SPLIT_PARTS`). The stored split stays the one of
-    detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it."""
+    detection, blur, scorer sensitivity and the gate. One job per (encoder, task) runs every split of it.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config (``ood.extra_splits.seeds``; ``ood.slides.tasks`` and ``ood.coarsening`` add parts).
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``ood_splits``), ``encoder``, ``task``, ``part`` (one of :data:`SPLIT_PARTS`),
+        ``split_seed`` (int).
+    """
     rows = []
     for _, part, ood in parts_with(config, "ood"):
         seeds = list((ood.get("extra_splits") or {}).get("seeds") or [])
@@ -289,7 +422,20 @@ def ood_split_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any
 
 def ood_split_plan(config: Mapping[str, Any], task: str) -> dict[str, Any] | None:
     """What the further-splits job of ``task`` needs beyond the task's OOD settings: ``seeds``,
-    ``test_fraction`` and the ``parts`` it evaluates; None when the task has no further splits."""
+    ``test_fraction`` and the ``parts`` it evaluates; None when the task has no further splits.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    task : str
+        A task of the config.
+
+    Returns
+    -------
+    dict or None
+        ``{"seeds": list of int, "test_fraction": float, "parts": list of str}``, or None.
+    """
     for _, part, ood in parts_with(config, "ood"):
         if task not in part["tasks"]:
             continue
@@ -304,9 +450,27 @@ def ood_split_plan(config: Mapping[str, Any], task: str) -> dict[str, Any] | Non
 def ood_shard_plan(config: Mapping[str, Any], task: str) -> dict[str, Any]:
     """What the OOD shard of ``task`` needs, and nothing about other tasks (so editing another task's entry
     does not rerun it): ``conditions`` (each with tier and name, and donor, sigma, tag, spec, ``derived`` data
-    sets or held_out as its tier needs), ``gate`` (the gate section without ``tasks`` plus the task's
-    ``settings``, or None when the task is not gated) and ``settings`` (the rest of the ``ood`` section, the
-    sensitivity / slides / coarsening sections only where they apply to the task, else None)."""
+    sets or held_out as its tier needs), ``gate`` (the gate block without ``tasks`` plus the task's
+    ``settings``, or None when the task is not gated) and ``settings`` (the rest of the ``ood`` block, the
+    sensitivity / slides / coarsening blocks only where they apply to the task, else None).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    task : str
+        A task of a study part with an ``ood`` block.
+
+    Returns
+    -------
+    dict
+        Keys ``conditions`` (list of dict, tier order), ``gate`` (dict or None) and ``settings`` (dict).
+
+    Raises
+    ------
+    FmauditInputError
+        When no study part with an ``ood`` block holds ``task``, or a tier fails its checks.
+    """
     for where, part, ood in parts_with(config, "ood"):
         if task not in part["tasks"]:
             continue

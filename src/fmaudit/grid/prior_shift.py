@@ -22,7 +22,21 @@ _PATH_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def check_priors(priors: Mapping[str, Mapping[str, float]], where: str = "prior_shift.priors") -> None:
-    """Each prior is a class -> share mapping over the same classes, shares >= 0 summing to 1."""
+    """Each prior is a class -> share mapping over the same classes, shares >= 0 summing to 1.
+
+    Parameters
+    ----------
+    priors : Mapping of str to Mapping of str to float
+        Prior name -> class name -> share of the resampled target.
+    where : str
+        The config key of the priors, for the message.
+
+    Raises
+    ------
+    FmauditInputError
+        Naming ``<where>.<prior>`` whose shares are negative or do not sum to 1 (within 1e-6), or whose classes
+        differ from the first prior's.
+    """
     classes = None
     for name, prior in priors.items():
         total = float(sum(prior.values()))
@@ -36,7 +50,28 @@ def check_priors(priors: Mapping[str, Mapping[str, float]], where: str = "prior_
 
 def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Class-prior shift (hema paper): encoder × source domain × source seed × target domain × prior × draw.
-    Every adaptation method is evaluated on each draw, so methods do not multiply runs."""
+    Every adaptation method is evaluated on each draw, so methods do not multiply runs.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config with a ``prior_shift`` block (``task``, ``priors``, ``assumed_priors``, ``source_domains``,
+        ``target_domains``, ``seeds``, ``draws``).
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the task's domains.
+
+    Returns
+    -------
+    DataFrame
+        One row per draw, columns ``analysis`` (``prior_shift``), ``task``, ``encoder``, ``source_domain``, ``seed``,
+        ``target_domain`` (never the source), ``prior``, ``draw`` (0-based).
+
+    Raises
+    ------
+    FmauditInputError
+        When the block names an unknown task, domain or assumed prior, a prior fails :func:`check_priors`, or a
+        domain name is not safe in a file path.
+    """
     frames = []
     for where, part, ps in parts_with(config, "prior_shift"):
         task = ps["task"]
@@ -67,7 +102,25 @@ def prior_shift_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, A
 def scratch_reference_runs(config: Mapping[str, Any],
                            dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """The hema paper's ResNet-18 trained from scratch: one run (and job) per task x source domain x source seed of
-    each enabled ``prior_shift.scratch_reference``, evaluated in-domain and on the prior-shift targets."""
+    each enabled ``prior_shift.scratch_reference``, evaluated in-domain and on the prior-shift targets.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config (``prior_shift.scratch_reference.enabled``).
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the task's domains.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``scratch_reference``), ``task``, ``source_domain``, ``seed``; empty when not enabled.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``source_domains`` names a domain the task lacks.
+    """
     frames = []
     for where, part, ps in parts_with(config, "prior_shift"):
         if not (ps.get("scratch_reference") or {}).get("enabled"):

@@ -47,7 +47,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Shard:
-    """One analysis job: everything an (analysis, encoder, task) cell needs, and nothing about other encoders."""
+    """One analysis job: everything an (analysis, encoder, task) cell needs, and nothing about other encoders.
+
+    Attributes
+    ----------
+    analysis : str
+        The analysis the job runs (``probe``).
+    encoder : str
+        The job's encoder (or declared variant).
+    task : str
+        The job's tile-level task.
+    """
 
     analysis: str
     encoder: str
@@ -56,7 +66,18 @@ class Shard:
 
 def probe_variants(probe: Mapping[str, Any]) -> list[tuple[str, float, str]]:
     """(head, C, label) per probe variant: one per head, and one per C value for the heads that take C when
-    ``probe.C`` is a list (labels such as ``logistic_C0.01``, so reports keep the variants apart)."""
+    ``probe.C`` is a list (labels such as ``logistic_C0.01``, so reports keep the variants apart).
+
+    Parameters
+    ----------
+    probe : Mapping
+        The filled ``probe`` block: ``heads`` and ``C`` (a number, or a list of them).
+
+    Returns
+    -------
+    list of (str, float, str)
+        ``(head, C, label)`` in head order then C order; ``C`` is NaN for heads that take none.
+    """
     cs = probe["C"] if isinstance(probe["C"], (list, tuple)) else [probe["C"]]
     out = []
     for head in probe["heads"]:
@@ -87,7 +108,29 @@ def probe_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
 
     Each fit is evaluated in-domain and, when the task has ``transfer``, on every other domain; the
     ``n_targets`` column says on how many. Cell-level tasks are left out unless named in ``tasks``; with
-    ``studies``, each task runs with its study's encoders and ``probe`` section.
+    ``studies``, each task runs with its study's encoders and ``probe`` block.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the tasks' domains.
+    encoders : iterable of str, optional
+        Only these encoders (None: every encoder and declared variant of each study).
+    tasks : iterable of str, optional
+        Only these tasks (None: every tile-level task).
+
+    Returns
+    -------
+    DataFrame
+        One row per fit, the columns of :data:`PROBE_COLUMNS` (``C`` NaN for heads without one, ``probe`` the
+        variant's label) and ``run_id`` (:func:`run_id`).
+
+    Raises
+    ------
+    FmauditInputError
+        When a task of ``tasks`` is not in the config, or a ``probe`` block is missing.
     """
     encoders = list(encoders) if encoders is not None else None
     tasks = list(tasks) if tasks is not None else None
@@ -115,13 +158,35 @@ def _probe_runs(part: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
 
 
 def run_id(row: Any) -> str:
-    """A readable, unique id of a probe run within its shard."""
+    """A readable, unique id of a probe run within its shard.
+
+    Parameters
+    ----------
+    row : namedtuple
+        A row of a probe run table (``itertuples``) with ``source_domain``, ``head``, ``C``, ``fraction``, ``seed``.
+
+    Returns
+    -------
+    str
+        ``<source_domain>__<head>[_C<C>]__f<fraction>__s<seed>``, e.g. ``scanner-a__logistic_C1__f0.1__s0``.
+    """
     c = "" if pd.isna(row.C) else f"_C{row.C:g}"
     return f"{row.source_domain}__{row.head}{c}__f{row.fraction:g}__s{row.seed}"
 
 
 def shards(config: Mapping[str, Any]) -> list[Shard]:
-    """The analysis jobs the workflow plans: one per (analysis, encoder, task), within each study."""
+    """The analysis jobs the workflow plans: one per (analysis, encoder, task), within each study.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+
+    Returns
+    -------
+    list of Shard
+        Study by study, task by task, then encoder (declared variants after their bases).
+    """
     return [Shard("probe", enc, task) for _, part in study_parts(config)
             for task in tile_tasks(part) for enc in probe_encoders(part)]
 
@@ -129,7 +194,18 @@ def shards(config: Mapping[str, Any]) -> list[Shard]:
 def embed_pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(encoder, data set) pairs to embed tile-wise: within each study, every encoder (and declared variant of
     one, :func:`~fmaudit.grid.studies.probe_encoders`) on every data set except those only cell-level tasks
-    use; a pair shared by two studies is embedded once."""
+    use; a pair shared by two studies is embedded once.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+
+    Returns
+    -------
+    list of (str, str)
+        ``(encoder, dataset)`` in study, encoder, data-set order, each once.
+    """
     pairs: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     for _, part in study_parts(config):
@@ -145,7 +221,20 @@ def embed_pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def embed_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """The embedding table: one row per (encoder, data set) pair of :func:`embed_pairs`."""
+    """The embedding table: one row per (encoder, data set) pair of :func:`embed_pairs`.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping, optional
+        Unused; taken for the common signature of the analyses' run builders.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``embed``), ``encoder``, ``dataset``.
+    """
     pairs = embed_pairs(config)
     return pd.DataFrame({"analysis": "embed", "encoder": [p[0] for p in pairs], "dataset": [p[1] for p in pairs]},
                         columns=["analysis", "encoder", "dataset"])
@@ -153,7 +242,26 @@ def embed_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | 
 
 def head_sweep_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Extra source-only heads (the hema paper's sweep): logistic at each of ``logistic_C`` plus ``heads``, fitted on
-    each source domain × fraction × seed and evaluated like the probe grid (``n_targets``)."""
+    each source domain × fraction × seed and evaluated like the probe grid (``n_targets``).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config (``head_sweep`` blocks: ``tasks``, ``logistic_C``, ``heads``, ``source_domains``,
+        ``fractions``, ``seeds``).
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the tasks' domains.
+
+    Returns
+    -------
+    DataFrame
+        One row per fit, the columns of :data:`PROBE_COLUMNS` (``analysis`` = ``head_sweep``) and ``run_id``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the block names an unknown task or a source domain the task lacks.
+    """
     rows = []
     for where, part, sweep in parts_with(config, "head_sweep"):
         tasks = list(sweep.get("tasks") or tile_tasks(part))
@@ -173,7 +281,26 @@ def head_sweep_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, An
 
 def cross_dataset_runs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Each probe fit of a source task evaluated on the test items of a target task (labels mapped onto the
-    source's label space by ``label_map``): PRISM's label-definition pairs. One row per (fit, pair)."""
+    source's label space by ``label_map``): PRISM's label-definition pairs. One row per (fit, pair).
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config (``cross_dataset.pairs``: ``source``, ``target``, optional ``label_map``).
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the source task's domains.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis`` (``cross_dataset``), ``encoder``, ``source_task``, ``target_task``,
+        ``source_domain``, ``head``, ``C``, ``fraction``, ``seed``, ``label_map`` (empty: no mapping).
+
+    Raises
+    ------
+    FmauditInputError
+        When a pair names an unknown task, or the same task as source and target.
+    """
     frames = []
     for prefix, part in study_parts(config):
         pairs = (part.get("cross_dataset") or {}).get("pairs") or []

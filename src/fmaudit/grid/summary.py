@@ -38,6 +38,25 @@ def summarize(config: Mapping[str, Any], dataset_registry: Mapping[str, Any] | N
     added to evaluations or to the cell feature fields; its jobs: all of them), and the table ends with
     ``all / total (config)``: the sum of the analyses' totals (CellPath preset: 304,920 runs). Without
     ``totals`` every job is on one row only, so the ``jobs`` column adds up.
+
+    Parameters
+    ----------
+    config : Mapping
+        The filled config.
+    dataset_registry : Mapping, optional
+        Data-set slug -> registry entry, for the tasks' domains.
+    totals : bool
+        Add the ``total`` row of each analysis and the final ``all / total (config)`` row.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``analysis``, ``protocol`` (what the row counts), ``runs``, ``jobs`` and ``planned`` (bool).
+
+    Raises
+    ------
+    FmauditInputError
+        When a block of the config fails the grid's checks (it names the key).
     """
     # Every table but the cell probes' (~300,000 rows on the CellPath preset), which are counted, not built.
     tables = {name: a.enumerate(config, dataset_registry) for name, a in ANALYSES.items() if a.count is None}

@@ -47,7 +47,32 @@ def section_source_spec(section: str, organ: str, dataset: str, params: Mapping[
     """Where one section's files are: its entry under the data set's ``sections`` parameter, or, for a demo
     data set (``params.demo``), the demo section of that id written under ``data_root/<dataset>/`` (by
     :mod:`fmaudit.cells.demo`, from the real CC0 slide; kept when already written with the same
-    specification). Errors name the config key to fill."""
+    specification). Errors name the config key to fill.
+
+    Parameters
+    ----------
+    section : str
+        The section's id (as under the config's ``cells.sections``).
+    organ : str
+        The organ the config puts the section under; an entry naming another organ is an error.
+    dataset : str
+        The data set listing the section (its slug, for messages and the demo folder).
+    params : Mapping
+        The data set's params: ``sections`` (section -> files) or ``demo`` (the demo's specification).
+    data_root : str or Path
+        Folder the listed paths are relative to, and under which demo sections are written.
+
+    Returns
+    -------
+    dict
+        The section's entry: ``bundle``, ``he_image``, ``alignment``, ``cell_types`` (paths; absolute for a demo
+        section) and ``organ``, plus whatever else the entry holds (``he_mpp`` ...).
+
+    Raises
+    ------
+    FmauditInputError
+        When the section is not listed (or not a demo section), or its entry names another organ.
+    """
     demo = params.get("demo")
     if demo:
         specs = {s.section: s for s in demo_section_specs(**dict(demo))}
@@ -76,7 +101,36 @@ def prepare_section_job(section: str, organ: str, dataset: str, params: Mapping[
     """Register and label one section (:func:`fmaudit.cells.prepare.prepare_section`; a slide of a ``cell_table``
     data set: :func:`fmaudit.cells.table.prepare_table_section`) into its cell manifest ``out`` (parquet with
     provenance: counts, alignment, eligibility) and its QC overlay ``qc_png``. A section with fewer than two
-    valid classes is written, marked ineligible, and the reason is logged (WARNING)."""
+    valid classes is written, marked ineligible, and the reason is logged (WARNING).
+
+    Parameters
+    ----------
+    section : str
+        The section's id.
+    organ : str
+        Its organ (config ``cells.sections``).
+    dataset : str
+        The data set listing it.
+    params : Mapping
+        The data set's params (``sections`` or ``demo``; the taxonomy tables and ``min_cells_per_class``, filled
+        from :data:`fmaudit.cells.prepare.XENIUM_CELLS_DEFAULTS`; for a ``cell_table``, its sheet's settings).
+    data_root : str
+        Folder the section's paths are relative to.
+    out : str
+        The cell manifest to write (parquet, one row per registered cell, with provenance).
+    qc_png : str
+        The QC overlay image to write.
+    log : str, optional
+        Log file; None logs to stderr.
+    kind : str
+        The data set's kind: ``xenium_cells`` (a Xenium bundle registered on its H&E) or ``cell_table``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the section is not listed or its entry names another organ (:func:`section_source_spec`), or the
+        preparer finds a bad input (it names the file).
+    """
     logger = setup_logging(log)
     if kind == "cell_table":
         result = prepare_table_section(section, organ, dataset, params, out, qc_png)
@@ -96,7 +150,18 @@ def prepare_section_job(section: str, organ: str, dataset: str, params: Mapping[
 
 
 def excluded_sections(manifests: Mapping[str, str]) -> dict[str, str]:
-    """section -> exclusion reason, from each cell manifest's provenance (written at preparation)."""
+    """section -> exclusion reason, from each cell manifest's provenance (written at preparation).
+
+    Parameters
+    ----------
+    manifests : Mapping of str to str
+        Section -> its cell manifest file.
+
+    Returns
+    -------
+    dict of str to str
+        Section -> why it is excluded, for the sections whose provenance says ``eligible: false`` only.
+    """
     out = {}
     for section, path in manifests.items():
         prov = read_provenance(path)
@@ -118,7 +183,26 @@ def validate_cells_job(manifests: Mapping[str, str], cells: Mapping[str, Any],
     """The cell branch's split checks (:func:`fmaudit.split_checks.validate_cell_panel`) after every section is
     prepared and before the first feature job: excluded sections, leakage of every partition, two classes in
     training, every test class in training. Writes the report (task, check, scope, status, detail) when
-    nothing is wrong; otherwise logs every check and raises the error listing each problem."""
+    nothing is wrong; otherwise logs every check and raises the error listing each problem.
+
+    Parameters
+    ----------
+    manifests : Mapping of str to str
+        Section -> its cell manifest file.
+    cells : Mapping
+        The filled ``cells`` block: ``sections`` (organ -> section ids), ``protocols``, ``probe``.
+    taxonomies : Mapping
+        Taxonomy -> its settings (the classes each cell label maps to), as the rule passes them.
+    out : str
+        The report table to write.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    SplitValidationError
+        When a check fails; the message lists every problem and nothing is written.
+    """
     logger = setup_logging(log)
     frames = {s: read_table(p) for s, p in manifests.items()}
     excluded = excluded_sections(manifests)
@@ -150,7 +234,36 @@ def cell_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, magn
     order), each written under a temporary name and renamed into place and resumable in chunks of ``chunk_size``
     patches, with the encoder loaded once for all of them (and not at all when every chunk is reused). Each
     magnification's records go to its own log (``logs``, same order: a failure's exception lands in the log of
-    the magnification it failed on), and every log ends with the process's count of encoder loads."""
+    the magnification it failed on), and every log ends with the process's count of encoder loads.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder's name.
+    spec : Mapping
+        The embedding part of its registry entry.
+    manifest : str
+        The section's cell manifest.
+    magnifications : sequence of float
+        Magnifications to extract at (e.g. 20.0, 40.0).
+    outs : sequence of str
+        One output folder per magnification, same order.
+    weights : str or None
+        A local checkpoint replacing the entry's weights (None or empty: the entry's own).
+    batch_size : int
+        Patches per forward pass.
+    chunk_size : int
+        Patches per resumable chunk.
+    threads : int
+        Torch threads; on a GPU, ``threads - 1`` data-loader workers besides.
+    logs : sequence of str, optional
+        One log file per magnification, same order; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``outs`` or ``logs`` do not have one entry per magnification.
+    """
     # imported here: torch loads only when this runs
     from fmaudit.cells.features import extract_section_features
     from fmaudit.devices import resolve_device
@@ -181,7 +294,25 @@ def cell_feature_set_job(features: Mapping[str, str], manifests: Mapping[str, st
     """Merge one encoder's feature folders at one magnification (section -> folder) into ``out`` (JSON):
     ``{"encoder", "magnification", "sections": {section: {"features", "manifest", "n_cells"}}}``. Each folder
     must have been computed from its section's current manifest (``manifest_hash`` of its ``meta.json``), all
-    of one encoder and magnification: a stale folder is an error naming it."""
+    of one encoder and magnification: a stale folder is an error naming it.
+
+    Parameters
+    ----------
+    features : Mapping of str to str
+        Section -> its feature folder (one encoder, one magnification).
+    manifests : Mapping of str to str
+        Section -> its cell manifest; the same sections as ``features``.
+    out : str
+        The JSON to write.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When the sections of ``features`` and ``manifests`` differ, a folder was computed from another manifest,
+        or the folders mix encoders or magnifications.
+    """
     # imported here: torch loads only when this runs
     from fmaudit.cells.features import open_cell_features
 
@@ -215,7 +346,27 @@ def cell_feature_set_job(features: Mapping[str, str], manifests: Mapping[str, st
 def shard_runs(encoder: str, magnification: float, protocol: str, cells: Mapping[str, Any],
                taxonomy_tasks: Sequence[str]) -> pd.DataFrame:
     """The runs of one (encoder, magnification, protocol) job, exactly as :func:`fmaudit.grid.cell_runs`
-    declares them for the config (the job's slice of the grid)."""
+    declares them for the config (the job's slice of the grid).
+
+    Parameters
+    ----------
+    encoder : str
+        The job's encoder.
+    magnification : float
+        The job's magnification.
+    protocol : str
+        The job's protocol, one of :data:`fmaudit.grid.CELL_PROTOCOLS` (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+    cells : Mapping
+        The filled ``cells`` block.
+    taxonomy_tasks : sequence of str
+        The tasks the taxonomies name (enough for the grid's task checks).
+
+    Returns
+    -------
+    DataFrame
+        One row per run, columns ``analysis``, ``protocol``, ``encoder``, ``magnification``, ``taxonomy``,
+        ``readout``, ``seed``, ``unit``, ``organ``.
+    """
     one = {**dict(cells), "magnifications": [magnification],
            "protocols": {protocol: cells["protocols"][protocol]}}
     config = {"encoders": [encoder], "tasks": {t: {} for t in taxonomy_tasks}, "cells": one}
@@ -229,7 +380,35 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
     """Every run of one (encoder, magnification, protocol) (:func:`fmaudit.analyses.cell_suite.run_cell_shard`),
     one row per run of the grid; runs whose held-out unit is an excluded section carry
     ``status = "excluded: <reason>"``. ``feature_set``: the JSON of :func:`cell_feature_set_job`; the sections
-    read are ``cells["read_sections"]`` when given (IOCD: organs with enough sections), else all of it."""
+    read are ``cells["read_sections"]`` when given (IOCD: organs with enough sections), else all of it.
+
+    Parameters
+    ----------
+    encoder : str
+        The job's encoder.
+    magnification : float
+        The job's magnification.
+    protocol : str
+        The job's protocol (``IS``, ``IOCD``, ``MOCV``, ``LOOO``).
+    cells : Mapping
+        The filled ``cells`` block (``sections``, ``protocols``, ``probe``, optional ``read_sections``).
+    taxonomy_tasks : sequence of str
+        The tasks the taxonomies name.
+    feature_set : str
+        The feature-set JSON of this encoder and magnification.
+    out : str
+        The run rows to write: the grid's columns, ``status`` (``ok`` or ``excluded: ...``) and the metrics
+        (``macro_f1``, ``macro_auroc``, ``accuracy``; NaN for excluded units).
+    device : str
+        ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, for the probes.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When the feature set lacks a section the shard reads.
+    """
     import json
 
     # imported here: torch and scikit-learn load only when this runs
@@ -266,7 +445,17 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
 
 
 def aggregate_cells_job(shards: Sequence[str], out: str, log: str | None = None) -> None:
-    """Every shard's run rows in one table (the report's input)."""
+    """Every shard's run rows in one table (the report's input).
+
+    Parameters
+    ----------
+    shards : sequence of str
+        The run-row tables of the shards; none gives an empty table.
+    out : str
+        The table to write; its key columns (``protocol``, ``encoder``, ``taxonomy``, ``unit`` ...) as text.
+    log : str, optional
+        Log file; None logs to stderr.
+    """
     logger = setup_logging(log)
     frames = [read_table(p) for p in shards]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

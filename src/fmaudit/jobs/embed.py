@@ -23,7 +23,52 @@ def embed_job(encoder: str, spec: Mapping[str, Any], manifest: str | pd.DataFram
     overrides the entry's weight source (None for the entry's own). ``key``: the embedding key the workflow put
     in ``out``'s path, checked against ``spec`` and ``weights`` so that a file never lies under another key's
     folder. ``overwrite``: replace an output of other provenance (the workflow reruns a job only when what
-    decides its numbers changed; ``fmaudit embed`` refuses unless asked). Returns the output's provenance."""
+    decides its numbers changed; ``fmaudit embed`` refuses unless asked). Returns the output's provenance.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder's name (registry slug or hub name), logged and recorded in the provenance.
+    spec : Mapping
+        The embedding part of the encoder's registry entry (:func:`fmaudit.registry.embedding_spec`: loader,
+        architecture, preprocessing, readouts ...).
+    manifest : str or DataFrame
+        A manifest file, or the manifest table (one row per item with ``item_id`` and ``path``).
+    out : str
+        The embeddings file to write (``.npz`` in the workflow's layout, or ``.h5``).
+    weights : str or None
+        A local checkpoint replacing the entry's weight source; None uses the entry's own weights.
+    batch_size : int
+        Images per forward pass.
+    threads : int
+        Torch threads; on a GPU, ``threads - 1`` data-loader workers decode images besides.
+    log : str, optional
+        Log file; None logs to stderr.
+    key : str, optional
+        The embedding key in ``out``'s path (workflow only), checked against ``spec`` and ``weights``.
+    chunk_size : int
+        Items per resumable chunk: an interrupted job reuses the chunks it finished.
+    readouts : sequence of str, optional
+        Readouts to write (``cls``, ``mean`` ...); None: the entry's.
+    features_readout : str, optional
+        The readout also stored as ``features`` in an ``.h5`` output; None: the entry's default readout.
+    overwrite : bool
+        Replace an existing output of other provenance (True in the workflow; ``fmaudit embed`` refuses without
+        ``--overwrite``).
+    device : str
+        ``auto`` (a GPU when one is visible), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns
+    -------
+    dict
+        The output's provenance: ``n_items``, ``embed_dim`` (readout -> width), ``features_readout``, the weights'
+        sha256, ``device``, ``images_per_s`` and the encoder's config hash, among others.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``key`` is not the key of ``spec`` and ``weights`` (the workflow's params and paths disagree).
+    """
     # imported here: torch and PIL load only when this runs
     from fmaudit.devices import resolve_device
     from fmaudit.embed import embed_manifest

@@ -40,7 +40,34 @@ def import_features_job(encoder: str, spec: Mapping[str, Any], manifest: str, fe
     :func:`fmaudit.datasets.own.feature_encoders`) as ``encoder``'s embeddings of ``manifest`` in ``out``: the
     manifest's items in its order, the readout ``source["readout"]`` or the encoder's default; provenance as an
     embedding's, with the file's sha256 as the weights' identity. Non-finite features, items missing from the
-    file and a width other than the encoder entry's are errors naming the file."""
+    file and a width other than the encoder entry's are errors naming the file.
+
+    Parameters
+    ----------
+    encoder : str
+        The encoder the features are declared as (registry slug).
+    spec : Mapping
+        The embedding part of its registry entry (``readouts``, ``default_readout``, ``loader``, dims).
+    manifest : str
+        The data set's manifest file; its ``item_id`` order is the output's row order.
+    features : str
+        The feature file (``.npz`` or ``.h5``) holding a feature array and an id array.
+    out : str
+        The embeddings file to write (``item_id`` and ``feat__<readout>``, float32, with provenance).
+    source : Mapping
+        Where the arrays are in ``features``: ``features_key`` (default ``features``), ``ids_key`` and ``readout``
+        (default: the entry's default readout).
+    log : str, optional
+        Log file; None logs to stderr.
+    key : str, optional
+        The embedding key in ``out``'s path (workflow only), checked against ``spec``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``key`` disagrees with ``spec``, an id is duplicated or a manifest item is missing from the file, a
+        feature is not finite, or the width differs from the registry entry's for that readout.
+    """
     logger = setup_logging(log)
     spec = dict(spec)
     spec.setdefault("name", encoder)

@@ -2,7 +2,7 @@
 (encoder, task) with its exported gate, and the aggregation of every shard.
 
 A shard's conditions come from :func:`fmaudit.grid.ood_shard_plan` (the rule's ``plan`` param); its settings
-are the task's filled ``ood`` section with the readout resolved for the encoder. The far donor, the perturbed
+are the task's filled ``ood`` block with the readout resolved for the encoder. The far donor, the perturbed
 copies and the held-out classes are turned into :class:`fmaudit.analyses.ood_suite.OODCondition` here:
 
 - far: the donor's test split (a donor task's labelled test items; a donor data set's test split, or all its
@@ -11,7 +11,7 @@ copies and the held-out classes are turned into :class:`fmaudit.analyses.ood_sui
   task's test split (:func:`fmaudit.ood.conditions.align_perturbed`).
 - near / artefact: the held-out class names.
 
-Extras declared in the ``ood`` section for the task run in the same job: the probe and scorer sensitivity
+Extras declared in the ``ood`` block for the task run in the same job: the probe and scorer sensitivity
 tables, slide aggregation, and the label-coarsening / without-classes controls.
 """
 
@@ -55,7 +55,28 @@ __all__ = ["AGGREGATE_TABLES", "NO_GATE_CARD", "SHARD_TABLES", "SPLIT_TABLES", "
 
 def derive_manifest_job(dataset: str, tag: str, spec: str, manifest: str, out: str, log: str | None = None) -> None:
     """The perturbed copy of ``dataset``'s test split: its manifest with the perturbation ``spec`` on every row
-    (:func:`fmaudit.ood.perturb.derive_manifest`), embedded next by the embedding rule."""
+    (:func:`fmaudit.ood.perturb.derive_manifest`), embedded next by the embedding rule.
+
+    Parameters
+    ----------
+    dataset : str
+        The source data set's slug.
+    tag : str
+        The derived data set's tag (``blur_s2``, ``jpeg_q20`` ...); it must be the tag of ``spec``.
+    spec : str
+        The canonical perturbation string (:func:`fmaudit.ood.perturb.perturbation_string`).
+    manifest : str
+        The source data set's manifest file.
+    out : str
+        The derived manifest to write, with the perturbation and both manifests' hashes in its provenance.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``spec`` does not make ``tag``.
+    """
     logger = setup_logging(log)
     if perturbation_tag(spec) != tag:
         raise FmauditInputError(f"derived data set {dataset}__{tag}: the spec {spec} makes {perturbation_tag(spec)!r}")
@@ -140,13 +161,13 @@ def _meta(df: pd.DataFrame, encoder: str, task: str, readout: str) -> pd.DataFra
 
 
 def _neural_params(section: Mapping[str, Any]) -> dict[str, Any]:
-    """The neural aggregators' settings of a ``slides`` or ``coarsening`` section, by their config key."""
+    """The neural aggregators' settings of a ``slides`` or ``coarsening`` block, by their config key."""
     return {key: dict(section[key]) for key in ("mil", "transformer") if key in section}
 
 
 def _extras(data, conditions, settings: Mapping[str, Any], task: str, ordinal: bool, manifests: Sequence[pd.DataFrame],
             n_boot: int, seed: int, ece_bins: int, logger) -> dict[str, pd.DataFrame]:
-    """The sensitivity tables, slide aggregation and the coarsening controls the section declares for the task."""
+    """The sensitivity tables, slide aggregation and the coarsening controls the block declares for the task."""
     out = {name: pd.DataFrame() for name in ("probe_sensitivity", "scorer_sensitivity", "slides", "coarsening")}
     X, y, groups = data.features, data.labels, data.groups
     train = np.isin(data.splits, ["train", "val"])
@@ -215,13 +236,47 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
     """Every OOD analysis of one (encoder, task) (:func:`fmaudit.analyses.ood_suite.run_ood_suite` and the
     extras), written as the tables of :data:`SHARD_TABLES` (``out[name]``) and the exported gate (``gate_dir``).
 
-    ``task_spec``: the task's config entry with its resolved domains and ``split_strata`` (data set -> the
-    manifest columns its split is stratified by; the gate's divisions are stratified the same way); ``plan``:
-    :func:`fmaudit.grid.ood_shard_plan`
-    of the task; ``settings``: the task's filled ``ood`` section, ``readout`` resolved for the encoder;
-    ``bootstrap``: ``n_boot`` and ``seed``; ``ece_bins``: the task's ``calibration.ece_bins`` (the top-label ECE
-    of the selective tables); ``derived_embeddings``: derived data set -> its embedding file.
-    An ungated task's ``gate_dir`` holds only ``no_gate.json``, saying so.
+    Parameters
+    ----------
+    encoder : str
+        The shard's encoder.
+    task : str
+        The shard's task.
+    task_spec : Mapping
+        The task's config entry with its resolved ``domains``, ``split``, ``ordinal`` and ``split_strata`` (data
+        set -> the manifest columns its split is stratified by; the gate's divisions are stratified the same way).
+    plan : Mapping
+        :func:`fmaudit.grid.ood_shard_plan` of the task: its ``conditions`` and ``gate`` (None: not gated).
+    settings : Mapping
+        The task's filled ``ood`` block as the plan gives it, ``readout`` resolved for the encoder (``scorers``,
+        ``probe``, ``knn_k``, ``covariance``, ``coverages``, ``hist_bins`` and the extras that apply).
+    bootstrap : Mapping
+        ``n_boot`` (resamples of each interval) and ``seed``, also the seed of the probe and gate.
+    ece_bins : int
+        The task's ``calibration.ece_bins``: the bins of the top-label ECE of the selective tables.
+    manifests : sequence of str
+        The manifest files of the task's data sets.
+    embeddings : sequence of str
+        The encoder's embeddings file of each manifest, in the same order.
+    far_manifests : sequence of str
+        The manifests of the far donor's data sets (empty without a far condition).
+    far_embeddings : sequence of str
+        The encoder's embeddings of the far donor's data sets, same order.
+    derived_embeddings : Mapping of str to str
+        Derived data set (``<dataset>__<tag>``) -> its embeddings file, for the blur and image-artefact tiers.
+    out : Mapping of str to str
+        Table name of :data:`SHARD_TABLES` -> the parquet file to write (an empty table where it does not apply).
+    gate_dir : str
+        The folder of the exported gate (``gate.safetensors`` and ``gate.json``); an ungated task's holds only
+        ``no_gate.json``, saying so.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When an embedding lacks an item of its manifest, a derived embedding is missing, or a ``slide_column``
+        is not a manifest column.
     """
     logger = setup_logging(log)
     readout = settings["readout"]
@@ -294,10 +349,37 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
     (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
     :data:`~fmaudit.grid.ood.SPLIT_TABLES` (``out[name]``).
 
-    ``plan``: :func:`fmaudit.grid.ood_split_plan` of the task (``seeds``, ``test_fraction``, ``parts``);
-    ``task_spec``, ``settings``, ``bootstrap``, ``ece_bins``: as :func:`ood_shard_job`'s (the splits are
-    stratified by the task's ``split_strata``, the probe is the shard's, slides and coarsening read their
-    sections of ``settings``)."""
+    Parameters
+    ----------
+    encoder : str
+        The job's encoder.
+    task : str
+        The job's task.
+    task_spec : Mapping
+        As :func:`ood_shard_job`'s; the splits are stratified by its ``split_strata``.
+    plan : Mapping
+        :func:`fmaudit.grid.ood_split_plan` of the task (``seeds``, ``test_fraction``, ``parts``).
+    settings : Mapping
+        The OOD settings the job reads: ``readout``, ``probe`` (the shard's), ``coverages``, and the ``slides``
+        and ``coarsening`` blocks (None where they do not apply).
+    bootstrap : Mapping
+        ``n_boot`` and ``seed``.
+    ece_bins : int
+        The task's ``calibration.ece_bins``.
+    manifests : sequence of str
+        The manifest files of the task's data sets.
+    embeddings : sequence of str
+        The encoder's embeddings file of each manifest, in the same order.
+    out : Mapping of str to str
+        Table name of :data:`~fmaudit.grid.ood.SPLIT_TABLES` -> the parquet file to write.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When an embedding lacks an item of its manifest, or a ``slide_column`` is not a manifest column.
+    """
     logger = setup_logging(log)
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
@@ -331,7 +413,17 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
 
 def aggregate_ood_job(shards: Mapping[str, Sequence[str]], out: Mapping[str, str], log: str | None = None) -> None:
     """Concatenate each table of every OOD shard and further-splits job (``shards[name]``: the jobs' files of
-    table ``name``, of :data:`AGGREGATE_TABLES`) into ``out[name]``."""
+    table ``name``, of :data:`AGGREGATE_TABLES`) into ``out[name]``.
+
+    Parameters
+    ----------
+    shards : Mapping of str to sequence of str
+        Table name -> the jobs' files of that table; a missing name gives an empty table.
+    out : Mapping of str to str
+        Table name -> the aggregated file to write, for every name of :data:`AGGREGATE_TABLES`.
+    log : str, optional
+        Log file; None logs to stderr.
+    """
     logger = setup_logging(log)
     for name in AGGREGATE_TABLES:
         paths = list(shards.get(name) or [])

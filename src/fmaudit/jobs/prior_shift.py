@@ -32,7 +32,31 @@ SOURCE_SPLITS = ("train", "val")
 
 
 def pool_index(domains: np.ndarray, splits: np.ndarray, domain: str, role: str, target_pool: str = "all") -> np.ndarray:
-    """Rows of the source pool (``role="source"``) or the target pool (``role="target"``) of ``domain``."""
+    """Rows of the source pool (``role="source"``) or the target pool (``role="target"``) of ``domain``.
+
+    Parameters
+    ----------
+    domains : ndarray of str, shape (n_items,)
+        The domain of each item of the task.
+    splits : ndarray of str, shape (n_items,)
+        The split (``train``, ``val``, ``test``) of each item.
+    domain : str
+        The pool's domain.
+    role : str
+        ``source`` (splits ``train`` and ``val``, :data:`SOURCE_SPLITS`) or ``target``.
+    target_pool : str
+        For a target pool: ``all`` (every split) or ``test`` (its test split only).
+
+    Returns
+    -------
+    ndarray of int
+        Row indices into ``domains``, ascending.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``target_pool`` is neither ``all`` nor ``test``, or the pool is empty.
+    """
     in_domain = domains == domain
     if role == "source":
         keep = in_domain & np.isin(splits, SOURCE_SPLITS)
@@ -68,9 +92,42 @@ def prior_shift_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any],
                           out_runs: str, out_pool: str, log: str | None = None) -> None:
     """Every prior-shift run of one (encoder, source domain, target domain), and its pool rows.
 
-    ``task_spec``: the task's config entry with resolved domains; ``prior_shift``: the task's filled
-    ``prior_shift`` section; ``calibration``: its calibration section (``ece_bins``); ``readout``: the
-    embedding readout (the probe grid's, resolved for this encoder)."""
+    Parameters
+    ----------
+    encoder : str
+        The job's encoder.
+    task : str
+        The prior-shift task.
+    task_spec : Mapping
+        The task's config entry with its resolved ``domains`` and ``split``.
+    source_domain : str
+        The domain the probe is trained on (its source pool, module doc).
+    target_domain : str
+        The domain resampled to each prior (its target pool).
+    manifests : sequence of str
+        The manifest files of the task's data sets.
+    embeddings : sequence of str
+        The encoder's embeddings file of each manifest, in the same order.
+    prior_shift : Mapping
+        The task's filled ``prior_shift`` block (``priors``, ``methods``, ``sample_size``, ``C``,
+        ``val_fraction``, ``target_pool``, ``shot_im``, seeds and draws).
+    calibration : Mapping
+        The task's ``calibration`` block; only ``ece_bins`` is read.
+    readout : str
+        The embedding readout (the probe grid's, resolved for this encoder).
+    out_runs : str
+        The run rows to write: one per run (seed x prior x draw) x adaptation method.
+    out_pool : str
+        The pool rows to write (what each source and target pool held).
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When (source, target) is not a pair of the task's prior-shift grid, a pool has no labelled item, or
+        ``target_pool`` is neither ``all`` nor ``test``.
+    """
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.analyses.prior_shift import run_prior_shift_job
 
@@ -104,7 +161,25 @@ def prior_shift_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any],
 
 def aggregate_prior_shift_job(runs: Sequence[str], pools: Sequence[str], scratch: Sequence[str], out_runs: str,
                               out_pool: str, out_scratch: str, log: str | None = None) -> None:
-    """Concatenate the shard rows, the pool rows and the scratch-reference rows of every job, one table each."""
+    """Concatenate the shard rows, the pool rows and the scratch-reference rows of every job, one table each.
+
+    Parameters
+    ----------
+    runs : sequence of str
+        The shards' run-row tables.
+    pools : sequence of str
+        The shards' pool tables.
+    scratch : sequence of str
+        The scratch-reference jobs' tables (empty when the reference is not enabled).
+    out_runs : str
+        The aggregated run rows to write.
+    out_pool : str
+        The aggregated pool rows to write.
+    out_scratch : str
+        The aggregated scratch-reference rows to write (an empty table when there are none).
+    log : str, optional
+        Log file; None logs to stderr.
+    """
     logger = setup_logging(log)
     for files, out, what in ((runs, out_runs, "run x method"), (pools, out_pool, "pool"),
                              (scratch, out_scratch, "scratch-reference")):
@@ -133,7 +208,22 @@ class _LazyImages(MappingABC):
 
 def read_images(manifest: pd.DataFrame, rows: np.ndarray, size: int) -> np.ndarray:
     """The manifest rows' images (files or slide tiles, :class:`fmaudit.embed.ItemDataset`), each resized to
-    ``size`` x ``size`` (bilinear, whole image), as one (N, size, size, 3) uint8 array."""
+    ``size`` x ``size`` (bilinear, whole image), as one (N, size, size, 3) uint8 array.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A manifest (``path`` and, for slide tiles, the tile's coordinates).
+    rows : ndarray of int
+        Positions (``iloc``) of the items to read.
+    size : int
+        Side of the output images in pixels.
+
+    Returns
+    -------
+    ndarray of uint8, shape (len(rows), size, size, 3)
+        RGB images in the order of ``rows``.
+    """
     from PIL import Image
 
     # imported here: torch and PIL load only when this runs
@@ -155,7 +245,45 @@ def scratch_reference_job(task: str, task_spec: Mapping[str, Any], source_domain
                           log: str | None = None) -> None:
     """Train the hema paper's ResNet-18 from scratch on the source pool of ``source_domain`` (source split ``seed``, the
     hold-out ``val_fraction`` of it, as the prior-shift shards draw it) and score it on the hold-out and on the
-    target pool of each of ``target_domains``. ``settings``: ``prior_shift.scratch_reference``."""
+    target pool of each of ``target_domains``. ``settings``: ``prior_shift.scratch_reference``.
+
+    Parameters
+    ----------
+    task : str
+        The prior-shift task.
+    task_spec : Mapping
+        The task's config entry with its resolved ``domains``.
+    source_domain : str
+        The domain the network is trained on.
+    target_domains : sequence of str
+        The domains it is scored on besides the hold-out.
+    seed : int
+        The source split seed (the hold-out draw and the network's initialisation).
+    manifests : sequence of str
+        The manifest files of the task's data sets.
+    target_pool : str
+        ``all`` or ``test`` (``prior_shift.target_pool``).
+    val_fraction : float
+        Share of the source pool's groups held out (``prior_shift.val_fraction``).
+    settings : Mapping
+        ``prior_shift.scratch_reference``: ``input_size`` (pixels), ``epochs``, ``lr``, ``batch_size``,
+        ``weight_decay``.
+    ece_bins : int
+        The task's ``calibration.ece_bins``.
+    out : str
+        The table to write: one row per ``target_domain`` (``in_domain`` marks the source hold-out), with
+        ``task``, ``macro_f1``, ``balanced_accuracy``, ``ece_raw`` and ``ece_source_t`` (ECE without and with the
+        source temperature), ``ece_convention`` and ``input_size``.
+    threads : int
+        Torch threads.
+    log : str, optional
+        Log file; None logs to stderr.
+
+    Raises
+    ------
+    FmauditInputError
+        When the task has no labelled item in its domains, or a pool is empty.
+    """
     import torch
 
     # imported here: torch and scikit-learn load only when this runs

@@ -36,7 +36,16 @@ __all__ = ["ReportInputs", "SUMMARIES", "encoder_gains", "exposure_table", "load
 
 class ReportInputs:
     """The files of each report input (name -> paths); each table is read once, however many chapters read it
-    (views made by :meth:`only` share the tables read)."""
+    (views made by :meth:`only` share the tables read).
+
+    Parameters
+    ----------
+    paths : Mapping of str to sequence of str or Path
+        Report input name (:data:`fmaudit.report.REPORT_INPUTS`) -> its files; a name the config plans nothing
+        for is absent or has no file.
+    _tables : dict, optional
+        The cache of tables already read, shared by the views :meth:`only` makes; not for callers.
+    """
 
     def __init__(self, paths: Mapping[str, Sequence[str | Path]], _tables: dict[str, Any] | None = None):
         self.paths = {name: [str(p) for p in files] for name, files in paths.items()}
@@ -44,14 +53,48 @@ class ReportInputs:
 
     def only(self, names: Sequence[str]) -> "ReportInputs":
         """The inputs ``names`` and no other (a chapter sees what it declares and nothing else: the workflow would
-        not rerun the report when something undeclared changed)."""
+        not rerun the report when something undeclared changed).
+
+        Parameters
+        ----------
+        names : sequence of str
+            The input names a chapter declares (:attr:`fmaudit.report.chapter.Chapter.reads`).
+
+        Returns
+        -------
+        ReportInputs
+            A view with those names only, sharing this one's cache of tables read.
+        """
         return ReportInputs({name: self.files(name) for name in names}, self._tables)
 
     def files(self, name: str) -> list[str]:
+        """The files of input ``name`` (an empty list when the config planned none or it is not among these inputs).
+
+        Parameters
+        ----------
+        name : str
+            A report input name.
+
+        Returns
+        -------
+        list of str
+            The file paths as given.
+        """
         return self.paths.get(name, [])
 
     def table(self, name: str) -> pd.DataFrame | None:
-        """Every file of ``name`` read and concatenated (None when the config planned none)."""
+        """Every file of ``name`` read and concatenated (None when the config planned none).
+
+        Parameters
+        ----------
+        name : str
+            A report input name whose files are tables (``.parquet``, ``.csv`` ...).
+
+        Returns
+        -------
+        DataFrame or None
+            The rows of every file in file order, with a fresh index; read at the first call and cached.
+        """
         if name not in self._tables:
             files = self.files(name)
             self._tables[name] = pd.concat([read_table(p) for p in files], ignore_index=True) if files else None
@@ -59,7 +102,18 @@ class ReportInputs:
 
 
 def load_ood_tables(paths: Sequence[str | Path]) -> dict[str, pd.DataFrame]:
-    """The aggregated OOD tables by name, from their files ``.../ood_<name>.parquet``."""
+    """The aggregated OOD tables by name, from their files ``.../ood_<name>.parquet``.
+
+    Parameters
+    ----------
+    paths : sequence of str or Path
+        The aggregated OOD table files (``ood_detection.parquet``, ``ood_gate.parquet`` ...).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        Table name without the ``ood_`` prefix (``detection``, ``gate`` ...) -> the table.
+    """
     out = {}
     for p in paths:
         stem = Path(p).name.removesuffix(".parquet")
@@ -70,7 +124,24 @@ def load_ood_tables(paths: Sequence[str | Path]) -> dict[str, pd.DataFrame]:
 def exposure_table(exposure: Mapping[str, Any] | None) -> pd.DataFrame | None:
     """The exposure audit (:func:`fmaudit.exposure.exposure_audit`) of every (encoder, data set) pair the config
     evaluates. ``exposure``: ``encoders`` (slug -> registry entry), ``datasets`` (slug -> registry entry) and
-    ``pairs`` ([encoder, data set] lists); None or no pairs: None."""
+    ``pairs`` ([encoder, data set] lists); None or no pairs: None.
+
+    Parameters
+    ----------
+    exposure : Mapping or None
+        The report's ``exposure`` setting: ``encoders``, ``datasets`` and ``pairs``.
+
+    Returns
+    -------
+    DataFrame or None
+        One row per pair, in ``pairs`` order: ``encoder``, ``dataset``, ``exposure`` (yes / no / unknown) and
+        ``evidence``; None when there are no pairs.
+
+    Raises
+    ------
+    FmauditInputError
+        When a pair names an encoder or data set missing from the registries given.
+    """
     if not exposure or not exposure.get("pairs"):
         return None
     parts = [exposure_audit([enc], [ds], exposure["encoders"], exposure["datasets"]) for enc, ds in exposure["pairs"]]
@@ -162,7 +233,23 @@ def _cost(inputs: ReportInputs, settings: Mapping[str, Any], earlier: Mapping[st
 def encoder_gains(rows: pd.DataFrame | None, bootstrap: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame | None:
     """Per encoder, task, source, method and prior: the mean macro-F1 gain over no adaptation with its
     hierarchical-bootstrap interval over the encoder's source seeds and draws (the prior-shift chapter pools
-    encoders; a card needs one encoder's)."""
+    encoders; a card needs one encoder's).
+
+    Parameters
+    ----------
+    rows : DataFrame or None
+        The aggregated prior-shift run rows (one per run x method, with ``gain_macro_f1``, ``seed``, ``draw``,
+        ``target_domain``, ``prior``).
+    bootstrap : Mapping of str to Mapping
+        Task -> its ``bootstrap`` block (``n_boot``, ``seed``); a task missing from it gets 200 resamples, seed 0.
+
+    Returns
+    -------
+    DataFrame or None
+        One row per (task, encoder, source domain, method, prior): ``mean``, ``ci_lo``, ``ci_hi`` (NaN for
+        ``none``, the reference), ``n_scenarios``, ``n_positive_scenarios``, ``n_boot``, ``n_valid``, ``n_units``
+        (source seeds), ``unit`` (``seed``) and ``unit_text`` (the interval's resampling in words); None without rows.
+    """
     if rows is None or not len(rows):
         return None
     levels = [lv for lv in BOOTSTRAP_LEVELS if lv != "encoder"]
@@ -224,7 +311,28 @@ def report_job(inputs: Mapping[str, Sequence[str]], settings: Mapping[str, Any],
                summaries: Mapping[str, Summary] = SUMMARIES) -> None:
     """Write the report under ``out_dir``. ``inputs``: report input name -> its files (the ``report`` rule's
     inputs, :data:`fmaudit.report.REPORT_INPUTS`); ``settings``: report setting name -> value (its params,
-    :data:`fmaudit.report.REPORT_SETTINGS`). Each chapter gets only what it declares."""
+    :data:`fmaudit.report.REPORT_SETTINGS`). Each chapter gets only what it declares.
+
+    Parameters
+    ----------
+    inputs : Mapping of str to sequence of str
+        Report input name -> its files (the ``report`` rule's inputs, :data:`fmaudit.report.REPORT_INPUTS`).
+    settings : Mapping
+        Report setting name -> value (the rule's params, :data:`fmaudit.report.REPORT_SETTINGS`).
+    out_dir : str
+        The report folder (``index.md``, ``tables/``, ``figures/``).
+    log : str, optional
+        Log file; None logs to stderr.
+    chapters : sequence of Chapter
+        The chapters to write, in report order (default: :data:`fmaudit.report.CHAPTERS`).
+    summaries : Mapping of str to callable
+        Chapter name -> its summary function, in the order they run (default: :data:`SUMMARIES`).
+
+    Raises
+    ------
+    ValueError
+        When a chapter has no summary function (a programming error, not bad input).
+    """
     logger = setup_logging(log)
     missing = [s.name for s in chapters if s.name not in summaries]
     if missing:

@@ -85,18 +85,67 @@ def _declared(chapters: Sequence[Chapter], attribute: str, known: Mapping[str, s
 
 
 def report_reads(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
-    """Names of every report input some chapter reads (:data:`REPORT_INPUTS`): the ``report`` rule's inputs."""
+    """Names of every report input some chapter reads (:data:`REPORT_INPUTS`): the ``report`` rule's inputs.
+
+    Parameters
+    ----------
+    chapters : sequence of Chapter, default CHAPTERS
+        The report's chapters.
+
+    Returns
+    -------
+    list of str
+        The names in the chapters' order, each once.
+
+    Raises
+    ------
+    ValueError
+        When a chapter reads a name :data:`REPORT_INPUTS` does not list.
+    """
     return _declared(chapters, "reads", REPORT_INPUTS)
 
 
 def report_settings(chapters: Sequence[Chapter] = CHAPTERS) -> list[str]:
-    """Names of every report setting some chapter states (:data:`REPORT_SETTINGS`): the ``report`` rule's params."""
+    """Names of every report setting some chapter states (:data:`REPORT_SETTINGS`): the ``report`` rule's params.
+
+    Parameters
+    ----------
+    chapters : sequence of Chapter, default CHAPTERS
+        The report's chapters.
+
+    Returns
+    -------
+    list of str
+        The names in the chapters' order, each once.
+
+    Raises
+    ------
+    ValueError
+        When a chapter states a name :data:`REPORT_SETTINGS` does not list.
+    """
     return _declared(chapters, "settings", REPORT_SETTINGS)
 
 
 def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str, str]]:
     """``{"tables": {name: category}, "figures": {name: category}}`` of every chapter: what the report writes
-    (each table in every format of :data:`fmaudit.report.formatting.TABLE_FORMATS`), besides ``index.md``."""
+    (each table in every format of :data:`fmaudit.report.formatting.TABLE_FORMATS`), besides ``index.md``.
+
+    Parameters
+    ----------
+    chapters : sequence of Chapter, default CHAPTERS
+        The report's chapters.
+
+    Returns
+    -------
+    dict of str to dict of str to str
+        ``tables`` (the lint's table first, then every chapter's) and ``figures``, each output name -> its category
+        in Snakemake's HTML report.
+
+    Raises
+    ------
+    ValueError
+        When two chapters declare the same table or figure.
+    """
     out: dict[str, dict[str, str]] = {"tables": dict(LINT_TABLE), "figures": {}}
     for s in chapters:
         for kind, names in (("tables", s.tables), ("figures", s.figures)):
@@ -110,7 +159,20 @@ def report_outputs(chapters: Sequence[Chapter] = CHAPTERS) -> dict[str, dict[str
 def report_files(encoders: Sequence[str], chapters: Sequence[Chapter] = CHAPTERS) -> set[str]:
     """Every file the report writes for a study whose cards are ``encoders``, relative to the report folder: each
     table in every format, each figure, the cards and the front page, the lint's table, ``index.md`` and
-    ``index.html`` (what the workflow's ``report`` rule declares)."""
+    ``index.html`` (what the workflow's ``report`` rule declares).
+
+    Parameters
+    ----------
+    encoders : sequence of str
+        The encoders that get a reliability card.
+    chapters : sequence of Chapter, default CHAPTERS
+        The report's chapters; the cards are counted only when the cards chapter is among them.
+
+    Returns
+    -------
+    set of str
+        Paths relative to the report folder.
+    """
     outputs = report_outputs(chapters)
     files = {f"tables/{t}{ext}" for t in outputs["tables"] for ext in TABLE_FORMATS}
     files |= {f"figures/{f}.png" for f in outputs["figures"]}
@@ -130,7 +192,31 @@ def write_report(out_dir: str | Path, results: Mapping[str, Any], chapters: Sequ
 
     ``lint(index_markdown, out_dir) -> findings`` (:func:`fmaudit.report.lint.lint_report`) runs once the
     chapters are written: its findings go to ``tables/report_lint`` (a sentence when there are none), one line at
-    the top of the index and a list at its end. Returns the findings."""
+    the top of the index and a list at its end. Returns the findings.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        The report folder.
+    results : mapping
+        Chapter name -> what the chapter formats (``fmaudit.jobs.report.SUMMARIES`` builds them); a chapter absent
+        from it writes its "nothing planned" outputs.
+    chapters : sequence of Chapter, default CHAPTERS
+        The chapters, in the order ``index.md`` shows them.
+    lint : callable, optional
+        ``lint(index_markdown, out_dir) -> DataFrame`` of findings with columns ``check``, ``where`` and
+        ``detail``; ``None``: no lint (its table says so).
+
+    Returns
+    -------
+    DataFrame
+        The lint's findings (empty without a lint or when it found nothing).
+
+    Raises
+    ------
+    RuntimeError
+        When the files the chapters wrote differ from those they declare.
+    """
     out_dir = Path(out_dir)
     writer = ReportWriter(out_dir)
     body: list[str] = []

@@ -37,7 +37,17 @@ __all__ = ["CHAPTER", "FIGURES", "TABLES", "cra_crt_landscape", "qc_montage"]
 
 
 def qc_montage(qc: Mapping[str, str], path: Path, columns: int = 4) -> None:
-    """Thumbnails of every section's QC overlay (cell centres on H&E crops), one panel per section."""
+    """Thumbnails of every section's QC overlay (cell centres on H&E crops), one panel per section.
+
+    Parameters
+    ----------
+    qc : mapping of str to str
+        Tissue section name -> path of its QC overlay PNG (cell centres drawn on an H&E crop), in panel order.
+    path : Path
+        Where the montage PNG is saved (atomically).
+    columns : int, default 4
+        Panels per row.
+    """
     plt = figures.pyplot()
     sections = list(qc)
     rows = max(1, -(-len(sections) // columns))
@@ -56,9 +66,34 @@ def cra_crt_landscape(cra: pd.DataFrame, crt: pd.DataFrame, scale: Mapping[str, 
                       draw_unscaled: bool = False) -> dict[str, Any]:
     """Scatter of encoders: x = organ-balanced mean CRA (pp, IS), y = CRT (mean significant-win count over the
     transfer protocols), point area growing with log10 of the WSI-equivalent pretraining count. Encoders
-    without a pretraining scale are omitted and listed under the plot (the seed omits them), or, with
+    without a pretraining scale are omitted and listed under the plot (CellPath-Bench omits them), or, with
     ``draw_unscaled``, drawn as hollow points of the smallest size (and listed as such); returns
-    ``{"plotted": [...], "omitted_no_scale": [...], "omitted_no_value": [...], "unscaled_hollow": [...]}``."""
+    ``{"plotted": [...], "omitted_no_scale": [...], "omitted_no_value": [...], "unscaled_hollow": [...]}``.
+
+    Parameters
+    ----------
+    cra : DataFrame
+        The organ-balanced CRA table: ``encoder``, ``taxonomy``, ``magnification`` and ``cra_mean_pp`` (CRA in
+        percentage points, intra-section).
+    crt : DataFrame
+        The CRT table: ``encoder``, ``taxonomy`` and ``crt`` (mean significant-win count).
+    scale : mapping of str to float or Series
+        Encoder -> WSI-equivalent pretraining count from the registry; missing, non-finite or non-positive: no scale.
+    path : Path
+        Where the PNG is saved (atomically).
+    taxonomy : str, default "fine"
+        The cell taxonomy whose rows are drawn.
+    magnification : float or None, default 20
+        The magnification (x) of the CRA rows drawn; ``None``: every magnification's rows.
+    draw_unscaled : bool, default False
+        Draw encoders without a pretraining scale as hollow points instead of omitting them.
+
+    Returns
+    -------
+    dict of str to list of str
+        Encoder names under ``plotted``, ``omitted_no_scale`` (empty with ``draw_unscaled``), ``omitted_no_value``
+        (no finite CRA or CRT) and ``unscaled_hollow``.
+    """
     plt = figures.pyplot()
     scale = pd.Series(scale, dtype=float)
     at = cra[cra["taxonomy"].astype(str) == taxonomy]
@@ -160,6 +195,25 @@ def _cra_markdown(cra: pd.DataFrame, alpha: float = 0.05) -> str:
 
 
 def write_cells_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the cell chapter's tables and figures; return its lines of ``index.md``.
+
+    Parameters
+    ----------
+    results : mapping or None
+        The summary of :func:`fmaudit.analyses.cell_summary.summarize_cell_runs`: the tables ``decodability``,
+        ``decodability_units``, ``cra``, ``cra_sections``, ``crt``, ``win_matrix``, ``taxonomy_consistency``,
+        ``subsets``, ``subset_ranks``, ``retention``, ``readouts`` and ``status``, and ``taxonomies``, ``qc``
+        (section -> overlay PNG), ``scale``, ``main_magnification``, ``crt_definition``, ``n_ok`` and ``n_runs``.
+        ``None``: the config planned no cell run; every table and figure then says so.
+    writer : ReportWriter
+        Where the tables ``cell_*`` and the figures ``cell_cra_crt_landscape`` and ``cell_qc_overlays`` go.
+
+    Returns
+    -------
+    list of str
+        Markdown lines: the chapter's heading, its conventions, and the decodability, CRA, CRT, taxonomy and subset
+        sections that have rows.
+    """
     lines = ["## Cells (CellPath-Bench)", ""]
     if results is None:
         for name in TABLES:

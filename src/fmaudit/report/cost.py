@@ -25,7 +25,19 @@ __all__ = ["CHAPTER", "GPU_CONVENTION", "TABLES", "cost_markdown"]
 
 
 def cost_markdown(table: pd.DataFrame) -> str:
-    """A cost summary (:func:`fmaudit.costs.cost_by`) with hours to four significant digits."""
+    """A cost summary (:func:`fmaudit.costs.cost_by`) with hours to four significant digits.
+
+    Parameters
+    ----------
+    table : DataFrame
+        A cost summary with ``cpu_hours``, ``gpu_hours``, ``wall_hours``, ``longest_job_s`` and ``peak_rss_mb``
+        (missing values: a job too short to measure, or memory not sampled).
+
+    Returns
+    -------
+    str
+        The table as Markdown, each missing value saying why.
+    """
     shown = table.copy()
     for col in ("cpu_hours", "gpu_hours", "wall_hours"):
         shown[col] = [f"{v:.4g}" if pd.notna(v) else "n/a (a job too short to measure)" for v in shown[col]]
@@ -35,6 +47,22 @@ def cost_markdown(table: pd.DataFrame) -> str:
 
 
 def write_cost_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
+    """Write the cost tables (per rule, per encoder, per job); return the chapter's lines of ``index.md``.
+
+    Parameters
+    ----------
+    results : mapping or None
+        ``jobs`` (one row per benchmarked job, :func:`fmaudit.costs.job_costs`), ``by_rule`` and ``by_encoder``
+        (:func:`fmaudit.costs.cost_by`, the last row of ``by_rule`` being the total). ``None`` or no job: every table
+        says that no heavy job has run.
+    writer : ReportWriter
+        Where the tables ``cost_by_rule``, ``cost_by_encoder`` and ``cost_jobs`` go.
+
+    Returns
+    -------
+    list of str
+        Markdown lines: the totals, the GPU-hours convention and the two summaries.
+    """
     lines = ["## What it cost", ""]
     if not results or not len(results["jobs"]):
         for name in TABLES:

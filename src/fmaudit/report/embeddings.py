@@ -13,6 +13,21 @@ __all__ = ["CHAPTER"]
 
 
 def write_embeddings_chapter(inventory: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+    """Write the ``embeddings`` table (the provenance of every embedding file); return the chapter's lines.
+
+    Parameters
+    ----------
+    inventory : DataFrame or None
+        One row per embedding file (:func:`fmaudit.embed.embedding_inventory`: encoder, data set, weights hash,
+        images per second ...); ``None``: no embedding was planned.
+    writer : ReportWriter
+        Where the table goes.
+
+    Returns
+    -------
+    list of str
+        The chapter's heading and the table as Markdown, each missing cell saying why.
+    """
     inventory = inventory if inventory is not None else pd.DataFrame({"note": ["no embeddings were planned"]})
     writer.table("embeddings", inventory)
     shown = fill_missing(inventory, {"weights_sha256": "n/a (no weights file)", "images_per_s": "n/a (not recorded)"})

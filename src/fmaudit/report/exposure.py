@@ -16,7 +16,19 @@ ORDER = ("yes", "unknown", "no")
 
 
 def exposure_labels(audit: pd.DataFrame | None) -> dict[str, str]:
-    """encoder -> its statuses in words, e.g. ``yes: mll23-wbc5, raabin-wbc; no: bloodmnist-wbc5``."""
+    """encoder -> its statuses in words, e.g. ``yes: mll23-wbc5, raabin-wbc; no: bloodmnist-wbc5``.
+
+    Parameters
+    ----------
+    audit : DataFrame or None
+        The exposure audit (:mod:`fmaudit.exposure`): one row per (encoder, data set) with ``encoder``, ``dataset``
+        and ``exposure`` (``yes``, ``unknown`` or ``no``).
+
+    Returns
+    -------
+    dict of str to str
+        Encoder -> its statuses, ``yes`` first, each with its data sets; empty without an audit.
+    """
     if audit is None or len(audit) == 0:
         return {}
     out = {}
@@ -29,7 +41,22 @@ def exposure_labels(audit: pd.DataFrame | None) -> dict[str, str]:
 
 def with_exposure(table: pd.DataFrame, audit: pd.DataFrame | None, column: str = "encoder") -> pd.DataFrame:
     """``table`` with an ``exposure`` column right after ``column`` (pretraining exposure of that encoder to the
-    evaluated data sets); unchanged without an audit or without that column."""
+    evaluated data sets); unchanged without an audit or without that column.
+
+    Parameters
+    ----------
+    table : DataFrame
+        A table that ranks encoders.
+    audit : DataFrame or None
+        The exposure audit, as :func:`exposure_labels` takes it.
+    column : str, default "encoder"
+        The column naming the encoder; encoders missing from the audit read ``not audited``.
+
+    Returns
+    -------
+    DataFrame
+        A copy with the ``exposure`` column inserted, or ``table`` itself.
+    """
     if audit is None or table is None or column not in getattr(table, "columns", ()):
         return table
     labels = exposure_labels(audit)
@@ -40,6 +67,21 @@ def with_exposure(table: pd.DataFrame, audit: pd.DataFrame | None, column: str =
 
 
 def write_exposure_chapter(audit: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+    """Write the ``exposure_audit`` table; return the chapter's lines of ``index.md``.
+
+    Parameters
+    ----------
+    audit : DataFrame or None
+        The exposure audit (:mod:`fmaudit.exposure`), one row per evaluated (encoder, data set) pair with its
+        evidence; ``None`` or empty: a note that no pair was evaluated.
+    writer : ReportWriter
+        Where the table goes.
+
+    Returns
+    -------
+    list of str
+        The chapter's heading, how the statuses were decided, and the table as Markdown.
+    """
     if audit is None or len(audit) == 0:
         audit = pd.DataFrame({"note": ["no (encoder, data set) pair was evaluated"]})
     writer.table("exposure_audit", audit)

@@ -27,7 +27,13 @@ _BAR_COLOUR = "#4c72b0"
 
 
 def pyplot():
-    """matplotlib.pyplot on the Agg backend, imported now (see the module doc)."""
+    """matplotlib.pyplot on the Agg backend, imported now (see the module doc).
+
+    Returns
+    -------
+    module
+        ``matplotlib.pyplot``, with the Agg backend selected.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,7 +54,19 @@ seaborn = _seaborn
 
 
 def save_figure(fig, path: Path, tight_layout: bool = False, **kwargs) -> None:
-    """Write ``fig`` as a PNG at the report's resolution, atomically, and close it; ``kwargs`` go to savefig."""
+    """Write ``fig`` as a PNG at the report's resolution, atomically, and close it; ``kwargs`` go to savefig.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure; closed once saved.
+    path : Path
+        Where the PNG goes (written to a temporary file first, then moved).
+    tight_layout : bool, default False
+        Call ``fig.tight_layout()`` before saving.
+    **kwargs
+        Further ``Figure.savefig`` arguments (e.g. ``bbox_inches="tight"``); not ``dpi`` or ``format``.
+    """
     if tight_layout:
         fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
@@ -92,7 +110,18 @@ def _reliability_panel(ax, hist_ax, bins: pd.DataFrame) -> None:
 def reliability_figure(curves: pd.DataFrame, path: Path) -> None:
     """Reliability diagrams: one row per encoder, columns in-domain/off-domain × raw/after source temperature;
     accuracy per confidence bin with the gap to perfect calibration shaded, the item count per bin underneath,
-    the bins' ECE in the corner. Data: :func:`fmaudit.analyses.leaderboard.reliability_curves`."""
+    the bins' ECE in the corner. Data: :func:`fmaudit.analyses.leaderboard.reliability_curves`.
+
+    Parameters
+    ----------
+    curves : DataFrame
+        One row per (encoder, part, calibration, bin): ``encoder``, ``part`` (``in-domain``/``off-domain``),
+        ``calibration`` (``raw``/``source TS``), the bin's ``lo``, ``hi``, ``count``, ``accuracy`` and
+        ``confidence``, the panel's ``n_items`` and ``ece``, and ``tasks`` when the report has several settings
+        groups.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = pyplot(), _seaborn()
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -146,7 +175,17 @@ def _rho_label(r: Any) -> str:
 
 def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
     """Spearman ρ of encoder rankings, source (rows) × target (columns), one panel per (task, head, label
-    fraction), each cell annotated with ρ and its bootstrap interval (from the table's ``spearman_rho_ci_*``)."""
+    fraction), each cell annotated with ρ and its bootstrap interval (from the table's ``spearman_rho_ci_*``).
+
+    Parameters
+    ----------
+    rank : DataFrame
+        The rank-transfer table: ``task``, ``head``, ``fraction``, ``source_domain``, ``target_domain``,
+        ``spearman_rho``, optionally ``spearman_rho_ci_lo``/``spearman_rho_ci_hi`` and ``rho_ci_convention`` (the
+        interval's resampling, printed under the figure). Empty: a figure saying at least two encoders are needed.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = pyplot(), _seaborn()
     if len(rank) == 0:
         fig, ax = plt.subplots(figsize=(4, 2))
@@ -196,7 +235,21 @@ def rank_transfer_heatmap(rank: pd.DataFrame, path: Path) -> None:
 def ece_vs_fraction_figure(data: pd.DataFrame, ece_col: str, ylabel: str, path: Path) -> None:
     """Target ECE (``ece_col``) against label fraction, one line per encoder with its interval band
     (``ece_ci_lo``, ``ece_ci_hi``), one panel per transfer pair (seaborn facets). Data:
-    :func:`fmaudit.analyses.leaderboard.ece_by_fraction`."""
+    :func:`fmaudit.analyses.leaderboard.ece_by_fraction`.
+
+    Parameters
+    ----------
+    data : DataFrame
+        One row per (task, head, source, target, encoder, label fraction): ``task``, ``head``, ``source_domain``,
+        ``target_domain``, ``encoder``, ``fraction``, ``ece_col`` and optionally ``ece_ci_lo``, ``ece_ci_hi`` and
+        ``tasks``; rows without an ECE are dropped.
+    ece_col : str
+        The ECE column to draw, e.g. ``ece_top_15_lohi``.
+    ylabel : str
+        The y axis label (the ECE's name and bins).
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt, sns = pyplot(), _seaborn()
     data = data.dropna(subset=[ece_col]).copy()
     prefix = data["tasks"] + " | " if "tasks" in data.columns else ""
@@ -236,7 +289,15 @@ def ece_vs_fraction_figure(data: pd.DataFrame, ece_col: str, ylabel: str, path: 
 
 
 def note_figure(text: str, path: Path) -> None:
-    """A small figure that only says ``text`` (a declared figure with nothing to draw)."""
+    """A small figure that only says ``text`` (a declared figure with nothing to draw).
+
+    Parameters
+    ----------
+    text : str
+        The sentence shown, e.g. why there is nothing to draw.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4, 1.5))
     ax.text(0.5, 0.5, text, ha="center", va="center")

@@ -43,7 +43,19 @@ def _safe_href(href: str) -> str:
 
 
 def inline(text: str) -> str:
-    """One line of the Markdown subset as HTML (escaped, then links, images, code, bold, italic)."""
+    """One line of the Markdown subset as HTML (escaped, then links, images, code, bold, italic).
+
+    Parameters
+    ----------
+    text : str
+        One line of Markdown (no block structure); a backslash-escaped pipe reads as a literal pipe, and
+        ``javascript:`` links become ``#``.
+
+    Returns
+    -------
+    str
+        The HTML, every text escaped.
+    """
     parts, last = [], 0
     for m in _LINK.finditer(text):
         parts.append(_emphasis(text[last : m.start()]))
@@ -76,7 +88,19 @@ def _cells(line: str) -> list[str]:
 
 
 def markdown_to_html(text: str) -> str:
-    """The report's Markdown subset (module doc) as an HTML fragment."""
+    """The report's Markdown subset (module doc) as an HTML fragment.
+
+    Parameters
+    ----------
+    text : str
+        Markdown of the report's subset: headings (``#`` to ``######``), pipe tables, ``-``/``*`` bullets and
+        paragraphs, with the inline forms of :func:`inline`.
+
+    Returns
+    -------
+    str
+        The HTML fragment, one block per line; headings carry an ``id`` made from their text.
+    """
     out: list[str] = []
     lines = text.splitlines()
     i = 0
@@ -134,7 +158,22 @@ def markdown_to_html(text: str) -> str:
 
 
 def page(title: str, body: str, extra_style: str = "") -> str:
-    """A complete, self-contained HTML page."""
+    """A complete, self-contained HTML page.
+
+    Parameters
+    ----------
+    title : str
+        The page's ``<title>`` (escaped).
+    body : str
+        The HTML of the page's body, inserted as is.
+    extra_style : str, default ""
+        CSS appended to the report's stylesheet.
+
+    Returns
+    -------
+    str
+        The HTML document, UTF-8, with its stylesheet inline (no external file).
+    """
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{PAGE_STYLE}{extra_style}</style>\n</head>\n"
@@ -143,7 +182,20 @@ def page(title: str, body: str, extra_style: str = "") -> str:
 
 
 def table_html(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]]) -> str:
-    """A table from plain-text cells: ``rows`` of (text, css class) pairs, every text escaped."""
+    """A table from plain-text cells: ``rows`` of (text, css class) pairs, every text escaped.
+
+    Parameters
+    ----------
+    header : sequence of str
+        The column titles.
+    rows : sequence of sequence of (str, str)
+        One sequence per row of (text, css class) cells; an empty class writes a plain ``<td>``.
+
+    Returns
+    -------
+    str
+        One ``<table>`` element.
+    """
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join(
         "<tr>"

@@ -92,7 +92,19 @@ def _counts(table: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
 
 
 def lint_tables(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
-    """Interval counts and detection AUROCs of the report's tables (name -> table)."""
+    """Interval counts and detection AUROCs of the report's tables (name -> table).
+
+    Parameters
+    ----------
+    tables : dict of str to DataFrame
+        Table name (the stem of ``tables/<name>.csv``) -> the table as written; note-only tables are skipped.
+
+    Returns
+    -------
+    list of dict of str to str
+        One finding per flagged table and check: ``check`` (``few resampling units`` or ``detection AUROC below
+        0.5``), ``where`` (``tables/<name>.csv``) and ``detail``.
+    """
     out = []
     for name, table in sorted(tables.items()):
         if "note" in table.columns and len(table.columns) <= 2:
@@ -149,7 +161,19 @@ def lint_tables(tables: dict[str, pd.DataFrame]) -> list[dict[str, str]]:
 
 def markdown_tables(text: str) -> list[dict[str, Any]]:
     """Every pipe table of a Markdown text: ``heading`` (the last heading above it), ``caption`` (the text between
-    that heading, or the previous table, and the table), ``header`` and ``rows`` (lists of cell texts)."""
+    that heading, or the previous table, and the table), ``header`` and ``rows`` (lists of cell texts).
+
+    Parameters
+    ----------
+    text : str
+        Markdown, e.g. the report's ``index.md``.
+
+    Returns
+    -------
+    list of dict
+        One dict per table in the order of the text, with the keys above; a table without columns has an empty
+        ``header`` and ``rows``.
+    """
     lines = text.splitlines()
     out, heading, caption = [], "(top)", []
     i = 0
@@ -211,7 +235,21 @@ def _lacks(caption: str, header: Iterable[str], cells: Iterable[str]) -> list[st
 
 
 def lint_markdown(text: str, where: str = "index.md") -> list[dict[str, str]]:
-    """Blank cells, empty tables and captions that name what their table lacks, in a Markdown text."""
+    """Blank cells, empty tables and captions that name what their table lacks, in a Markdown text.
+
+    Parameters
+    ----------
+    text : str
+        The Markdown to check (the report's ``index.md`` before it is written).
+    where : str, default "index.md"
+        The file named in the findings.
+
+    Returns
+    -------
+    list of dict of str to str
+        Findings ``check`` (``empty table``, ``blank cell`` or ``caption names what the table lacks``), ``where``
+        (the file and the heading above the table) and ``detail``.
+    """
     out = []
     for t in markdown_tables(text):
         place = f'{where}, under "{t["heading"]}"'
@@ -257,7 +295,21 @@ def lint_markdown(text: str, where: str = "index.md") -> list[dict[str, str]]:
 
 
 def lint_captions(tables: dict[str, pd.DataFrame], captions: Path = CAPTIONS) -> list[dict[str, str]]:
-    """The HTML report's caption of each table (its template text) against the table."""
+    """The HTML report's caption of each table (its template text) against the table.
+
+    Parameters
+    ----------
+    tables : dict of str to DataFrame
+        Table name -> the table as written.
+    captions : Path, default CAPTIONS
+        Folder of the caption templates ``<name>.rst``; tables without one are skipped. Template tags and the text
+        inside ``{% if %}`` blocks are not judged.
+
+    Returns
+    -------
+    list of dict of str to str
+        Findings ``check`` = ``caption names what the table lacks``, ``where`` (the template) and ``detail``.
+    """
     out = []
     for name, table in sorted(tables.items()):
         path = Path(captions) / f"{name}.rst"
@@ -280,7 +332,23 @@ def lint_captions(tables: dict[str, pd.DataFrame], captions: Path = CAPTIONS) ->
 
 
 def lint_report(index_markdown: str, out_dir: str | Path, captions: Path = CAPTIONS) -> pd.DataFrame:
-    """Every finding of the lint on a written report (module doc): columns ``check``, ``where``, ``detail``."""
+    """Every finding of the lint on a written report (module doc): columns ``check``, ``where``, ``detail``.
+
+    Parameters
+    ----------
+    index_markdown : str
+        The index's Markdown as the chapters returned it.
+    out_dir : str or Path
+        The report folder whose ``tables/*.csv`` are read (``report_lint`` itself aside).
+    captions : Path, default CAPTIONS
+        Folder of the HTML report's caption templates.
+
+    Returns
+    -------
+    DataFrame
+        One row per finding, columns ``check`` (one of :data:`CHECKS`), ``where`` and ``detail``; no rows when
+        nothing is flagged.
+    """
     out_dir = Path(out_dir)
     tables, empty = {}, []
     for path in sorted((out_dir / "tables").glob("*.csv")):

@@ -67,7 +67,23 @@ def _ci(row: Mapping[str, Any], name: str) -> str:
 
 
 def detection_markdown(by_tier: pd.DataFrame, detection: pd.DataFrame) -> str:
-    """Per task kind: encoders x (tier, scorer) mean detection AUROC over the tier's conditions."""
+    """Per task kind: encoders x (tier, scorer) mean detection AUROC over the tier's conditions.
+
+    Parameters
+    ----------
+    by_tier : DataFrame
+        Mean AUROC per (task kind, encoder, tier, scorer): ``task_kind``, ``encoder``, ``tier``, ``scorer`` and
+        ``mean_auroc``.
+    detection : DataFrame
+        The per-condition detection table (``task_kind``, ``task`` and the interval columns ``ci_unit``,
+        ``ci_n_units``, ``n_boot``), read for the task names and the intervals' units.
+
+    Returns
+    -------
+    str
+        One Markdown section per task kind (heading, caption, table, and :func:`below_chance_remark`); an unrun
+        (tier, scorer) cell reads ``n/a (not run)``.
+    """
     parts = []
     for kind, part in by_tier.groupby("task_kind", sort=True):
         part = part.assign(column=part["tier"] + ": " + part["scorer"])
@@ -85,7 +101,18 @@ def detection_markdown(by_tier: pd.DataFrame, detection: pd.DataFrame) -> str:
 def below_chance_remark(by_tier: pd.DataFrame) -> str:
     """A sentence naming every (tier, scorer) whose mean detection AUROC is below 0.5, or ``""``: such a scorer ranks
     that OOD set as *more* familiar than the in-distribution test set, which a reader must not take for a weak
-    detector."""
+    detector.
+
+    Parameters
+    ----------
+    by_tier : DataFrame
+        Mean AUROC per (encoder, tier, scorer) of one task kind: ``tier``, ``scorer`` and ``mean_auroc``.
+
+    Returns
+    -------
+    str
+        A bold Markdown paragraph with each (tier, scorer)'s AUROC range and encoder count, or ``""``.
+    """
     low = by_tier[by_tier["mean_auroc"] < 0.5]
     if not len(low):
         return ""
@@ -104,7 +131,21 @@ def _value(row: Mapping[str, Any], name: str) -> str:
 def gate_markdown(summary: pd.DataFrame) -> str:
     """One table per (task setting): per encoder and set, coverage, rejection and accuracy of accepted items of
     the gate of one fit/validation division (the paper's; the exported gate), then each as the mean over the
-    divisions with its pooled-bootstrap interval."""
+    divisions with its pooled-bootstrap interval.
+
+    Parameters
+    ----------
+    summary : DataFrame
+        The gate summary: ``setting``, ``encoder``, ``set``, ``tier``, ``coverage``, ``reject_any``,
+        ``accuracy_accepted`` (NaN for unlabelled sets), the same with the division-mean suffix and their
+        ``_ci_lo``/``_ci_hi``, ``tau_novelty``, ``tau_confidence``, ``n_splits``, optionally ``division_strata``, and
+        the interval columns ``ci_unit``, ``ci_n_units``, ``n_boot``.
+
+    Returns
+    -------
+    str
+        One Markdown section per setting: its heading, the convention and the table.
+    """
     parts = []
     for setting, part in summary.groupby("setting", sort=False):
         rows = []
@@ -137,6 +178,21 @@ def _splits(r: Mapping[str, Any]) -> str:
 
 
 def selective_markdown(selective: pd.DataFrame) -> str:
+    """Per task, encoder and split form: accuracy, AURC and E-AURC, selective accuracy at each coverage and, for
+    ordinal grades, QWK, each with its interval.
+
+    Parameters
+    ----------
+    selective : DataFrame
+        The selective-prediction table: ``task``, ``encoder``, ``splits`` (``stored`` or ``further`` with
+        ``n_splits`` and ``split_seeds``), ``n``, ``accuracy``, ``aurc``, ``eaurc``, ``selective_accuracy_c<cov>``
+        columns and optionally ``qwk``, each with ``_ci_lo``/``_ci_hi``.
+
+    Returns
+    -------
+    str
+        The Markdown table, one row per input row.
+    """
     cov = [c for c in selective.columns if c.startswith("selective_accuracy_c")
            and not c.endswith(("_lo", "_hi", "_sd_over_splits"))]
     rows = []
@@ -152,7 +208,19 @@ def selective_markdown(selective: pd.DataFrame) -> str:
 
 
 def slides_markdown(slides: pd.DataFrame) -> str:
-    """Per task, encoder and split form: QWK (ordinal grades) or accuracy of each aggregator, with its interval."""
+    """Per task, encoder and split form: QWK (ordinal grades) or accuracy of each aggregator, with its interval.
+
+    Parameters
+    ----------
+    slides : DataFrame
+        The slide-aggregation table: ``task``, ``encoder``, optionally ``splits``, ``aggregator``, and ``qwk`` or
+        ``accuracy`` with ``_ci_lo``/``_ci_hi``.
+
+    Returns
+    -------
+    str
+        A sentence naming the metric, then the Markdown table with one column per aggregator.
+    """
     metric = "qwk" if "qwk" in slides.columns and np.isfinite(slides["qwk"].astype(float)).any() else "accuracy"
     rows = []
     keys = [c for c in ("task", "encoder", "splits") if c in slides.columns]
@@ -167,7 +235,19 @@ def slides_markdown(slides: pd.DataFrame) -> str:
 
 
 def coarsening_markdown(coarsening: pd.DataFrame) -> str:
-    """Per task, encoder, split form and arm: QWK (ordinal grades) or accuracy, and AURC, with intervals."""
+    """Per task, encoder, split form and arm: QWK (ordinal grades) or accuracy, and AURC, with intervals.
+
+    Parameters
+    ----------
+    coarsening : DataFrame
+        The coarsening-control table: ``task``, ``encoder``, ``splits``, ``arm``, ``evaluation``, optionally
+        ``level``, ``qwk`` or ``accuracy``, and ``aurc``, each with ``_ci_lo``/``_ci_hi``.
+
+    Returns
+    -------
+    str
+        The Markdown table, one row per input row.
+    """
     ordinal = "qwk" in coarsening.columns and np.isfinite(coarsening["qwk"].astype(float)).any()
     metric = "qwk" if ordinal else "accuracy"
     rows = []
@@ -179,6 +259,19 @@ def coarsening_markdown(coarsening: pd.DataFrame) -> str:
 
 
 def blur_markdown(blur: pd.DataFrame) -> str:
+    """Per task, encoder and blur sigma: accuracy and its paired change from the unblurred images, with intervals.
+
+    Parameters
+    ----------
+    blur : DataFrame
+        The blur table: ``task``, ``encoder``, ``sigma`` (0 = unblurred), ``accuracy`` and ``accuracy_change`` with
+        their ``_ci_lo``/``_ci_hi``.
+
+    Returns
+    -------
+    str
+        The Markdown table; the change reads ``—`` at sigma 0.
+    """
     rows = []
     for r in blur.to_dict("records"):
         change = _ci(r, "accuracy_change") if r["sigma"] > 0 else "—"
@@ -198,7 +291,15 @@ def _task_panels(frame: pd.DataFrame):
 
 
 def risk_coverage_figure(curves: pd.DataFrame, path: Path) -> None:
-    """Risk (error rate of the kept items) against coverage, one line per encoder, one panel per task."""
+    """Risk (error rate of the kept items) against coverage, one line per encoder, one panel per task.
+
+    Parameters
+    ----------
+    curves : DataFrame
+        Risk-coverage points: ``task``, ``encoder``, ``coverage`` (0-1) and ``risk``.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     fig, panels = _task_panels(curves)
     for ax, task in panels:
         for enc, part in curves[curves["task"] == task].groupby("encoder", sort=True):
@@ -213,7 +314,19 @@ def risk_coverage_figure(curves: pd.DataFrame, path: Path) -> None:
 
 
 def histogram_figure(histograms: pd.DataFrame, scorer: str, path: Path) -> None:
-    """ID (grey) vs OOD (colour) novelty-score histograms of ``scorer``: rows (task, encoder), columns conditions."""
+    """ID (grey) vs OOD (colour) novelty-score histograms of ``scorer``: rows (task, encoder), columns conditions.
+
+    Parameters
+    ----------
+    histograms : DataFrame
+        Binned novelty scores: ``scorer``, ``task``, ``encoder``, ``condition``, ``set`` (``id`` or ``ood``),
+        ``bin``, its ``lo``/``hi`` edges and ``share`` (of the set's items). At most :data:`MAX_HISTOGRAM_PANELS`
+        panels are drawn.
+    scorer : str
+        The novelty scorer whose histograms are drawn.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     h = histograms[histograms["scorer"] == scorer]
     rows = list(h[["task", "encoder"]].drop_duplicates().itertuples(index=False, name=None))
     conditions = {task: list(pd.unique(h.loc[h["task"] == task, "condition"])) for task, _ in rows}
@@ -245,7 +358,16 @@ def histogram_figure(histograms: pd.DataFrame, scorer: str, path: Path) -> None:
 
 
 def blur_figure(blur: pd.DataFrame, path: Path) -> None:
-    """Accuracy against blur sigma (0 = unblurred) with its interval band, one line per encoder per task."""
+    """Accuracy against blur sigma (0 = unblurred) with its interval band, one line per encoder per task.
+
+    Parameters
+    ----------
+    blur : DataFrame
+        The blur table: ``task``, ``encoder``, ``sigma``, ``accuracy``, optionally ``accuracy_ci_lo``/``_hi``, and
+        the interval columns ``ci_unit``, ``ci_n_units``, ``n_boot`` (named in the titles).
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     fig, panels = _task_panels(blur)
     for ax, task in panels:
         part = blur[blur["task"] == task]
@@ -270,7 +392,24 @@ def _table(writer: ReportWriter, name: str, df: pd.DataFrame, note: str) -> None
 
 
 def write_ood_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the chapter's tables and figures; return its lines of index.md."""
+    """Write the chapter's tables and figures; return its lines of index.md.
+
+    Parameters
+    ----------
+    results : mapping or None
+        The OOD summary: the tables ``detection``, ``detection_by_tier``, ``gate``, ``gate_summary``, ``selective``,
+        ``blur``, ``slides``, ``coarsening``, ``probe_sensitivity``, ``scorer_sensitivity``, ``curves`` and
+        ``histograms``, and ``scorer_for_figures`` (the scorer whose histograms are drawn). ``None``: no OOD shard
+        was planned; every output says so.
+    writer : ReportWriter
+        Where the ``ood_*`` tables and figures go; tables are guarded first
+        (:func:`~fmaudit.report.formatting.guarded`).
+
+    Returns
+    -------
+    list of str
+        The chapter's heading, its conventions and a section per non-empty table.
+    """
     if results is None:
         for name in TABLES:
             writer.table(name, pd.DataFrame({"note": [NOTE]}))

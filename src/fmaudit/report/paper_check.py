@@ -33,7 +33,19 @@ def _number(value: Any) -> str:
 
 
 def paper_check_markdown(table: pd.DataFrame) -> str:
-    """One row per claim: the quote, published value, this run's value [interval], the criterion and verdict."""
+    """One row per claim: the quote, published value, this run's value [interval], the criterion and verdict.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The verdicts of :func:`fmaudit.claims.check_claims`: ``paper``, ``claim``, ``quote``, ``published``,
+        ``value``, ``value_interval_lo``/``value_interval_hi``, ``criterion``, ``status`` and ``why``.
+
+    Returns
+    -------
+    str
+        The Markdown table; numbers three decimals (one from 100 on), missing ones ``—``.
+    """
     rows = []
     for r in table.to_dict("records"):
         value = _number(r["value"])
@@ -48,7 +60,20 @@ def paper_check_markdown(table: pd.DataFrame) -> str:
 
 def write_paper_check_chapter(results: Sequence[ClaimsFile] | None, writer: ReportWriter) -> list[str]:
     """Check every claim against the tables the chapters before it wrote under the writer's folder; write
-    ``paper_check``."""
+    ``paper_check``.
+
+    Parameters
+    ----------
+    results : sequence of ClaimsFile or None
+        The loaded claims files of the config (``claims``); ``None`` or empty: a note, and no index lines.
+    writer : ReportWriter
+        The writer the earlier chapters wrote through; its ``tables/`` are the values checked.
+
+    Returns
+    -------
+    list of str
+        The chapter's heading, the count of each verdict and the claims table; empty without claims.
+    """
     if not results:
         writer.table("paper_check", pd.DataFrame({"note": [NOTE]}))
         return []

@@ -42,7 +42,18 @@ __all__ = ["FIGURES", "CHAPTER", "TABLES", "gains_figure"]
 
 def gains_figure(gains: pd.DataFrame, scenarios: pd.DataFrame, path: Path) -> None:
     """The hema paper's figure 3: per (task, source) panel, the mean macro-F1 gain over no adaptation of each method
-    (bars, hierarchical-bootstrap interval as whiskers) at each prior, and each target's scenario mean (dots)."""
+    (bars, hierarchical-bootstrap interval as whiskers) at each prior, and each target's scenario mean (dots).
+
+    Parameters
+    ----------
+    gains : DataFrame
+        Gain per prior: ``task``, ``source_domain``, ``method`` (``none`` rows are skipped), ``prior``, ``mean_gain``
+        (macro-F1 gain over no adaptation) and its ``ci_lo``/``ci_hi``.
+    scenarios : DataFrame
+        Per-target scenario means: ``task``, ``source_domain``, ``method``, ``prior`` and ``mean_gain``.
+    path : Path
+        Where the PNG is saved (atomically).
+    """
     panels = list(gains[gains["method"] != "none"].groupby(["task", "source_domain"], sort=False))
     fig, axes = pyplot().subplots(len(panels), 1,
                                   figsize=(max(6.0, 1.6 * gains["prior"].nunique() + 2), 3.8 * len(panels)),
@@ -202,7 +213,22 @@ def _write_empty(writer: ReportWriter) -> list[str]:
 
 
 def write_prior_shift_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the chapter's tables and figure; return its lines of index.md."""
+    """Write the chapter's tables and figure; return its lines of index.md.
+
+    Parameters
+    ----------
+    results : mapping or None
+        The summary of :func:`fmaudit.analyses.prior_shift_summary.summarize_prior_shift`: one DataFrame per name of
+        :data:`TABLES`, with ``exposure`` (the exposure audit), ``assumed_priors`` (task -> priors whose shares are
+        assumptions) and ``headline_rules``. ``None``: no prior-shift run was planned; every output says so.
+    writer : ReportWriter
+        Where the tables and the ``prior_shift_gains`` figure go.
+
+    Returns
+    -------
+    list of str
+        The chapter's heading, conventions and one section per table; empty when nothing was planned.
+    """
     if results is None:
         return _write_empty(writer)
     audit = results.get("exposure")

@@ -62,7 +62,21 @@ def _split_flag(cell: pd.DataFrame) -> str:
 
 def leaderboard_markdown(board: pd.DataFrame) -> str:
     """One table per (task, head, source): encoders × (in-domain, each target) macro-F1 [95% CI]; each target's
-    column names the unit its intervals resample and how many (``unit=patient, n=6``)."""
+    column names the unit its intervals resample and how many (``unit=patient, n=6``).
+
+    Parameters
+    ----------
+    board : DataFrame
+        The leaderboard (:mod:`fmaudit.analyses.leaderboard`): one row per (task, head, fraction, source, target,
+        encoder) with ``macro_f1`` and ``macro_f1_ci_lo``/``_ci_hi`` (mean over seeds), optionally ``ci_resampling``
+        (the unit and count), ``exposure``, ``calibration_mode`` and ``task_split``.
+
+    Returns
+    -------
+    str
+        Markdown sections, one per (task, head, fraction, source), encoders sorted by in-domain macro-F1 (best first);
+        a leaky split is flagged in bold.
+    """
     parts = []
     for (task, head, frac, source), cell in board.groupby(["task", "head", "fraction", "source_domain"], sort=True):
         targets = [source] + sorted(t for t in cell["target_domain"].unique() if t != source)
@@ -93,7 +107,19 @@ def leaderboard_markdown(board: pd.DataFrame) -> str:
 
 def interval_units_text(board: pd.DataFrame) -> str:
     """Per task, what its intervals resample: ``task demo: unit=patient, n=2-3 per test set``; item-level tasks
-    say that their data set has no patient ids."""
+    say that their data set has no patient ids.
+
+    Parameters
+    ----------
+    board : DataFrame
+        The leaderboard with ``task``, ``ci_unit`` (``+``-joined when a row pools units) and ``ci_n_units``.
+
+    Returns
+    -------
+    str
+        One clause per task joined by ``"; "``; without ``ci_unit`` a sentence pointing at the ``ci_resampling``
+        column.
+    """
     if "ci_unit" not in board.columns or len(board) == 0:
         return "each interval's unit and count are in its table's ci_resampling column"
     parts = []
@@ -108,7 +134,20 @@ def interval_units_text(board: pd.DataFrame) -> str:
 
 def cri_by_split_markdown(table: pd.DataFrame) -> str:
     """OOD_Stability and CRI of each encoder under every split of the same data sets, side by side (largest
-    label fraction); the leaky split is named as such in its column."""
+    label fraction); the leaky split is named as such in its column.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The CRI table over splits: ``datasets``, ``head``, ``fraction``, ``task``, ``task_split``, ``encoder``,
+        ``ood_stability`` and ``cri``.
+
+    Returns
+    -------
+    str
+        Markdown sections, one per (data sets, head), a column per (metric, split); a sentence when no task is run
+        under two splits.
+    """
     if len(table) == 0 or "task_split" not in table.columns:
         return "No task is run under two splits of the same data sets."
     parts = ["The same data sets under each task split: a leaky split (items of one patient in train and test) "
@@ -124,7 +163,21 @@ def cri_by_split_markdown(table: pd.DataFrame) -> str:
 
 
 def calibration_markdown(cal: pd.DataFrame) -> str:
-    """One table per (task, head, fraction): top-label ECE by temperature stage (columns) per encoder and pair."""
+    """One table per (task, head, fraction): top-label ECE by temperature stage (columns) per encoder and pair.
+
+    Parameters
+    ----------
+    cal : DataFrame
+        The calibration ladder: ``task``, ``head``, ``fraction``, ``encoder``, ``source_domain``, ``target_domain``,
+        ``stage`` (``raw``, ``source_ts``, ``oracle_ts``, ``kshot_ts``), ``k``, the ``ece_top_<bins>_lohi`` columns
+        and optionally ``n_at_bound``, ``n_temperatures``, ``bound_temperatures`` and ``calibration_mode``.
+
+    Returns
+    -------
+    str
+        Markdown sections, one per (task, head, fraction); a missing cell reads ``bound`` (every temperature at a
+        search bound) or ``n/a`` (no run).
+    """
     def stage_name(r) -> str:
         return f"kshot_ts (K={int(r.k)})" if r.stage == "kshot_ts" else r.stage
 
@@ -173,7 +226,20 @@ def _mark_bound_cells(wide: pd.DataFrame, cell: pd.DataFrame) -> pd.DataFrame:
 
 def shift_summary_markdown(summary: pd.DataFrame, board: pd.DataFrame) -> str:
     """The in-domain vs off-domain summary with what each mean averages (the leaderboards give each value with its
-    interval)."""
+    interval).
+
+    Parameters
+    ----------
+    summary : DataFrame
+        Per encoder (and task, head): ``macro_f1_in_domain``, ``macro_f1_off_domain`` and the same for ECE.
+    board : DataFrame
+        The leaderboard, read to count the source domains and the source → target pairs each mean averages.
+
+    Returns
+    -------
+    str
+        A paragraph on what each mean averages, then the Markdown table; a sentence when ``summary`` is empty.
+    """
     if len(summary) == 0:
         return "No encoder was scored in-domain and off-domain."
     n_src = board.groupby(["task", "head"])["source_domain"].nunique().max() if len(board) else 0
@@ -188,7 +254,19 @@ def shift_summary_markdown(summary: pd.DataFrame, board: pd.DataFrame) -> str:
 
 def cross_domain_markdown(table: pd.DataFrame) -> str:
     """The cross-domain leaderboard, one table per (task, head, fraction, source) with only its own targets' columns
-    and ranks as whole numbers."""
+    and ranks as whole numbers.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The cross-domain leaderboard: ``task``, ``head``, ``fraction``, ``source_domain``, one column per target
+        metric and ``rank_*`` columns.
+
+    Returns
+    -------
+    str
+        Markdown sections, one per (task, head, fraction, source); a sentence when ``table`` is empty.
+    """
     if len(table) == 0:
         return "No encoder was scored on another domain than its source."
     parts = []
@@ -202,7 +280,21 @@ def cross_domain_markdown(table: pd.DataFrame) -> str:
 
 def rank_transfer_markdown(rank: pd.DataFrame) -> str:
     """Rank transfer, one row per (task, head, fraction, s→t): ρ with its interval, τ-b, the in-domain best and
-    its rank on the target."""
+    its rank on the target.
+
+    Parameters
+    ----------
+    rank : DataFrame
+        The rank-transfer table (:func:`fmaudit.stats.ranking.rank_transfer` per pair): ``task``, ``head``,
+        ``fraction``, ``source_domain``, ``target_domain``, ``spearman_rho`` with optional ``_ci_lo``/``_ci_hi``,
+        ``kendall_tau_b``, ``source_best``, ``target_rank_of_source_best``, ``dethroned`` and ``n_models``.
+
+    Returns
+    -------
+    str
+        The Markdown table with a ``reading`` column (informative or not, transfer or reversal); a sentence when
+        ``rank`` is empty.
+    """
     if len(rank) == 0:
         return "Rank transfer needs at least two encoders scored on two domains."
     lo = rank["spearman_rho_ci_lo"] if "spearman_rho_ci_lo" in rank else pd.Series(float("nan"), index=rank.index)
@@ -237,7 +329,19 @@ def _rho_reading(r: Mapping[str, Any]) -> str:
 
 def figure_captions(groups: list) -> dict[str, str]:
     """Captions of the chapter's figures in index.md, with the settings they were made with (the HTML report's
-    come from ``resources/report/figures/<name>.rst``)."""
+    come from ``resources/report/figures/<name>.rst``).
+
+    Parameters
+    ----------
+    groups : list of (mapping, sequence of str)
+        The report's settings groups, (settings with ``ece_bins`` and ``n_boot``, the tasks that use them), as
+        :func:`~fmaudit.report.formatting.settings_text` takes them.
+
+    Returns
+    -------
+    dict of str to str
+        Figure name (``reliability``, ``rank_transfer``, ``ece_vs_fraction``) -> its caption.
+    """
     bins = settings_text(groups, "{ece_bins} equal-width bins")
     boot = settings_text(groups, "B={n_boot}")
     return {
@@ -273,7 +377,23 @@ def _write_empty(writer: ReportWriter) -> list[str]:
 
 
 def write_probe_chapter(results: Mapping[str, Any] | None, writer: ReportWriter) -> list[str]:
-    """Write the chapter's tables and figures; return its lines of index.md."""
+    """Write the chapter's tables and figures; return its lines of index.md.
+
+    Parameters
+    ----------
+    results : mapping or None
+        The probe summary: one DataFrame per name of :data:`TABLES`, with ``reliability_curves``,
+        ``ece_by_fraction``, ``exposure`` (the exposure audit, added to the :data:`RANKING` tables) and ``settings``
+        (the settings groups, each with ``ece_bins``, ``n_boot``, ``paired_n_boot`` and
+        ``include_bound_temperatures``). ``None``: no probe run was planned; every output says so.
+    writer : ReportWriter
+        Where the tables and the figures ``reliability``, ``rank_transfer`` and ``ece_vs_fraction`` go.
+
+    Returns
+    -------
+    list of str
+        The conventions paragraph and one section per table, then the figures with their captions.
+    """
     if results is None:
         return _write_empty(writer)
     results = {**results, **{name: with_exposure(results[name], results.get("exposure")) for name in RANKING}}

@@ -28,6 +28,22 @@ def _markdown(pairs: pd.DataFrame) -> str:
 
 
 def write_variants_chapter(pairs: pd.DataFrame | None, writer: ReportWriter) -> list[str]:
+    """Write the ``encoder_variants`` table; return the chapter's lines of ``index.md`` (none without variants).
+
+    Parameters
+    ----------
+    pairs : DataFrame or None
+        :func:`fmaudit.analyses.variants.variant_pairs`: one row per (task, head, source, target, variant) with the
+        base's and the variant's macro-F1 (mean over seeds, 95% interval), their paired ``difference`` with its
+        interval, ``n_test_groups`` and ``n_boot``. ``None`` or empty: no variant was declared.
+    writer : ReportWriter
+        Where the table goes.
+
+    Returns
+    -------
+    list of str
+        The chapter's heading, its convention (interval unit and B) and the table; empty without variants.
+    """
     if pairs is None or len(pairs) == 0:
         writer.table("encoder_variants", pd.DataFrame({"note": [NOTE]}))
         return []

@@ -64,7 +64,32 @@ def bootstrap_counts(
     Without ``groups`` each row draws ``n_items`` items with replacement. With ``groups`` (one id per item)
     each row draws G groups with replacement and every item of a drawn group gets that group's
     multiplicity, so groups are kept whole and a resample's size varies. The draws equal the audit paper's
-    sequential ``rng.integers`` calls with ``np.random.default_rng(random_state)``.
+    sequential ``rng.integers`` calls with ``np.random.default_rng(random_state)``
+    (``docs/methods.md#confidence-intervals``).
+
+    Parameters
+    ----------
+    n_items : int
+        Number of items (rows of the predictions the matrix will resample); a positive integer.
+    groups : array-like of shape (n_items,), optional
+        Cluster id of each item (patient, slide, tissue section...); any sortable dtype, no missing ids. ``None``
+        (the default): an item bootstrap.
+    n_boot : int
+        Number of resamples, the matrix's rows (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of ``np.random.default_rng``; the same seed gives the same matrix.
+
+    Returns
+    -------
+    ndarray of shape (n_boot, n_items), dtype int32
+        ``counts[b, i]``: how many times resample ``b`` takes item ``i``. Rows sum to ``n_items`` without
+        groups; with groups a row's sum is the total size of its drawn groups.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``n_items`` or ``n_boot`` is not a positive integer, or ``groups`` is not one id per item or holds
+        missing ids.
     """
     if int(n_items) != n_items or n_items < 1:
         raise FmauditInputError(f"n_items: expected a positive integer, got {n_items!r}")
@@ -220,7 +245,29 @@ BOOTSTRAP_METRICS = tuple(sorted(set(_POINT_FUNCTIONS) | set(_ALIASES)))
 
 def resolve_metric(name: str, metric_kwargs: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """(metric of :mod:`fmaudit.metrics`, its keyword arguments) for a metric or summary-column name; a binned
-    column (``ece_top_10_lohi``) sets ``n_bins``. Unknown names and options raise, naming them."""
+    column (``ece_top_10_lohi``) sets ``n_bins``. Unknown names and options raise, naming them.
+
+    Parameters
+    ----------
+    name : str
+        A metric of :data:`BOOTSTRAP_METRICS` (``macro_f1``, ``ece``, an alias such as ``brier_sum``) or a binned
+        summary column of :func:`fmaudit.metrics.summary_metrics` (``ece_top_15_lohi``, ``mce_10`` ...).
+    metric_kwargs : mapping, optional
+        Options of the metric (``n_bins``, ``closure`` for the ECE family); must agree with a binned column's
+        bin count.
+
+    Returns
+    -------
+    tuple of (str, dict)
+        The :mod:`fmaudit.metrics` function name (``ece`` for ``ece_top_15_lohi``) and its keyword arguments,
+        ``n_bins`` filled in from a binned column.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric name, an option the metric does not take, or ``n_bins`` that contradicts the
+        column's bin count.
+    """
     kwargs = dict(metric_kwargs or {})
     resolved = _ALIASES.get(name, name)
     for pattern, metric in _BINNED_COLUMNS.items():
@@ -286,6 +333,27 @@ def _bootstrap_auroc(p: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.nda
 
 
 def validated_models(probs_by_model: Mapping[str, Any], labels: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every model's probabilities checked against the one label vector, all of the same shape.
+
+    Parameters
+    ----------
+    probs_by_model : mapping of str to array-like of shape (n_items, n_classes)
+        Predicted class probabilities per model (rows summing to 1), all on the same items in the same order.
+    labels : array-like of shape (n_items,)
+        Integer class index of each item, in ``[0, n_classes)``.
+
+    Returns
+    -------
+    tuple of (dict of str to ndarray, ndarray)
+        The validated probabilities by model name (``str`` keys, float arrays of shape (n_items, n_classes))
+        and the labels as an integer array of shape (n_items,).
+
+    Raises
+    ------
+    FmauditInputError
+        When no model is given, a model's probabilities or the labels are invalid (the message names the
+        model), or two models' probabilities differ in shape.
+    """
     if not probs_by_model:
         raise FmauditInputError("probs_by_model: no models given")
     validated: dict[str, np.ndarray] = {}
@@ -316,7 +384,33 @@ def bootstrap_metric_models(
     """Per-resample metric values, (B,) per model, all models on the same resamples ``counts``.
 
     ``metric_kwargs`` are passed to the metric (``n_bins``, ``closure`` for ECE-type metrics).
-    Linear metrics are computed for all models with one blocked matrix product.
+    Linear metrics are computed for all models with one blocked matrix product. Because every model uses the same
+    rows of ``counts``, differences between models are paired (``docs/methods.md#paired-differences``).
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`resolve_metric` accepts.
+    probs_by_model : mapping of str to array-like of shape (n_items, n_classes)
+        Predicted class probabilities per model (rows summing to 1), on the same items in the same order.
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    counts : ndarray of shape (n_boot, n_items)
+        Non-negative integer multiplicities, one row per resample (:func:`bootstrap_counts`); no row may be all
+        zero.
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    dict of str to ndarray of shape (n_boot,)
+        The metric on each resample, by model name. AUROC is NaN on a resample that lacks a class.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric or option, invalid probabilities or labels, or a ``counts`` matrix of the wrong
+        shape, with negative or non-integer entries, or with an empty resample.
     """
     name, metric_kwargs = resolve_metric(metric_name, metric_kwargs)
     models, y = validated_models(probs_by_model, labels)
@@ -360,10 +454,50 @@ def bootstrap_metric(metric_name: str, probs: Any, labels: Any, counts: np.ndarr
     """(B,) values of ``metric_name`` on the resamples given by the (B, N) multiplicity matrix ``counts``.
 
     Each value equals the metric recomputed on the items repeated by their multiplicities.
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`resolve_metric` accepts.
+    probs : array-like of shape (n_items, n_classes)
+        Predicted class probabilities (rows summing to 1).
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    counts : ndarray of shape (n_boot, n_items)
+        Non-negative integer multiplicities, one row per resample (:func:`bootstrap_counts`).
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    ndarray of shape (n_boot,)
+        The metric on each resample.
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`bootstrap_metric_models`.
     """
     return bootstrap_metric_models(metric_name, {"model": probs}, labels, counts, **metric_kwargs)["model"]
 
 
 def point_metric(name: str, probs: np.ndarray, labels: np.ndarray, metric_kwargs: Mapping[str, Any]) -> float:
-    """The metric on all items (no resampling); ``name`` and ``metric_kwargs`` as :func:`resolve_metric` returns."""
+    """The metric on all items (no resampling); ``name`` and ``metric_kwargs`` as :func:`resolve_metric` returns.
+
+    Parameters
+    ----------
+    name : str
+        A resolved metric name (the first element :func:`resolve_metric` returns, not a summary column).
+    probs : ndarray of shape (n_items, n_classes)
+        Predicted class probabilities (rows summing to 1).
+    labels : ndarray of shape (n_items,)
+        Integer class index of each item.
+    metric_kwargs : mapping
+        The metric's keyword arguments (the second element :func:`resolve_metric` returns).
+
+    Returns
+    -------
+    float
+        The metric's point estimate on all items.
+    """
     return float(_POINT_FUNCTIONS[name](probs, labels, **metric_kwargs))

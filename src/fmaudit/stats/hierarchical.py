@@ -40,6 +40,34 @@ def two_way_cluster_bootstrap(
     the original table, with slots equal to the model/hospital positions in sorted order.
 
     Returns dict(point, ci_lo, ci_hi, n_boot, n_valid, n_models, n_hospitals, unit="model x hospital").
+
+    Parameters
+    ----------
+    table : DataFrame
+        One or more rows per (model, source hospital, target hospital) cell, with the columns ``stat_fn`` reads
+        besides the three below.
+    stat_fn : callable
+        ``stat_fn(rows) -> float``: the statistic of a (resampled) set of rows, given the ``*_slot`` columns.
+    model_col, source_col, target_col : str, default "model", "source", "target"
+        Columns naming the model, the source hospital (where the model was fitted) and the target hospital (where it
+        was evaluated).
+    n_boot : int
+        Number of resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of ``np.random.default_rng``.
+    alpha : float, default 0.05
+        The interval is the percentile ``(alpha/2, 1 - alpha/2)`` interval of the finite draws.
+
+    Returns
+    -------
+    dict
+        ``point`` (``stat_fn`` on the original off-diagonal rows), ``ci_lo``, ``ci_hi``, ``n_boot``, ``n_valid``
+        (finite draws), ``n_models``, ``n_hospitals`` and ``unit`` = ``"model x hospital"``.
+
+    Raises
+    ------
+    FmauditInputError
+        When one of the three columns is missing, or the table has no model or fewer than two hospitals.
     """
     for col in (model_col, source_col, target_col):
         if col not in table.columns:
@@ -108,7 +136,32 @@ def hierarchical_bootstrap_draws(
     random_state: int = 0,
 ) -> np.ndarray:
     """(n_boot,) resampled means of ``value`` under the nested bootstrap of
-    :func:`hierarchical_bootstrap_mean`."""
+    :func:`hierarchical_bootstrap_mean`.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per observation, with the ``levels`` columns and ``value``.
+    levels : sequence of str
+        Cluster columns from the outermost inwards, e.g. ``["encoder", "source_seed", "draw"]``; non-empty.
+    value : str
+        Numeric column whose mean is resampled; every value must be finite.
+    n_boot : int
+        Number of resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of ``np.random.default_rng``.
+
+    Returns
+    -------
+    ndarray of shape (n_boot,)
+        The mean of ``value`` over each resample's rows, with multiplicity.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``levels`` is empty, a column is missing, the table is empty, ``value`` has NaN/inf, or a level
+        column has missing values.
+    """
     levels = list(levels)
     if not levels:
         raise FmauditInputError("hierarchical_bootstrap_mean: levels is empty")
@@ -169,6 +222,32 @@ def hierarchical_bootstrap_mean(
     ``levels`` stay together. The statistic is the mean of ``value`` over the resampled rows (with
     multiplicity); the point estimate is the plain mean. Returns dict(point, ci_lo, ci_hi, n_boot, n_valid,
     levels); :func:`hierarchical_bootstrap_draws` gives the resampled means themselves.
+
+    Parameters
+    ----------
+    df : DataFrame
+        One row per observation, with the ``levels`` columns and ``value``.
+    levels : sequence of str
+        Cluster columns from the outermost inwards; non-empty.
+    value : str
+        Numeric column whose mean is estimated; every value must be finite.
+    n_boot : int
+        Number of resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of ``np.random.default_rng``.
+    alpha : float, default 0.05
+        The interval is the percentile ``(alpha/2, 1 - alpha/2)`` interval of the draws.
+
+    Returns
+    -------
+    dict
+        ``point`` (plain mean), ``ci_lo``, ``ci_hi``, ``n_boot``, ``n_valid`` (finite draws) and ``levels`` (the
+        resampling units, outermost first).
+
+    Raises
+    ------
+    FmauditInputError
+        As :func:`hierarchical_bootstrap_draws`.
     """
     draws = hierarchical_bootstrap_draws(df, levels, value, n_boot=n_boot, random_state=random_state)
     lo, hi, n_valid = percentile_interval(draws, alpha)

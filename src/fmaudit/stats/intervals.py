@@ -38,7 +38,25 @@ __all__ = [
 
 
 def percentile_interval(draws: np.ndarray, alpha: float = 0.05) -> tuple[float, float, int]:
-    """Percentile interval of the finite bootstrap draws and how many there were (NaN, NaN, 0 if none)."""
+    """Percentile interval of the finite bootstrap draws and how many there were (NaN, NaN, 0 if none).
+
+    Parameters
+    ----------
+    draws : array-like of shape (n_boot,)
+        Bootstrap draws of a statistic; NaN draws (resamples where it is undefined) are left out.
+    alpha : float, default 0.05
+        Two-sided level: the ``100 * alpha/2`` and ``100 * (1 - alpha/2)`` percentiles (linear interpolation).
+
+    Returns
+    -------
+    tuple of (float, float, int)
+        ``(ci_lo, ci_hi, n_valid)``: the interval's bounds and the number of non-NaN draws.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``alpha`` is not in (0, 1).
+    """
     if not 0.0 < alpha < 1.0:
         raise FmauditInputError(f"alpha: must lie in (0, 1), got {alpha!r}")
     draws = np.asarray(draws, dtype=np.float64)
@@ -63,6 +81,36 @@ def cluster_bootstrap_ci(
     """Point estimate and percentile bootstrap CI of one metric, resampling groups when given.
 
     Returns dict(point, ci_lo, ci_hi, n_boot, n_valid, unit) with unit "group" or "item".
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`fmaudit.stats.bootstrap.resolve_metric` accepts.
+    probs : array-like of shape (n_items, n_classes)
+        Predicted class probabilities (rows summing to 1).
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    groups : array-like of shape (n_items,), optional
+        Cluster id of each item (e.g. patient); ``None``: an item bootstrap.
+    n_boot : int
+        Number of resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of the resampling.
+    alpha : float, default 0.05
+        Two-sided level of the percentile interval.
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    dict
+        ``point``, ``ci_lo``, ``ci_hi``, ``n_boot``, ``n_valid`` (finite draws) and ``unit`` (``"group"`` or
+        ``"item"``).
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric or option, invalid probabilities, labels or groups, or ``alpha`` outside (0, 1).
     """
     name, metric_kwargs = resolve_metric(metric_name, metric_kwargs)
     p, y = metrics.validate_probs_labels(probs, labels)
@@ -116,6 +164,36 @@ def paired_bootstrap_diff(
 
     Returns dict(diff, ci_lo, ci_hi, p_two_sided_share, point_a, point_b, n_boot, n_valid, unit);
     ``p_two_sided_share = min(1, 2 * min(share(diff* <= 0), share(diff* >= 0)))``.
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`fmaudit.stats.bootstrap.resolve_metric` accepts.
+    probs_a, probs_b : array-like of shape (n_items, n_classes)
+        The two models' class probabilities on the same items in the same order.
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    n_boot : int
+        Number of resamples (keyword-only, no default: the schema's ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of the resampling.
+    groups : array-like of shape (n_items,), optional
+        Cluster id of each item; ``None``: an item bootstrap.
+    alpha : float, default 0.05
+        Two-sided level of the percentile interval.
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    dict
+        ``diff`` (``point_a - point_b``), ``ci_lo``, ``ci_hi``, ``p_two_sided_share``, ``point_a``, ``point_b``,
+        ``n_boot``, ``n_valid`` and ``unit`` (``"group"`` or ``"item"``).
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric or option, invalid or mismatched probabilities, labels or groups.
     """
     name, metric_kwargs, models, y, counts, draws = _shared_draws(
         metric_name, {"a": probs_a, "b": probs_b}, labels, n_boot, random_state, groups, None, metric_kwargs)
@@ -147,6 +225,39 @@ def bootstrap_ci_table(
 
     Columns: model, metric, point, ci_lo, ci_hi, n_boot, n_valid, unit. Pass ``counts`` (from
     :func:`bootstrap_counts`) to reuse resamples across calls; then n_boot/random_state/groups are unused.
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`fmaudit.stats.bootstrap.resolve_metric` accepts.
+    probs_by_model : mapping of str to array-like of shape (n_items, n_classes)
+        Class probabilities per model, all on the same items in the same order.
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    n_boot : int
+        Number of resamples when ``counts`` is not given (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of the resampling when ``counts`` is not given.
+    groups : array-like of shape (n_items,), optional
+        Cluster id of each item; ``None``: an item bootstrap. Also sets the ``unit`` column.
+    alpha : float, default 0.05
+        Two-sided level of the percentile intervals.
+    counts : ndarray of shape (B, n_items), optional
+        Resample multiplicities to reuse (:func:`~fmaudit.stats.bootstrap.bootstrap_counts`).
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    DataFrame
+        One row per model, columns ``model``, ``metric``, ``point``, ``ci_lo``, ``ci_hi``, ``n_boot`` (rows of the
+        resample matrix), ``n_valid`` and ``unit``.
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric or option, invalid or mismatched probabilities, labels, groups or ``counts``.
     """
     name, metric_kwargs, models, y, counts, draws = _shared_draws(
         metric_name, probs_by_model, labels, n_boot, random_state, groups, counts, metric_kwargs)
@@ -185,6 +296,38 @@ def paired_bootstrap_matrix(
     One row per unordered pair (model_a before model_b in the mapping's order), with columns model_a,
     model_b, metric, point_a, point_b, diff (= point_a - point_b), ci_lo, ci_hi, p_two_sided_share, n_boot,
     n_valid, unit. Pass ``counts`` to reuse resamples (e.g. from :func:`bootstrap_ci_table`).
+
+    Parameters
+    ----------
+    metric_name : str
+        Metric or binned summary column, as :func:`fmaudit.stats.bootstrap.resolve_metric` accepts.
+    probs_by_model : mapping of str to array-like of shape (n_items, n_classes)
+        Class probabilities per model, all on the same items in the same order.
+    labels : array-like of shape (n_items,)
+        Integer class index of each item.
+    n_boot : int
+        Number of resamples when ``counts`` is not given (keyword-only, no default: the schema's
+        ``bootstrap.n_boot``).
+    random_state : int, default 0
+        Seed of the resampling when ``counts`` is not given.
+    groups : array-like of shape (n_items,), optional
+        Cluster id of each item; ``None``: an item bootstrap. Also sets the ``unit`` column.
+    alpha : float, default 0.05
+        Two-sided level of the percentile intervals.
+    counts : ndarray of shape (B, n_items), optional
+        Resample multiplicities to reuse (:func:`~fmaudit.stats.bootstrap.bootstrap_counts`).
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    DataFrame
+        One row per unordered pair of models; columns as listed above (empty with those columns for one model).
+
+    Raises
+    ------
+    FmauditInputError
+        For an unknown metric or option, invalid or mismatched probabilities, labels, groups or ``counts``.
     """
     name, metric_kwargs, models, y, counts, draws = _shared_draws(
         metric_name, probs_by_model, labels, n_boot, random_state, groups, counts, metric_kwargs)
@@ -213,7 +356,24 @@ def cell_resample_counts(preds: pd.DataFrame, n_boot: int,
 
     ``preds`` holds one row per (run, item) with ``item_id``, ``group`` and ``label``; every run of a cell is
     evaluated on the same items, so one resample matrix serves every seed (and, for paired comparisons, every
-    encoder) of the cell."""
+    encoder) of the cell.
+
+    Parameters
+    ----------
+    preds : DataFrame
+        The cell's predictions, one row per (run, item), with ``item_id``, ``group`` (cluster id, e.g. patient) and
+        ``label`` (integer class).
+    n_boot : int
+        Number of resamples (the schema's ``bootstrap.n_boot``).
+    random_state : int
+        Seed of the resampling (the schema's ``bootstrap.seed``).
+
+    Returns
+    -------
+    tuple of (ndarray, ndarray, ndarray)
+        The item ids in first-appearance order (N,), their labels as int (N,), and the group-cluster multiplicity
+        matrix of shape (n_boot, N) in that order.
+    """
     items = preds.drop_duplicates("item_id").set_index("item_id")
     counts = bootstrap_counts(len(items), groups=items["group"].to_numpy(), n_boot=n_boot, random_state=random_state)
     return items.index.to_numpy(), items["label"].to_numpy().astype(int), counts
@@ -226,7 +386,32 @@ def seed_mean_bootstrap(preds: pd.DataFrame, metric: str, counts: np.ndarray, or
 
     ``preds`` holds the cell's rows of one encoder (``seed``, ``item_id``, ``logits`` and, when given,
     ``temperature_col``); each seed's softmax probabilities are evaluated on the same resamples ``counts``
-    (from :func:`cell_resample_counts`) and the draws averaged over seeds, NaN draws left out."""
+    (from :func:`cell_resample_counts`) and the draws averaged over seeds, NaN draws left out.
+
+    Parameters
+    ----------
+    preds : DataFrame
+        One encoder's rows of the cell: ``seed``, ``item_id``, ``logits`` (one vector per row) and, when given,
+        ``temperature_col``.
+    metric : str
+        Metric or binned summary column, as :func:`fmaudit.stats.bootstrap.resolve_metric` accepts.
+    counts : ndarray of shape (B, N)
+        Resample multiplicities of the cell's items (:func:`cell_resample_counts`).
+    order : ndarray of shape (N,)
+        Item ids in the column order of ``counts``; every seed must have each of them.
+    labels : ndarray of shape (N,)
+        Integer class of each item, in ``order``.
+    temperature_col : str, optional
+        Column holding the temperature each seed's logits are divided by before the softmax; ``None``: 1.
+    **metric_kwargs
+        Options of the metric (``n_bins``, ``closure``).
+
+    Returns
+    -------
+    tuple of (float, ndarray of shape (B,))
+        The mean over seeds of the metric on all items, and the per-resample seed means (NaN draws of a seed left
+        out of that resample's mean).
+    """
     points, boots = [], []
     full = np.ones((1, len(order)), dtype=np.int32)
     for _, one in preds.groupby("seed"):

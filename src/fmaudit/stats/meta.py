@@ -20,6 +20,26 @@ def fisher_z_meta(rhos: Sequence[float], ns: Sequence[int], z_crit: float = 1.96
     (``tanh(mu_RE)``), ci_lo/ci_hi (``tanh(mu_RE -/+ z_crit * SE)``), Q, df, tau2, I2
     (``max(0, (Q - df)/Q)``, 0 when Q = 0), mu_fixed and mu_random (both on the z scale), se_random,
     pooled_rho_fixed (``tanh(mu_fixed)``) and n_studies.
+
+    Parameters
+    ----------
+    rhos : sequence of float
+        One correlation per study (e.g. Spearman ρ per transfer pair), each in [-1, 1].
+    ns : sequence of int
+        Sample size of each correlation (e.g. number of models ranked), each above 3.
+    z_crit : float, default 1.96
+        Normal quantile of the interval (1.96: 95%).
+
+    Returns
+    -------
+    dict
+        The keys listed above; ``df`` and ``n_studies`` are int, the others float.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``rhos`` and ``ns`` are not 1-D of one non-zero length, are non-finite, a correlation lies outside
+        [-1, 1] or an ``n`` is at most 3.
     """
     r = np.asarray(rhos, dtype=np.float64)
     n = np.asarray(ns, dtype=np.float64)

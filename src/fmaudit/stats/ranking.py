@@ -28,6 +28,26 @@ def rank_transfer(
     for ties) and Kendall tau-b with their scipy p-values; ``source_best`` is the best model on the source
     (first in source order on a tie), ``target_rank_of_source_best`` its competition rank on the target
     (1 = best; models tied with it share its rank), ``dethroned`` whether that rank is worse than 1.
+
+    Parameters
+    ----------
+    scores_source : mapping of str to float
+        Each model's score on the source domain (e.g. macro-F1); its order breaks ties for ``source_best``.
+    scores_target : mapping of str to float
+        Each model's score on the target domain.
+    higher_is_better : bool, default True
+        False for scores where lower is better (ECE, NLL): the ranks are reversed.
+
+    Returns
+    -------
+    dict
+        ``spearman_rho``, ``spearman_p``, ``kendall_tau_b``, ``kendall_p``, ``n_models`` (models in both),
+        ``source_best``, ``target_rank_of_source_best`` and ``dethroned`` (bool).
+
+    Raises
+    ------
+    FmauditInputError
+        When fewer than two models are scored in both domains, or a score is not finite.
     """
     common = [m for m in scores_source if m in scores_target]
     dropped = sorted(set(scores_source) ^ set(scores_target), key=str)
@@ -64,6 +84,23 @@ def spearman_rows(x: Any, y: Any) -> np.ndarray:
 
     Average ranks for ties within a row (as ``scipy.stats.spearmanr``); a row in which either side is
     constant has no ranking, and its ρ is NaN. NaN scores are not allowed.
+
+    Parameters
+    ----------
+    x : array-like of shape (B, M)
+        Scores of M models (columns) in B resamples (rows), e.g. on the source domain; finite.
+    y : array-like of shape (B, M)
+        The same models' scores in the same resamples on the other domain; finite.
+
+    Returns
+    -------
+    ndarray of shape (B,)
+        Spearman ρ of each row pair, clipped to [-1, 1]; NaN where a row is constant.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``x`` and ``y`` are not 2-D of one shape, have fewer than 2 columns, or hold non-finite scores.
     """
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if a.ndim != 2 or a.shape != b.shape:
@@ -88,6 +125,26 @@ def wilcoxon_win(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) ->
     (two-sided, zero_method="wilcox": zero differences are dropped). win = p < alpha and median(a - b) > 0.
     With no non-zero difference p is NaN and win is False. Returns dict(p, median_diff, win, n_nonzero,
     n_pairs).
+
+    Parameters
+    ----------
+    a : sequence of float
+        Scores of the first model on the paired units (e.g. one per fold or data set).
+    b : sequence of float
+        Scores of the second model on the same units, in the same order.
+    alpha : float, default 0.05
+        Significance level of the win.
+
+    Returns
+    -------
+    dict
+        ``p`` (NaN without a non-zero difference), ``median_diff`` (median of ``a - b`` over the kept pairs),
+        ``win`` (bool), ``n_nonzero`` and ``n_pairs`` (pairs without NaN).
+
+    Raises
+    ------
+    FmauditInputError
+        When ``a`` and ``b`` are not 1-D of equal length.
     """
     x = np.asarray(a, dtype=np.float64)
     y = np.asarray(b, dtype=np.float64)
@@ -111,5 +168,16 @@ def wilcoxon_win(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) ->
 def wilcoxon_smallest_p(n_pairs: int) -> float:
     """The smallest two-sided p-value the exact Wilcoxon signed-rank test can give on ``n_pairs`` pairs without ties
     or zero differences (every difference of one sign): 2 / 2**n. Below 6 pairs it is at least 0.0625, so a
-    significant win at 0.05 is impossible there, whatever the data."""
+    significant win at 0.05 is impossible there, whatever the data.
+
+    Parameters
+    ----------
+    n_pairs : int
+        Number of paired units.
+
+    Returns
+    -------
+    float
+        ``2 / 2**n_pairs``; 1.0 when ``n_pairs`` is 0 or less.
+    """
     return 2.0 / 2 ** int(n_pairs) if n_pairs > 0 else 1.0

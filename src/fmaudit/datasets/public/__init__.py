@@ -1,7 +1,8 @@
-"""Preparers of the real, public data sets of the four seeds; importing this package registers them all.
+"""Preparers of the real, public data sets the four papers use; importing this package registers them all.
 
 Pathology (``pathology``): nct_crc_he, lc25000, breakhis, pcam, sicapv2, panda, mhist, bracs,
-camelyon17_wilds. Hematology (``hematology``): bloodmnist, acevedo_pbc, matek19, raabin_wbc, mll23.
+camelyon17_wilds; and (``extra``) lunghist700, spider_breast. Hematology (``hematology``): bloodmnist,
+acevedo_pbc, matek19, raabin_wbc, mll23.
 Each reads its release in the published layout under ``data_root``; a missing data set raises one
 :class:`~fmaudit.io.FmauditInputError` saying where it was expected and where to get it.
 """

@@ -73,7 +73,23 @@ LUNGHIST_OFFICIAL_SPLIT = {
 
 
 def parse_lunghist_name(name: str) -> dict[str, Any]:
-    """Fields of a LungHist700 file name, e.g. ``aca_bd_20x_901.jpg``: class aca_bd, resolution 20x, image 901."""
+    """Fields of a LungHist700 file name, e.g. ``aca_bd_20x_901.jpg``: class aca_bd, resolution 20x, image 901.
+
+    Parameters
+    ----------
+    name : str
+        A file name or path; only its stem is read.
+
+    Returns
+    -------
+    dict
+        ``fine_class`` (one of ``LUNGHIST_CLASSES``), ``resolution`` (``20x`` or ``40x``) and ``image_id`` (int).
+
+    Raises
+    ------
+    FmauditInputError
+        When the name does not follow ``<class>_<20x|40x>_<image id>``.
+    """
     m = _LUNGHIST_NAME.match(Path(name).stem)
     if not m:
         raise FmauditInputError(
@@ -130,6 +146,33 @@ def prepare_lunghist700(dataset: str, data_root: Path, params: dict[str, Any]) -
     at three differentiation grades, and normal) or coarse (aca / nor / scc); ``group_by`` patient (needs the
     metadata table) or image (PRISM split the 691 images at image level); ``split_mode`` grouped (a grouped,
     stratified split by ``fractions``) or official (the authors' patient split, one resolution only).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``LungHist700/`` (``LungHist700/LungHist700/`` and ``LungHist700/data/`` are accepted).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``resolution`` (``all``
+        default, ``20x``, ``40x``), ``taxonomy`` (``fine`` default, or ``coarse``), ``group_by`` (``patient`` default,
+        or ``image``) and ``split_mode`` (``grouped`` default, or ``official``: needs one resolution and ``group_by:
+        patient``).
+
+    Returns
+    -------
+    DataFrame
+        One row per image: ``item_id``, ``source``, ``label``/``label_name``, ``group`` (``patient_<id>`` or the item),
+        ``domain`` (the slug), ``split``, ``dataset``, ``fine_class``, ``resolution``, ``image_id`` and, with the
+        metadata table, ``patient_id``; provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root``, on an unknown parameter or value or an impossible combination, when
+        file names do not parse or disagree with their folder, when images and metadata rows do not match one to one, or
+        a patient is in none of the authors' split lists.
     """
     p = resolve_params("lunghist700", params, {**COMMON_DEFAULTS, "resolution": "all", "taxonomy": "fine",
                                                "group_by": "patient", "split_mode": "grouped"})
@@ -218,6 +261,31 @@ def prepare_spider_breast(dataset: str, data_root: Path, params: dict[str, Any])
 
     ``split_mode`` official (the release's slide-level train/test split, val carved from train by
     ``val_fraction``) or grouped (a slide-grouped, stratified split by ``fractions``, ignoring the release's).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``SPIDER-breast/`` (nested once more is accepted).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``split_mode``
+        (``official`` default, or ``grouped``).
+
+    Returns
+    -------
+    DataFrame
+        One row per record: ``item_id``, ``source``, ``label``/``label_name`` (18 classes), ``group`` (``slide_<id>``),
+        ``domain`` (the slug), ``split``, ``dataset``, ``slide_id``, ``image_name`` and ``release_split``; provenance in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root``, on an unknown parameter, invalid JSON, a record lacking a key or
+        with an unknown class or split, an image listed twice, missing images, or (official split) a slide on both the
+        release's train and test sides.
     """
     p = resolve_params("spider_breast", params, {**COMMON_DEFAULTS, "split_mode": "official"})
     split_mode = choice("spider_breast", p, "split_mode", ["official", "grouped"])

@@ -159,7 +159,36 @@ def _npz_labels(path: Path, key: str) -> np.ndarray:
 @register_preparer("bloodmnist")
 def prepare_bloodmnist(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """BloodMNIST@224 (Acevedo PBC, 8 classes, official train/val/test): the npz images are written as PNG
-    files under ``png_dir`` (only the items kept after the label map, duplicate removal and any subsample)."""
+    files under ``png_dir`` (only the items kept after the label map, duplicate removal and any subsample).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder under which ``npz`` lies and ``png_dir`` is written.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``) and ``label_map`` (``none``
+        default: the native classes; ``wbc5``: the five-class WBC intersection, other classes dropped), plus ``npz``
+        (default ``medmnist/bloodmnist_224.npz``) and ``png_dir`` (default ``medmnist/bloodmnist_224_png``), both
+        relative to ``data_root``.
+
+    Returns
+    -------
+    DataFrame
+        One row per kept cell image: ``item_id``, ``source``, ``label``/``label_name`` (native or ``wbc5`` classes),
+        ``native_class``, ``group`` (the item: the release has no patient ids), ``domain`` (the slug), ``scanner``,
+        ``split``, ``dataset``, ``npz_index`` (the row in the npz split; ``source`` is the PNG written by this call);
+        provenance (with the label map) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter, label map or class folder, when labels lie outside the 8 classes or images and labels
+        disagree in number, or the npz is truncated.
+    """
     p = resolve_params("bloodmnist", params, {**_WBC_DEFAULTS, "npz": "medmnist/bloodmnist_224.npz",
                                               "png_dir": "medmnist/bloodmnist_224_png"})
     npz = data_root / p["npz"]
@@ -197,7 +226,32 @@ def prepare_bloodmnist(dataset: str, data_root: Path, params: dict[str, Any]) ->
 
 @register_preparer("acevedo_pbc")
 def prepare_acevedo_pbc(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
-    """Acevedo et al. PBC release ``PBC_dataset_normal_DIB/<class>/*.jpg`` (8 classes, no official split)."""
+    """Acevedo et al. PBC release ``PBC_dataset_normal_DIB/<class>/*.jpg`` (8 classes, no official split).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``PBC_dataset_normal_DIB/`` (nested once more is accepted).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``) and ``label_map`` (``none``
+        default: the native classes; ``wbc5``: the five-class WBC intersection, other classes dropped).
+
+    Returns
+    -------
+    DataFrame
+        One row per kept cell image: ``item_id``, ``source``, ``label``/``label_name`` (native or ``wbc5`` classes),
+        ``native_class``, ``group`` (the item: the release has no patient ids), ``domain`` (the slug), ``scanner``,
+        ``split`` (grouped, label-stratified), ``dataset``; provenance (with the label map) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter, label map or class folder.
+    """
     p = resolve_params("acevedo_pbc", params, _WBC_DEFAULTS)
     root = require(dataset, SOURCES["acevedo"], data_root, "PBC_dataset_normal_DIB")
     nested = root / "PBC_dataset_normal_DIB"  # some re-packagings nest the folder once more
@@ -211,7 +265,32 @@ def prepare_acevedo_pbc(dataset: str, data_root: Path, params: dict[str, Any]) -
 @register_preparer("matek19")
 def prepare_matek19(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Matek-19 ``AML-Cytomorphology_LMU/<CLASS>/*.tiff`` (15 classes; the TCIA download may nest the folder
-    once more). No official split, no patient ids."""
+    once more). No official split, no patient ids.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``AML-Cytomorphology_LMU/`` (nested once more is accepted).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``) and ``label_map`` (``none``
+        default: the native classes; ``wbc5``: the five-class WBC intersection, other classes dropped).
+
+    Returns
+    -------
+    DataFrame
+        One row per kept cell image: ``item_id``, ``source``, ``label``/``label_name`` (native or ``wbc5`` classes),
+        ``native_class``, ``group`` (the item: the release has no patient ids), ``domain`` (the slug), ``scanner``,
+        ``split`` (grouped, label-stratified), ``dataset``; provenance (with the label map) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter, label map or class folder.
+    """
     p = resolve_params("matek19", params, _WBC_DEFAULTS)
     root = require(dataset, SOURCES["matek"], data_root, "AML-Cytomorphology_LMU")
     nested = root / "AML-Cytomorphology_LMU"
@@ -225,7 +304,35 @@ def prepare_matek19(dataset: str, data_root: Path, params: dict[str, Any]) -> pd
 @register_preparer("raabin_wbc")
 def prepare_raabin_wbc(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """Raabin-WBC ``Raabin-WBC/{Train,TestA,TestB}/<Class>/*.jpg``: Train is the official train split, every
-    ``Test*`` folder the test split (its name kept in ``raabin_subset``)."""
+    ``Test*`` folder the test split (its name kept in ``raabin_subset``).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``Raabin-WBC/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``) and ``label_map`` (``none``
+        default: the native classes; ``wbc5``: the five-class WBC intersection, other classes dropped), plus ``subsets``
+        (list of sub-folder names such as ``Train``, ``TestA``, case-insensitive; None default: every
+        ``Train``/``Test*`` folder). Without both a train and a test folder the split is a grouped one.
+
+    Returns
+    -------
+    DataFrame
+        One row per kept cell image: ``item_id``, ``source``, ``label``/``label_name`` (native or ``wbc5`` classes),
+        ``native_class``, ``group`` (the item: the release has no patient ids), ``domain`` (the slug), ``scanner``,
+        ``split``, ``dataset``, ``raabin_subset`` (the release folder); provenance (with the label map) in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter, label map or class folder, or when none of the wanted sub-folders exists.
+    """
     p = resolve_params("raabin_wbc", params, {**_WBC_DEFAULTS, "subsets": None})
     root = require(dataset, SOURCES["raabin"], data_root, "Raabin-WBC")
     subsets = sorted(d for d in root.iterdir()
@@ -253,7 +360,32 @@ def prepare_raabin_wbc(dataset: str, data_root: Path, params: dict[str, Any]) ->
 @register_preparer("mll23")
 def prepare_mll23(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """MLL23 ``MLL23/<class>/<class>_NNNN.TIF`` (18 classes, one Zenodo zip per class). No official split,
-    no patient ids in the release."""
+    no patient ids in the release.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``MLL23/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``) and ``label_map`` (``none``
+        default: the native classes; ``wbc5``: the five-class WBC intersection, other classes dropped).
+
+    Returns
+    -------
+    DataFrame
+        One row per kept cell image: ``item_id``, ``source``, ``label``/``label_name`` (native or ``wbc5`` classes),
+        ``native_class``, ``group`` (the item: the release has no patient ids), ``domain`` (the slug), ``scanner``,
+        ``split`` (grouped, label-stratified), ``dataset``; provenance (with the label map) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter, label map or class folder.
+    """
     p = resolve_params("mll23", params, _WBC_DEFAULTS)
     root = require(dataset, SOURCES["mll23"], data_root, "MLL23")
     rows = _rows_from_class_folders(root, MLL23_CLASSES, dataset)

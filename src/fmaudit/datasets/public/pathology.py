@@ -1,4 +1,4 @@
-"""Preparers of the tile-level pathology data sets of seeds 001 (PRISM) and 003 (reliability audit).
+"""Preparers of the tile-level pathology data sets of PRISM and the audit paper.
 
 Each preparer reads a release in its published layout under ``data_root`` (see ``resources/datasets.yaml``
 for where each one is expected and how to get it) and returns a manifest; see ``_common`` for the
@@ -113,7 +113,34 @@ NCT_CLASSES = ("ADI", "BACK", "DEB", "LYM", "MUC", "MUS", "NORM", "STR", "TUM")
 def prepare_nct_crc_he(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """NCT-CRC-HE-100K (``variant`` NONORM: without stain normalisation, or NORM) as train, and CRC-VAL-HE-7K
     as the official test set when ``test_set`` is true; otherwise one grouped split of the 100K set (the audit paper
-    used the NONORM 100K set alone, sampled to 9000 patches). No patient ids are released."""
+    used the NONORM 100K set alone, sampled to 9000 patches). No patient ids are released.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``NCT-CRC-HE-100K-NONORM/`` (or ``NCT-CRC-HE-100K/``) and ``CRC-VAL-HE-7K/``, one sub-folder per
+        class (ADI, BACK, DEB, LYM, MUC, MUS, NORM, STR, TUM).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``variant`` (``NONORM``
+        default, or ``NORM``) and ``test_set`` (bool, default true: CRC-VAL-HE-7K is the test split and the 100K set is
+        train).
+
+    Returns
+    -------
+    DataFrame
+        One row per tile after duplicate removal: ``item_id`` (``100k__<class>__<stem>`` or ``7k__...``), ``source``,
+        ``label``/``label_name`` (index into the nine classes), ``group`` (the item: no patient ids), ``domain`` (the
+        slug), ``split``, ``dataset`` and ``subset`` (the release folder); provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value.
+    """
     p = resolve_params("nct_crc_he", params, {**COMMON_DEFAULTS, "variant": "NONORM", "test_set": True})
     variant = choice("nct_crc_he", p, "variant", ["NONORM", "NORM"])
     train_dir = "NCT-CRC-HE-100K-NONORM" if variant == "NONORM" else "NCT-CRC-HE-100K"
@@ -136,7 +163,32 @@ LC25000_CLASSES = {"lung": ("lung_aca", "lung_n", "lung_scc"), "colon": ("colon_
 def prepare_lc25000(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """LC25000 ``lung_colon_image_set/{lung,colon}_image_sets/<class>/*.jpeg``: ``subset`` lung (3 classes) or
     colon (2 classes) are separate tasks. The release is augmented from 750 lung and 500 colon originals
-    without source ids, so splits are image-level (exact duplicates are removed)."""
+    without source ids, so splits are image-level (exact duplicates are removed).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``lung_colon_image_set/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``subset`` (``lung``
+        default: lung_aca, lung_n, lung_scc; or ``colon``: colon_aca, colon_n).
+
+    Returns
+    -------
+    DataFrame
+        One row per image after duplicate removal: ``item_id``, ``source``, ``label``/``label_name``, ``group`` (the
+        item), ``domain`` (the slug), ``split`` (grouped, label-stratified), ``dataset``; provenance in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value.
+    """
     p = resolve_params("lc25000", params, {**COMMON_DEFAULTS, "subset": "lung"})
     subset = choice("lc25000", p, "subset", ["lung", "colon"])
     root = require(dataset, SOURCES["lc25000"], data_root, f"lung_colon_image_set/{subset}_image_sets")
@@ -158,7 +210,24 @@ _BREAKHIS_NAME = re.compile(
 
 def parse_breakhis_name(name: str) -> dict[str, Any]:
     """Fields of a BreaKHis file name, e.g. ``SOB_B_A-14-22549AB-100-001.png``: class B, subtype adenosis,
-    patient ``14-22549AB``, biopsy ``14-22549`` (letter suffix dropped), magnification 100."""
+    patient ``14-22549AB``, biopsy ``14-22549`` (letter suffix dropped), magnification 100.
+
+    Parameters
+    ----------
+    name : str
+        A file name or path; only its stem is read.
+
+    Returns
+    -------
+    dict
+        ``binary`` (``benign``/``malignant``), ``subtype`` (one of ``BREAKHIS_SUBTYPES``' values), ``patient_id`` (str),
+        ``biopsy_id`` (str) and ``magnification`` (int: 40, 100, 200 or 400).
+
+    Raises
+    ------
+    FmauditInputError
+        When the name does not follow ``SOB_<B|M>_<type>-<yy>-<id>-<mag>-<seq>`` or names an unknown subtype.
+    """
     m = _BREAKHIS_NAME.match(Path(name).stem)
     if not m or m["type"] not in BREAKHIS_SUBTYPES:
         raise FmauditInputError(f"BreaKHis: file name {name!r} does not follow SOB_<B|M>_<type>-<yy>-<id>-<mag>-<seq>")
@@ -176,7 +245,33 @@ def prepare_breakhis(dataset: str, data_root: Path, params: dict[str, Any]) -> p
     """BreaKHis ``BreaKHis_v1/histology_slides/breast/{benign,malignant}/SOB/<subtype>/<slide>/<mag>X/*.png``.
     ``magnification`` all / 40 / 100 / 200 / 400; ``label`` binary or subtype (8 classes); ``group_by``
     biopsy (ids differing only in a letter suffix form one group, as the audit paper did) or patient (the id as
-    written)."""
+    written).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``BreaKHis_v1/`` (the doubled ``BreaKHis_v1/BreaKHis_v1/`` of some unpackers is accepted).
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``magnification``
+        (``all`` default, 40, 100, 200 or 400; a trailing ``X`` is allowed), ``label`` (``binary`` default, or
+        ``subtype``) and ``group_by`` (``biopsy`` default, or ``patient``).
+
+    Returns
+    -------
+    DataFrame
+        One row per image: ``item_id``, ``source``, ``label``/``label_name``, ``group`` (biopsy or patient id),
+        ``domain`` (the slug), ``split`` (grouped, label-stratified), ``dataset``, and ``patient_id``, ``biopsy_id``,
+        ``magnification``, ``subtype``; provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, when a file name does not parse or a file lies under the other class's folder.
+    """
     p = resolve_params("breakhis", params, {**COMMON_DEFAULTS, "magnification": "all", "label": "binary",
                                             "group_by": "biopsy"})
     mag = str(p["magnification"]).upper().rstrip("X")
@@ -234,7 +329,34 @@ def prepare_pcam(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.Da
     the audit paper) are written as PNG files ``<png_dir>/<split>/<wsi>__<index>.png`` named after the slide in the
     meta csv; ``group`` is that slide. ``split_mode`` grouped (slide-disjoint split of the patches) or
     official (PCam's train/valid/test). Duplicates are found on the pixel arrays before anything is written;
-    only the kept patches are written."""
+    only the kept patches are written.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder under which ``raw_dir`` holds the HDF5 files and meta csv and ``png_dir`` receives the PNG files.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``source_splits`` (list
+        of ``train``, ``valid``, ``test``; default ``["test"]``), ``split_mode`` (``grouped`` default, or ``official``),
+        ``raw_dir`` (default ``pcam``) and ``png_dir`` (default ``pcam/png``), both relative to ``data_root``.
+
+    Returns
+    -------
+    DataFrame
+        One row per kept patch: ``item_id``, ``source`` (the PNG path, written by this call), ``label``/``label_name``
+        (0 normal, 1 tumor), ``group`` (the slide, or the item without a ``wsi`` column), ``group_unit``, ``domain``
+        (the slug), ``split``, ``dataset``, ``pcam_split``, ``pcam_index``, ``coord_x``, ``coord_y``; provenance in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, on labels other than 0/1, and when the patch, label and meta counts differ.
+    """
     import h5py
 
     p = resolve_params("pcam", params, {**COMMON_DEFAULTS, "source_splits": ["test"], "split_mode": "grouped",
@@ -315,7 +437,24 @@ def _sicap_table(folder: Path, stem: str, dataset: str, data_root: Path) -> pd.D
 
 def sicap_primary_label(row: pd.Series) -> tuple[str, bool]:
     """Primary Gleason class of a partition row (one-hot NC/G3/G4/G5; G4C, cribriform, counts as G4) and
-    whether the row was ambiguous (several classes set: the highest grade among the largest values wins)."""
+    whether the row was ambiguous (several classes set: the highest grade among the largest values wins).
+
+    Parameters
+    ----------
+    row : Series
+        One row of a SICAPv2 partition table: columns ``NC``, ``G3``, ``G4``, ``G5`` (one-hot or counts; NaN is 0),
+        optionally ``G4C`` and ``image_name`` (used in the error).
+
+    Returns
+    -------
+    tuple of (str, bool)
+        The class (``NC``, ``G3``, ``G4`` or ``G5``) and whether several classes tied for the largest value.
+
+    Raises
+    ------
+    FmauditInputError
+        When no class is set.
+    """
     values = np.nan_to_num(np.array([float(row.get(c, 0) or 0) for c in SICAP_CLASSES]))
     if values.max() <= 0 and np.nan_to_num(float(row.get("G4C", 0) or 0)) > 0:
         return "G4", False
@@ -332,7 +471,33 @@ def prepare_sicapv2(dataset: str, data_root: Path, params: dict[str, Any]) -> pd
     patient-disjoint ``partition`` (``Test``: Train/Test; ``Val1``..``Val4``: that fold's Train/Test as
     train/val, plus the Test partition's test set); grouped: all labelled patches, split by patient.
     Partition tables are read as .csv when present, else .xlsx (openpyxl when installed, else a built-in
-    reader)."""
+    reader).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``SICAPv2/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``split_mode``
+        (``official`` default, or ``grouped``) and ``partition`` (``Test`` default, ``Val1`` .. ``Val4``).
+
+    Returns
+    -------
+    DataFrame
+        One row per labelled patch: ``item_id``, ``source``, ``label``/``label_name`` (NC, G3, G4, G5), ``group``
+        (patient), ``domain`` (the slug), ``split``, ``dataset``, ``slide_id`` and ``g4c`` (1 where the patch is
+        cribriform); provenance (with the count of ambiguous labels) in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, when a patch is listed twice, a slide has no patient in ``wsi_labels``, or patch
+        images are missing.
+    """
     p = resolve_params("sicapv2", params, {**COMMON_DEFAULTS, "split_mode": "official", "partition": "Test"})
     split_mode = choice("sicapv2", p, "split_mode", ["official", "grouped"])
     partition = choice("sicapv2", p, "partition", ["Test", "Val1", "Val2", "Val3", "Val4"])
@@ -404,6 +569,25 @@ def select_panda_slides(table: pd.DataFrame, n_per_cell: int = 60, seed: int = 4
 
     Convention: rows sorted by image_id, cells visited in sorted order, one ``default_rng(seed)`` drawing
     without replacement in turn. Returns the chosen rows sorted by provider, grade and image_id.
+
+    Parameters
+    ----------
+    table : DataFrame
+        PANDA's ``train.csv``: at least ``image_id``, ``data_provider`` and ``isup_grade``.
+    n_per_cell : int
+        Slides drawn per (provider, grade) cell.
+    seed : int
+        Seed of the draw (the audit paper's 42 by default).
+
+    Returns
+    -------
+    DataFrame
+        The chosen rows of ``table``, all columns, sorted by provider, grade and image_id, index reset.
+
+    Raises
+    ------
+    FmauditInputError
+        When a needed column is missing.
     """
     need = ["image_id", "data_provider", "isup_grade"]
     missing = [c for c in need if c not in table.columns]
@@ -430,7 +614,34 @@ def prepare_panda(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.D
     :func:`fmaudit.slides.tile_coordinates`. Every tile carries its slide's ISUP grade; ``group`` is the slide
     (PANDA has no patient ids), ``domain`` the data provider; the split is slide-disjoint and stratified by
     grade and provider jointly. The audit paper tiled at pyramid level 1 (about 2 µm/px, 4x the ~0.5 µm/px level 0);
-    here ``target_mpp`` picks the level and the field of view."""
+    here ``target_mpp`` picks the level and the field of view.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``panda/train.csv`` and ``panda/train_images/``.
+    params : dict
+        Preparer parameters: ``seed`` and ``fractions`` (the split), ``n_per_cell`` (60) and ``selection_seed`` (42) of
+        the slide draw, ``target_mpp`` (2.0 µm/px), ``tile_size`` (224 px), ``min_tissue_fraction`` (0.35),
+        ``max_tiles_per_slide`` (100), ``tile_seed`` (0), ``mpp_override`` (None: read from the slide) and
+        ``skip_missing`` (false: a selected slide that is missing raises).
+
+    Returns
+    -------
+    DataFrame
+        One row per tile: ``item_id``, ``source`` (the slide), ``x``, ``y``, ``level``, ``size``, ``label`` (the ISUP
+        grade 0-5), ``label_name`` (``isup<g>``), ``group`` (the slide), ``domain`` (the provider), ``split``,
+        ``dataset``, ``tissue_fraction``, ``gleason_score``; provenance (slides selected, tiled, without tissue) in
+        ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, and when some selected slides are missing without ``skip_missing``.
+    """
     # imported here: PIL loads only when this runs
     from fmaudit import slides
 
@@ -489,7 +700,31 @@ MHIST_CLASSES = ("HP", "SSA")
 @register_preparer("mhist")
 def prepare_mhist(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """MHIST ``MHIST/images/*.png`` + ``MHIST/annotations.csv`` (Image Name, Majority Vote Label HP/SSA,
-    Partition train/test: the official split). No patient ids are released."""
+    Partition train/test: the official split). No patient ids are released.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``MHIST/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``).
+
+    Returns
+    -------
+    DataFrame
+        One row per image: ``item_id``, ``source``, ``label``/``label_name`` (HP 0, SSA 1), ``group`` (the item),
+        ``domain`` (the slug), ``split`` (official), ``dataset``, ``ssa_votes`` (annotators voting SSA, NA where the
+        column is absent); provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, on a missing column, an unknown label or partition, or missing images.
+    """
     p = resolve_params("mhist", params, COMMON_DEFAULTS)
     root = require(dataset, SOURCES["mhist"], data_root, "MHIST")
     ann_path, images = root / "annotations.csv", root / "images"
@@ -532,7 +767,32 @@ _BRACS_NAME = re.compile(r"^BRACS_(?P<wsi>\d+)_(?P<cls>[A-Z]+)_(?P<n>\d+)$")
 def prepare_bracs(dataset: str, data_root: Path, params: dict[str, Any]) -> pd.DataFrame:
     """BRACS regions of interest ``BRACS_RoI/latest_version/{train,val,test}/<k>_<CLASS>/BRACS_<wsi>_<CLASS>_<n>.png``
     with the official (patient-disjoint) split; ``group`` is the WSI in the file name. ``taxonomy`` fine
-    (7 classes) or coarse (benign / atypical / malignant)."""
+    (7 classes) or coarse (benign / atypical / malignant).
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``BRACS_RoI/latest_version/``.
+    params : dict
+        Preparer parameters: the common ones (``seed``, ``fractions``, ``val_fraction``, ``dedup``, ``subsample``,
+        ``subsample_method``: ``COMMON_DEFAULTS`` of ``fmaudit.datasets.public._common``), plus ``taxonomy`` (``fine``
+        default, or ``coarse``).
+
+    Returns
+    -------
+    DataFrame
+        One row per region: ``item_id``, ``source``, ``label``/``label_name``, ``group`` (``BRACS_<wsi>``), ``domain``
+        (the slug), ``split`` (official), ``dataset``, ``fine_class`` (the 7-class name under either taxonomy);
+        provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root`` (the message says where it was expected and where to get it), on an
+        unknown parameter or value, when a file name does not parse or disagrees with its class folder.
+    """
     p = resolve_params("bracs", params, {**COMMON_DEFAULTS, "taxonomy": "fine"})
     taxonomy = choice("bracs", p, "taxonomy", ["fine", "coarse"])
     root = require(dataset, SOURCES["bracs"], data_root, "BRACS_RoI/latest_version")
@@ -587,6 +847,30 @@ def prepare_camelyon17_wilds(dataset: str, data_root: Path, params: dict[str, An
     (label-stratified ``fractions`` per hospital, ``seed``), which puts one patient's patches in train,
     validation and test; a task uses it with ``split: patch (leaky, as published)``. Groups stay patients
     (or slides) there too, so its intervals resample patients.
+
+    Parameters
+    ----------
+    dataset : str
+        Slug of the data set: the manifest's ``dataset`` column and the name in error messages.
+    data_root : Path
+        Folder holding ``camelyon17_v1.0/metadata.csv`` and ``camelyon17_v1.0/patches/``.
+    params : dict
+        Preparer parameters: ``seed`` (0), ``n_per_hospital`` (20000; None keeps all), ``split_mode`` (``grouped``
+        default, or ``official``), ``group_by`` (``patient`` default, or ``slide``), ``fractions`` (70/15/15), ``dedup``
+        (``bytes``) and ``val_fraction`` (0).
+
+    Returns
+    -------
+    DataFrame
+        One row per sampled patch: ``item_id``, ``source``, ``label``/``label_name`` (normal, tumor), ``group``,
+        ``group_unit``, ``domain`` (``hospital<k>``), ``split``, ``split_patch``, ``dataset``, ``patient``, ``slide``,
+        ``center`` and ``wilds_split``; provenance in ``attrs['provenance']``.
+
+    Raises
+    ------
+    FmauditInputError
+        When the release is not under ``data_root``, on an unknown parameter or value (the old split modes ``slide`` and
+        ``patch`` say what replaced them), on a missing metadata column or missing patch files.
     """
     p = resolve_params("camelyon17_wilds", params, _CAMELYON_DEFAULTS)
     if str(p["split_mode"]).lower() in _CAMELYON_OLD_MODES:

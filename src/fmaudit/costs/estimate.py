@@ -1,29 +1,18 @@
-"""What a study cost: CPU-hours, GPU-hours, peak memory and wall time of its jobs, read from the benchmark files
-Snakemake writes for every heavy job (``results/<study>/benchmarks/<rule>/<wildcards>.tsv``), and what a config
-would cost, predicted from measured per-unit costs before anything runs.
-
-A benchmark file holds one row per repeat with ``s`` (wall seconds), ``max_rss`` (MB) and ``cpu_time`` (CPU
-seconds of the job's process tree, user + system), among other columns; a job's cost is the sum over its rows
-(its peak memory the maximum). ``NA`` (a job too short for Snakemake to sample) counts as unknown, not 0.
-
-GPU-hours are a job's wall time times its GPUs. Snakemake's benchmark files do not say how many GPUs a job had,
-so the count is the one the workflow *requests* for the job: its ``gpu`` resource, which the rules take from
-:func:`gpu_plan` (an encoder's registry entry ``gpu`` for ``embed`` and ``cell_features``, the config's
-``prior_shift.scratch_reference.gpu`` for ``scratch_reference``; every other rule requests none). That is what a
-cluster charges a job for, whether or not its code used the device; the embedding files' provenance records the
-device a job actually ran on, and :func:`job_costs` marks a job whose recorded device disagrees with its request.
+"""What a config would cost, predicted before anything runs: the jobs and units of work the grid plans
+(:func:`planned_units`), the per-unit costs measured on a study that ran (:func:`unit_costs`), and their product
+(:func:`estimate_cost`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
+from fmaudit.costs.benchmarks import BENCHMARK_PATHS, job_gpus
 from fmaudit.grid import (
     embed_pairs,
     enumerate_runs,
@@ -37,221 +26,38 @@ from fmaudit.grid import (
 from fmaudit.io import FmauditInputError, PathLike, read_table
 
 __all__ = [
-    "BENCHMARK_PATHS",
-    "COST_COLUMNS",
     "ESTIMATE_COLUMNS",
-    "GPU_RULES",
-    "benchmark_path",
-    "benchmark_root",
-    "cost_by",
-    "embedding_devices",
     "estimate_cost",
-    "find_benchmarks",
-    "gpu_plan",
-    "job_costs",
-    "job_gpus",
     "measured_units",
-    "parse_benchmark_path",
     "planned_jobs",
     "planned_units",
-    "read_benchmark",
     "read_unit_costs",
     "unit_costs",
 ]
-
-#: Rule -> the wildcards of its benchmark file under ``benchmarks/<rule>/`` (the rules' ``benchmark:``
-#: directives; tests/test_costs.py checks every rule file against this table). A rule missing here is still
-#: counted (rule and study totals), without wildcards and so without an encoder.
-BENCHMARK_PATHS: dict[str, str] = {
-    "prepare_manifest": "{dataset}",
-    "embed": "{encoder}/{key}/{dataset}",
-    "probe_shard": "{task}/{encoder}",
-    "ood_shard": "{task}/{encoder}",
-    "ood_split_shard": "{task}/{encoder}",
-    "prior_shift_shard": "{task}/{encoder}/{source_domain}/{target_domain}",
-    "scratch_reference": "{task}/{source_domain}/seed{seed}",
-    "prepare_cell_section": "{section}",
-    "cell_features": "{encoder}/{key}/{section}",
-    "cell_shard": "{protocol}/{encoder}/{magnification}x",
-}
-#: Rules whose ``gpu`` resource :func:`gpu_plan` decides, and the wildcard it is decided by.
-GPU_RULES = {"embed": "encoder", "cell_features": "encoder", "scratch_reference": "task"}
-#: Columns of :func:`job_costs`, one row per benchmark file (wildcard columns follow them).
-COST_COLUMNS = (
-    "rule",
-    "job",
-    "encoder",
-    "wall_s",
-    "cpu_s",
-    "max_rss_mb",
-    "gpus",
-    "cpu_hours",
-    "gpu_hours",
-    "repeats",
-    "file",
-)
-_REQUIRED = ("s", "max_rss", "cpu_time")
-
-
-def _template_regex(template: str) -> re.Pattern:
-    parts = re.split(r"(\{[a-z_]+\})", template)
-    out = "".join(f"(?P<{p[1:-1]}>[^/]+?)" if p.startswith("{") else re.escape(p) for p in parts if p)
-    return re.compile(f"^{out}$")
-
-
-_PATTERNS = {rule: _template_regex(t) for rule, t in BENCHMARK_PATHS.items()}
-
-
-def parse_benchmark_path(path: PathLike, root: PathLike) -> tuple[str, str, dict[str, str]]:
-    """(rule, job, wildcards) of a benchmark file below ``root`` (the study's ``benchmarks/`` folder): the rule
-    is the first folder, the job the rest of the path without ``.tsv``; wildcards as :data:`BENCHMARK_PATHS`
-    names them (empty for a rule it does not list, or a path that does not match its template)."""
-    rel = Path(path).resolve().relative_to(Path(root).resolve())
-    if len(rel.parts) < 2:
-        raise FmauditInputError(f"{path}: a benchmark file lies in benchmarks/<rule>/, not directly in {root}")
-    rule = rel.parts[0]
-    job = str(Path(*rel.parts[1:]).with_suffix(""))
-    match = _PATTERNS[rule].match(job) if rule in _PATTERNS else None
-    return rule, job, (match.groupdict() if match else {})
-
-
-def read_benchmark(path: PathLike) -> dict[str, float]:
-    """One benchmark file as a job's totals: ``wall_s`` and ``cpu_s`` summed over its rows (repeats),
-    ``max_rss_mb`` their maximum, ``repeats``; NaN where Snakemake wrote ``NA``."""
-    path = Path(path)
-    try:
-        table = pd.read_csv(path, sep="\t", na_values=["NA", "-"])
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
-        raise FmauditInputError(f"{path}: not a Snakemake benchmark file ({err})") from err
-    missing = [c for c in _REQUIRED if c not in table.columns]
-    if missing or len(table) == 0:
-        raise FmauditInputError(
-            f"{path}: a Snakemake benchmark file needs the columns {', '.join(_REQUIRED)} and "
-            f"a row; it has columns {', '.join(map(str, table.columns)) or 'none'} and "
-            f"{len(table)} rows"
-        )
-    values = table[list(_REQUIRED)].apply(pd.to_numeric, errors="coerce")
-
-    def total(col: str) -> float:
-        return float(values[col].sum()) if values[col].notna().all() else math.nan
-
-    return {
-        "wall_s": total("s"),
-        "cpu_s": total("cpu_time"),
-        "max_rss_mb": float(values["max_rss"].max()) if values["max_rss"].notna().any() else math.nan,
-        "repeats": int(len(table)),
-    }
-
-
-def gpu_plan(
-    config: Mapping[str, Any],
-    encoders: Mapping[str, Mapping[str, Any]],
-    prior_shift: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, dict[str, int]]:
-    """GPUs each GPU-capable job requests: ``{"embed": {encoder: n}, "cell_features": {encoder: n},
-    "scratch_reference": {task: n}}``. ``encoders``: the registry as the config sees it (an entry's ``gpu``);
-    ``prior_shift``: task -> its ``prior_shift`` block (``scratch_reference.gpu``). The workflow's ``gpu``
-    resources read this, and :func:`job_costs` charges GPU-hours by it."""
-    names = list(dict.fromkeys([*config.get("encoders", []), *config.get("variants", {})]))
-    per_encoder = {enc: int(bool((encoders.get(enc) or {}).get("gpu", False))) for enc in names}
-    scratch = {
-        task: int(bool((block.get("scratch_reference") or {}).get("gpu", False)))
-        for task, block in (prior_shift or {}).items()
-    }
-    return {"embed": dict(per_encoder), "cell_features": dict(per_encoder), "scratch_reference": scratch}
-
-
-def job_gpus(plan: Mapping[str, Mapping[str, int]], rule: str, wildcards: Mapping[str, Any]) -> int:
-    """GPUs the job of ``rule`` with ``wildcards`` requests under ``plan`` (:func:`gpu_plan`); 0 for a rule that
-    requests none, or a wildcard value the plan does not know."""
-    if rule not in GPU_RULES or rule not in plan:
-        return 0
-    value = wildcards.get(GPU_RULES[rule]) if hasattr(wildcards, "get") else getattr(wildcards, GPU_RULES[rule], None)
-    return int(plan[rule].get(str(value), 0))
-
-
-def find_benchmarks(results: PathLike) -> list[Path]:
-    """Every benchmark file of a study folder (``<results>/benchmarks/**/*.tsv``), sorted."""
-    root = Path(results) / "benchmarks"
-    if not root.is_dir():
-        raise FmauditInputError(
-            f"{root}: no benchmark folder (is {results} a study's results folder, and has the workflow run there?)"
-        )
-    return sorted(root.rglob("*.tsv"))
-
-
-def job_costs(
-    files: Sequence[PathLike],
-    plan: Mapping[str, Mapping[str, int]] | None = None,
-    devices: Mapping[tuple[str, str], str] | None = None,
-) -> pd.DataFrame:
-    """One row per benchmark file (:data:`COST_COLUMNS`, then the wildcards; each file lies under a
-    ``benchmarks/<rule>/`` folder): wall and CPU seconds, peak memory,
-    GPUs (:func:`job_gpus` under ``plan``; unknown, NaN, without one), CPU-hours (``cpu_s / 3600``) and GPU-hours
-    (``wall_s * gpus / 3600``). ``devices``: (rule, job) -> the device its provenance records (embedding
-    files): a job that requested a GPU but ran on the CPU gets ``device_mismatch``."""
-    rows = []
-    for f in files:
-        rule, job, wildcards = parse_benchmark_path(f, benchmark_root(f))
-        cost = read_benchmark(f)
-        gpus = job_gpus(plan, rule, wildcards) if plan is not None else math.nan
-        row = {
-            "rule": rule,
-            "job": job,
-            "encoder": wildcards.get("encoder", ""),
-            **cost,
-            "gpus": gpus,
-            "cpu_hours": cost["cpu_s"] / 3600.0,
-            "gpu_hours": cost["wall_s"] * gpus / 3600.0,
-            "file": str(f),
-            **{k: v for k, v in wildcards.items() if k != "encoder"},
-        }
-        if devices is not None and (rule, job) in devices:
-            row["device"] = devices[(rule, job)]
-            row["device_mismatch"] = bool(gpus > 0) and not str(devices[(rule, job)]).startswith("cuda")
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    if len(out) == 0:
-        return pd.DataFrame(columns=list(COST_COLUMNS))
-    first = list(COST_COLUMNS)
-    return out[first + [c for c in out.columns if c not in first]]
-
-
-def cost_by(costs: pd.DataFrame, key: str) -> pd.DataFrame:
-    """Costs summed per ``key`` (``rule`` or ``encoder``; jobs without an encoder under ``(no encoder)``), with a
-    ``total`` row: jobs, CPU-hours, GPU-hours, wall hours (summed: the compute, not the elapsed time), the
-    longest job's wall time and the largest peak memory. A sum with an unknown (NA) part is NaN."""
-    columns = [key, "jobs", "cpu_hours", "gpu_hours", "wall_hours", "longest_job_s", "peak_rss_mb"]
-    if len(costs) == 0:
-        return pd.DataFrame(columns=columns)
-    frame = costs.assign(
-        **{
-            key: costs[key].replace("", "(no encoder)") if key == "encoder" else costs[key],
-            "wall_hours": costs["wall_s"] / 3600.0,
-        }
-    )
-
-    def summarise(part: pd.DataFrame, name: str) -> dict[str, Any]:
-        return {
-            key: name,
-            "jobs": int(len(part)),
-            "cpu_hours": part["cpu_hours"].sum(min_count=1) if part["cpu_hours"].notna().all() else math.nan,
-            "gpu_hours": part["gpu_hours"].sum(min_count=1) if part["gpu_hours"].notna().all() else math.nan,
-            "wall_hours": part["wall_hours"].sum(min_count=1) if part["wall_hours"].notna().all() else math.nan,
-            "longest_job_s": float(part["wall_s"].max()),
-            "peak_rss_mb": float(part["max_rss_mb"].max()),
-        }
-
-    rows = [summarise(part, str(name)) for name, part in frame.groupby(key, sort=True)]
-    rows.append(summarise(frame, "total"))
-    return pd.DataFrame(rows, columns=columns)
-
 
 def unit_costs(costs: pd.DataFrame, units: Mapping[tuple[str, str], float], source: str) -> pd.DataFrame:
     """Measured cost per unit of work, per (rule, encoder) and per rule over every encoder (``encoder`` ``*``):
     wall, CPU and GPU seconds per unit, where ``units[(rule, job)]`` is how many units (runs, or images for
     ``embed``) the job did. A job's start-up is spread over its units, so a grid with many more units per job
-    than the measured one is predicted high. ``source`` says where the measurements come from."""
+    than the measured one is predicted high. ``source`` says where the measurements come from.
+
+    Parameters
+    ----------
+    costs : DataFrame
+        Measured job costs (:func:`fmaudit.costs.job_costs`).
+    units : Mapping of (str, str) to float
+        (rule, job) -> units of work the job did (:func:`measured_units`); jobs absent, or with no units, are left
+        out.
+    source : str
+        Where the measurements come from (a study folder, a file), copied into every row.
+
+    Returns
+    -------
+    DataFrame
+        One row per (rule, encoder) measured and one per rule with ``encoder`` ``*``; columns ``rule``,
+        ``encoder``, ``measured_jobs``, ``measured_units``, ``wall_s_per_unit``, ``cpu_s_per_unit``,
+        ``gpu_s_per_unit`` (seconds per unit), ``peak_rss_mb`` and ``source``.
+    """
     frame = costs.assign(units=[units.get((r, j), np.nan) for r, j in zip(costs["rule"], costs["job"])])
     frame = frame[frame["units"].notna() & (frame["units"] > 0)]
     rows = []
@@ -289,39 +95,6 @@ def unit_costs(costs: pd.DataFrame, units: Mapping[tuple[str, str], float], sour
     )
 
 
-def benchmark_root(path: PathLike) -> Path:
-    """The ``benchmarks`` folder a benchmark file lies under (its nearest ancestor of that name)."""
-    path = Path(path)
-    for parent in path.parents:
-        if parent.name == "benchmarks":
-            return parent
-    raise FmauditInputError(f"{path}: not under a benchmarks/ folder (results/<study>/benchmarks/<rule>/...)")
-
-
-def embedding_devices(inventory: pd.DataFrame | None) -> dict[tuple[str, str], str]:
-    """(``embed``, job) -> the device an embedding file's provenance records (:func:`fmaudit.embed.embedding_inventory`
-    rows: ``encoder``, ``embedding_key``, ``dataset``, ``device``)."""
-    if (
-        inventory is None
-        or not len(inventory)
-        or not {"encoder", "embedding_key", "dataset", "device"} <= set(inventory)
-    ):
-        return {}
-    return {
-        ("embed", f"{r.encoder}/{r.embedding_key}/{r.dataset}"): str(r.device)
-        for r in inventory.itertuples(index=False)
-        if isinstance(r.device, str) and r.device
-    }
-
-
-# -------------------------------------------------------------------------------------------- the estimate
-def benchmark_path(rule: str, wildcards: Mapping[str, Any]) -> str:
-    """The path of a job's benchmark file below ``benchmarks/`` (:data:`BENCHMARK_PATHS`; a magnification is
-    written as the rules write it, ``10`` for 10.0)."""
-    values = {k: (f"{float(v):g}" if k == "magnification" else str(v)) for k, v in wildcards.items()}
-    return f"{rule}/{BENCHMARK_PATHS[rule].format(**values)}.tsv"
-
-
 def _wildcards(rule: str) -> list[str]:
     return re.findall(r"\{([a-z_]+)\}", BENCHMARK_PATHS[rule])
 
@@ -330,7 +103,24 @@ def planned_jobs(config: Mapping[str, Any], dataset_registry: Mapping[str, Any],
     """Every job of the config that writes a benchmark file: ``rule``, ``encoder`` ('' for none) and its
     wildcards (those of :data:`BENCHMARK_PATHS` but the embedding ``key``), from the grid (the same functions
     the workflow plans with). ``cells=False`` leaves the cell branch out (the workflow has its own plan of it,
-    built without the cell run table)."""
+    built without the cell run table).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config.
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it (``kind`` decides which data sets are prepared,
+        embedded or imported).
+    cells : bool
+        Whether to plan the cell branch's jobs (``prepare_cell_section``, ``cell_features``, ``cell_shard``).
+
+    Returns
+    -------
+    DataFrame
+        One row per job: ``rule``, ``encoder`` ('' for a job without one) and the rule's wildcards (``dataset``,
+        ``task``, ``source_domain``, ``section``, ``magnification``...; NaN where a rule has no such wildcard).
+    """
     rows: list[dict[str, Any]] = []
     rows += [
         {"rule": "prepare_manifest", "dataset": ds}
@@ -382,7 +172,24 @@ def planned_units(
 ) -> pd.DataFrame:
     """:func:`planned_jobs` with the work of each job: ``units`` and ``unit`` (images for ``embed``, from
     ``n_items``: data set -> items, NaN where unknown; runs for the shards, from the grid; the magnifications a
-    cell-feature job embeds its section at; 1 job otherwise)."""
+    cell-feature job embeds its section at; 1 job otherwise).
+
+    Parameters
+    ----------
+    config : Mapping
+        A filled config.
+    dataset_registry : Mapping
+        Data-set name -> registry entry, as the config sees it.
+    n_items : Mapping of str to int, optional
+        Data set -> number of items (images or tiles) of its manifest; None, or a data set absent, leaves its
+        embedding jobs' units NaN.
+
+    Returns
+    -------
+    DataFrame
+        The rows of :func:`planned_jobs` with ``units`` (float) and ``unit`` (``image``, ``run``,
+        ``magnification`` or ``job``).
+    """
     jobs = planned_jobs(config, dataset_registry)
     tables = enumerate_runs(config, dataset_registry)
     counts: dict[str, pd.Series] = {}
@@ -429,7 +236,20 @@ def planned_units(
 
 def measured_units(jobs: pd.DataFrame, planned: pd.DataFrame) -> dict[tuple[str, str], float]:
     """(rule, job) -> units of each measured job (:func:`job_costs` rows), matched to the measured study's
-    :func:`planned_units` on the rule's wildcards (the embedding key aside)."""
+    :func:`planned_units` on the rule's wildcards (the embedding key aside).
+
+    Parameters
+    ----------
+    jobs : DataFrame
+        Measured job costs (:func:`fmaudit.costs.job_costs`) with the rules' wildcard columns.
+    planned : DataFrame
+        The measured study's planned units (:func:`planned_units`).
+
+    Returns
+    -------
+    dict of (str, str) to float
+        (rule, job) -> units, for the measured jobs found in the plan; a job the plan does not know has no entry.
+    """
     out = {}
     for rule, part in jobs.groupby("rule"):
         if rule not in BENCHMARK_PATHS:
@@ -473,7 +293,24 @@ def estimate_cost(
     measured, else the rule's rate over the measured encoders, ``rate_from`` says which and ``source`` where it
     was measured). GPU-hours: the predicted wall time times the GPUs the job requests under ``plan``
     (:func:`gpu_plan`). A row whose units or rate are unknown has NaN hours and a ``note``; a ``total`` row
-    closes the table."""
+    closes the table.
+
+    Parameters
+    ----------
+    planned : DataFrame
+        The planned jobs and their units (:func:`planned_units`) of the config to estimate.
+    rates : DataFrame
+        Measured per-unit costs (:func:`unit_costs` or :func:`read_unit_costs`).
+    plan : Mapping, optional
+        The config's GPU plan (:func:`fmaudit.costs.gpu_plan`); None: no job requests a GPU.
+
+    Returns
+    -------
+    DataFrame
+        One row per (rule, encoder) with :data:`ESTIMATE_COLUMNS` (``encoder`` ``(no encoder)`` for a job without
+        one; hours in ``wall_hours``, ``cpu_hours``, ``gpu_hours``), then a ``total`` row (whose hours sum the known
+        rows when some are unknown, with a note saying so).
+    """
     rows = []
     by_rule_enc = {(r.rule, r.encoder): r for r in rates.itertuples(index=False)} if len(rates) else {}
     for (rule, enc), part in planned.groupby(["rule", "encoder"], sort=True):
@@ -536,7 +373,23 @@ def estimate_cost(
 
 
 def read_unit_costs(path: PathLike) -> pd.DataFrame:
-    """A table of measured per-unit costs (:func:`unit_costs`, as CSV or TSV), checked for its columns."""
+    """A table of measured per-unit costs (:func:`unit_costs`, as CSV or TSV), checked for its columns.
+
+    Parameters
+    ----------
+    path : path-like
+        A CSV or TSV written from :func:`unit_costs`.
+
+    Returns
+    -------
+    DataFrame
+        The table, ``encoder`` as strings ('' where empty).
+
+    Raises
+    ------
+    FmauditInputError
+        When a column of ``rule``, ``encoder``, ``wall_s_per_unit``, ``cpu_s_per_unit``, ``source`` is missing.
+    """
     table = read_table(path)
     need = ["rule", "encoder", "wall_s_per_unit", "cpu_s_per_unit", "source"]
     missing = [c for c in need if c not in table.columns]
