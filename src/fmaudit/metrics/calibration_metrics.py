@@ -117,7 +117,8 @@ def ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CL
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it,
+        ``n_bins`` is not a positive integer or ``closure`` is not one of :data:`CLOSURES`.
     """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
@@ -150,7 +151,8 @@ def prism_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float:
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it, or
+        ``n_bins`` is not a positive integer.
     """
     p, y = validate_probs_labels(probs, labels)
     return _prism_ece(p, y, _check_n_bins(n_bins))
@@ -192,7 +194,8 @@ def mce(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS, closure: str = CL
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it,
+        ``n_bins`` is not a positive integer or ``closure`` is not one of :data:`CLOSURES`.
     """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
@@ -228,7 +231,8 @@ def adaptive_ece(probs: Any, labels: Any, n_bins: int = DEFAULT_N_BINS) -> float
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it, or
+        ``n_bins`` is not a positive integer.
     """
     p, y = validate_probs_labels(probs, labels)
     conf, _, correct = _top_label(p, y)
@@ -270,7 +274,8 @@ def classwise_ece(
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it,
+        ``n_bins`` is not a positive integer or ``closure`` is not one of :data:`CLOSURES`.
     """
     p, y = validate_probs_labels(probs, labels)
     return _classwise_ece(p, y, _check_n_bins(n_bins), _check_closure(closure))
@@ -310,7 +315,8 @@ def reliability_bins(
     Raises
     ------
     FmauditInputError
-        When ``probs`` is not an (N, K) array of finite probability rows or ``labels`` do not match it.
+        When ``probs`` is not an (N, K) array of finite probability rows, ``labels`` do not match it,
+        ``n_bins`` is not a positive integer or ``closure`` is not one of :data:`CLOSURES`.
     """
     p, y = validate_probs_labels(probs, labels)
     n_bins, closure = _check_n_bins(n_bins), _check_closure(closure)
