@@ -78,12 +78,12 @@ class TemperatureScaler:
 
     Parameters
     ----------
-    bounds : (low, high)
-        Search interval for T; the optimum is reported with ``at_bound_`` when it sits on an end
-        (e.g. K-shot draws that are all confidently correct push T to the lower bound).
+    bounds : (float, float), default (0.05, 20.0)
+        Search interval (low, high) for T, 0 < low < high; the optimum is reported with ``at_bound_`` when it
+        sits on an end (e.g. K-shot draws that are all confidently correct push T to the lower bound).
 
-    Fitted attributes
-    -----------------
+    Attributes
+    ----------
     temperature_ : float
     at_bound_ : bool
         True if ``log T`` is within 1e-3 of ``log low`` or ``log high``.
@@ -99,6 +99,25 @@ class TemperatureScaler:
         self.bounds = bounds
 
     def fit(self, logits: Any, labels: Any) -> "TemperatureScaler":
+        """Fit the temperature on labelled logits.
+
+        Parameters
+        ----------
+        logits : array-like of shape (N, K)
+            Finite logits of the fitting items.
+        labels : array-like of shape (N,)
+            Their true class indices in 0..K-1.
+
+        Returns
+        -------
+        TemperatureScaler
+            ``self``, with the fitted attributes set.
+
+        Raises
+        ------
+        FmauditInputError
+            On invalid bounds, logits or labels.
+        """
         lo, hi = _check_bounds(self.bounds)
         z = validate_logits(logits)
         y = validate_labels(labels, z.shape[0], z.shape[1])
@@ -129,19 +148,62 @@ class TemperatureScaler:
         return self
 
     def transform(self, logits: Any) -> np.ndarray:
-        """Calibrated probabilities ``softmax(logits / temperature_)``."""
+        """Calibrated probabilities ``softmax(logits / temperature_)``.
+
+        Parameters
+        ----------
+        logits : array-like of shape (N, K)
+            Finite logits with the fitted K columns.
+
+        Returns
+        -------
+        ndarray of float64, shape (N, K)
+
+        Raises
+        ------
+        FmauditInputError
+            When called before :meth:`fit`.
+        """
         if not hasattr(self, "temperature_"):
             raise FmauditInputError("TemperatureScaler: call fit before transform")
         return softmax(logits, self.temperature_)
 
     def fit_transform(self, logits: Any, labels: Any) -> np.ndarray:
+        """Fit on ``logits`` and ``labels``, then return the calibrated probabilities of the same logits.
+
+        Parameters
+        ----------
+        logits : array-like of shape (N, K)
+            Finite logits.
+        labels : array-like of shape (N,)
+            True class indices in 0..K-1.
+
+        Returns
+        -------
+        ndarray of float64, shape (N, K)
+        """
         return self.fit(logits, labels).transform(logits)
 
 
 def fit_temperature(
     logits: Any, labels: Any, bounds: tuple[float, float] = DEFAULT_TEMPERATURE_BOUNDS
 ) -> float:
-    """The NLL-optimal temperature of ``softmax(logits / T)`` within ``bounds``."""
+    """The NLL-optimal temperature of ``softmax(logits / T)`` within ``bounds``.
+
+    Parameters
+    ----------
+    logits : array-like of shape (N, K)
+        Finite logits of the fitting items.
+    labels : array-like of shape (N,)
+        Their true class indices.
+    bounds : (float, float), default (0.05, 20.0)
+        Search interval for T, 0 < low < high.
+
+    Returns
+    -------
+    float
+        The fitted T (it may sit at a bound: use :class:`TemperatureScaler` to know).
+    """
     return TemperatureScaler(bounds=bounds).fit(logits, labels).temperature_
 
 
@@ -187,6 +249,38 @@ def kshot_temperature_draws(
     replacement, or stratified by class when ``stratified``) and evaluates ``summary_metrics`` on the
     remaining items. Columns: k, draw, draw_seed, sampling, n_fit, n_eval, temperature, temperature_at_bound,
     then the summary-metric columns. Raises if ``k`` is not below the number of target items.
+
+    Parameters
+    ----------
+    target_logits : array-like of shape (N, K)
+        Finite logits of the target set.
+    target_labels : array-like of shape (N,)
+        Its true class indices.
+    k : int
+        Labelled target items T is fitted on, 1 <= k < N.
+    draws : int
+        Number of random draws (keyword-only, no default: the schema's ``calibration.kshot_draws``).
+    random_state : int, default 0
+        First entry of every draw's seed ``[random_state, k, d]``.
+    n_bins : int, default 15
+        Bins of the binned metrics.
+    stratified : bool, default False
+        Draw the K items proportionally to the class counts (largest remainder) instead of uniformly.
+    bounds : (float, float), default (0.05, 20.0)
+        Search interval for T.
+    prism_ece : bool, default False
+        Add PRISM's ECE to the metric columns.
+
+    Returns
+    -------
+    DataFrame
+        ``draws`` rows with the columns above; the metrics are those of the K-shot-calibrated probabilities on
+        the N - K held-out items.
+
+    Raises
+    ------
+    FmauditInputError
+        On invalid logits or labels, ``k`` not a positive integer below N, or ``draws`` not a positive integer.
     """
     z = validate_logits(target_logits, "target_logits")
     y = validate_labels(target_labels, z.shape[0], z.shape[1], "target_labels")
@@ -247,6 +341,43 @@ def calibration_ladder(
     ``source_val_logits=None`` omits the source_ts row; source validation logits with no rows (a label budget
     that left no validation item) give a source_ts row with NaN temperature and metrics, said so in
     temperature_note. K values not below the number of target items are skipped with a logged warning.
+
+    Parameters
+    ----------
+    source_val_logits : array-like of shape (n_val, K) or None
+        Logits of the source validation split (T of ``source_ts`` is fitted on them); None omits that row.
+    source_val_labels : array-like of shape (n_val,) or None
+        Their true class indices; required when ``source_val_logits`` is given.
+    target_logits : array-like of shape (N, K)
+        Logits of the target set (every stage is evaluated on it).
+    target_labels : array-like of shape (N,)
+        Its true class indices.
+    ks : sequence of int
+        The K values of the ``kshot_ts`` rows (keyword-only, no default: the schema's ``calibration.kshot_k``).
+    draws : int
+        Draws per K (keyword-only, no default: the schema's ``calibration.kshot_draws``).
+    random_state : int, default 0
+        Seed of the K-shot draws (see the module doc).
+    n_bins : int, default 15
+        Bins of the binned metrics.
+    stratified : bool, default False
+        Draw the K-shot items stratified by class.
+    bounds : (float, float), default (0.05, 20.0)
+        Search interval for T.
+    include_bound_temperatures : bool, default False
+        Keep K-shot draws whose T sits at a bound in the means.
+    prism_ece : bool, default False
+        Add PRISM's ECE to the metric columns.
+
+    Returns
+    -------
+    DataFrame
+        The rows and columns described above, in the order raw, source_ts, oracle_ts, then kshot_ts by K.
+
+    Raises
+    ------
+    FmauditInputError
+        On invalid logits or labels, ``source_val_labels`` missing, or source and target with different K.
     """
     z_t = validate_logits(target_logits, "target_logits")
     y_t = validate_labels(target_labels, z_t.shape[0], z_t.shape[1], "target_labels")

@@ -111,6 +111,21 @@ class ItemDataset(Dataset):
     either (:class:`fmaudit.encoders.transforms.PixelTransform`). Unreadable items raise
     :class:`FmauditInputError` naming the item id and the file. A row with a ``perturbation`` spec (derived
     manifests, :mod:`fmaudit.ood.perturb`) is read with PIL and perturbed, before the transform.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        A validated manifest: ``item_id``, ``source`` (image file or slide path), ``x``, ``y``, ``level``, ``size``
+        (the tile's level-0 corner, pyramid level and side in pixels; NA for an image file) and optionally
+        ``perturbation``.
+    transform : callable
+        Pixels (a PIL image or a uint8 tensor (3, H, W)) to what the loader batches, e.g. the encoder's
+        ``pixel_transform`` or :class:`fmaudit.encoders.transforms.DecodeOnly`.
+
+    Raises
+    ------
+    FmauditInputError
+        When a row's ``perturbation`` spec does not parse (the message names the item).
     """
 
     def __init__(self, manifest: pd.DataFrame, transform):
@@ -136,7 +151,23 @@ class ItemDataset(Dataset):
         return len(self.item_ids)
 
     def load_image(self, i: int):
-        """The item's RGB PIL image (before the encoder's transform), perturbed when its row says so."""
+        """The item's RGB PIL image (before the encoder's transform), perturbed when its row says so.
+
+        Parameters
+        ----------
+        i : int
+            Row position in the manifest.
+
+        Returns
+        -------
+        PIL.Image.Image
+            RGB.
+
+        Raises
+        ------
+        FmauditInputError
+            When the file or tile cannot be read (the message names the item and the file).
+        """
         image = self._read_image(i)
         if self.perturbations[i] is None:
             return image
@@ -169,7 +200,18 @@ class ItemDataset(Dataset):
             raise FmauditInputError(f"item {item!r}: {e}") from e
 
     def load_pixels(self, i: int):
-        """What the transform gets: a plain JPEG file as a uint8 tensor (3, H, W), else :meth:`load_image`."""
+        """What the transform gets: a plain JPEG file as a uint8 tensor (3, H, W), else :meth:`load_image`.
+
+        Parameters
+        ----------
+        i : int
+            Row position in the manifest.
+
+        Returns
+        -------
+        Tensor or PIL.Image.Image
+            A uint8 tensor (3, H, W) for a plain JPEG torchvision decodes, else the RGB PIL image.
+        """
         source = self.sources[i]
         if self.xs[i] is None and self.perturbations[i] is None and source.lower().endswith(_JPEG_SUFFIXES):
             pixels = _decode_jpeg_rgb(source)
@@ -181,6 +223,8 @@ class ItemDataset(Dataset):
         return i, self.transform(self.load_pixels(i))
 
     def close(self) -> None:
+        """Close the slide handles this dataset (or this worker's copy of it) opened.
+        """
         for slide in self._slides.values():
             slide.close()
         self._slides.clear()
@@ -211,7 +255,33 @@ def chunked_loader(dataset, bounds, pending, batch_size: int, num_workers: int, 
     """(DataLoader over the ``pending`` chunks' items, autocast context) as every chunked embedding job uses them.
 
     Batches never straddle chunks (``bounds[c]`` = (start, end) of chunk c): the same items share a batch
-    whether or not the run was resumed. Autocast only on CUDA, in the precision's dtype."""
+    whether or not the run was resumed. Autocast only on CUDA, in the precision's dtype.
+
+    Parameters
+    ----------
+    dataset : torch Dataset
+        Yields ``(row_index, pixels)`` per manifest row (:class:`ItemDataset` or the cells' patch dataset).
+    bounds : sequence of (int, int)
+        Row range [start, end) of every chunk.
+    pending : sequence of int
+        The chunks to compute, in order.
+    batch_size : int
+        Largest batch; a chunk's last batch may be smaller.
+    num_workers : int
+        DataLoader worker processes (0: load in this process); each runs one torch thread.
+    device : torch.device
+        Where the model runs; pinned memory and autocast only on CUDA.
+    precision : str
+        The entry's precision: ``"float16"`` or ``"bfloat16"`` autocast on CUDA, anything else none.
+    collate_fn : callable, optional
+        The DataLoader's collate function (default torch's stacking).
+
+    Returns
+    -------
+    loader : DataLoader
+    autocast : context manager
+        ``torch.autocast`` or a null context.
+    """
     batches = [list(range(b, min(b + batch_size, e))) for c in pending for s, e in [bounds[c]]
                for b in range(s, e, batch_size)]
     loader = DataLoader(dataset, batch_sampler=batches, num_workers=num_workers, pin_memory=device.type == "cuda",
@@ -239,13 +309,38 @@ def _logger(log: logging.Logger | PathLike | None) -> tuple[logging.Logger, logg
 
 
 def chunk_path(chunk_dir: Path, index: int) -> Path:
-    """Where a resumable embedding job keeps chunk ``index`` (tile embeddings and cell features alike)."""
+    """Where a resumable embedding job keeps chunk ``index`` (tile embeddings and cell features alike).
+
+    Parameters
+    ----------
+    chunk_dir : Path
+        The job's chunk folder, ``<out_path>.chunks``.
+    index : int
+        Chunk number from 0.
+
+    Returns
+    -------
+    Path
+        ``chunk_dir / "chunk_NNNNN.npz"``.
+    """
     return chunk_dir / f"chunk_{index:05d}.npz"
 
 
 def reusable_chunk_arrays(path: Path, key: str) -> dict[str, np.ndarray] | None:
     """The arrays of a chunk written under ``key`` (its ``chunk_key`` provenance), or None when the chunk is
-    missing, unreadable (a killed write) or was written for other settings: then it is computed again."""
+    missing, unreadable (a killed write) or was written for other settings: then it is computed again.
+
+    Parameters
+    ----------
+    path : Path
+        The chunk file (:func:`chunk_path`).
+    key : str
+        The chunk key the current settings give this chunk.
+
+    Returns
+    -------
+    dict of str to ndarray or None
+    """
     if not path.exists():
         return None
     try:
@@ -307,7 +402,18 @@ def _write_output(out: Path, arrays: Mapping[str, np.ndarray], prov: Mapping[str
 
 
 def finished_copy_path(out: Path) -> Path:
-    """Where the chunk folder keeps the second name of a finished output (module doc)."""
+    """Where the chunk folder keeps the second name of a finished output (module doc).
+
+    Parameters
+    ----------
+    out : Path
+        The embedding job's output.
+
+    Returns
+    -------
+    Path
+        ``<out>.chunks/finished<suffix>``.
+    """
     return Path(f"{out}.chunks") / f"finished{out.suffix}"
 
 
@@ -386,14 +492,56 @@ def embed_manifest(
     """Embed every manifest item with one encoder and write ``out_path`` (see the module doc); returns its
     provenance.
 
-    ``spec``: a registry entry (with ``name``) or an encoder slug. ``readouts``: defaults to the entry's.
-    ``num_threads``: torch intra-op threads for this call (restored afterwards). ``log``: a Logger, a log
-    file path, or None for the ``fmaudit.embed`` logger. ``features_readout``: the readout an HDF5 output holds
-    as ``features`` (default: the entry's default_readout, else the first readout). ``pixels_on_device``: the
-    DataLoader workers only decode and the model's device resizes, crops and normalises whole uint8 batches,
-    straight to the autocast dtype (:class:`fmaudit.encoders.transforms.DevicePreprocess`; its resize is
-    torch's, within a few grey levels of the workers' PIL resize); None (default): on a GPU, so its workers keep
-    up. It is part of the chunk key (its numbers differ) and recorded as ``pixels_on_device``.
+    Parameters
+    ----------
+    manifest_df : DataFrame or str or Path
+        The items (a manifest, validated here) or the path of a manifest table.
+    spec : Mapping or str
+        A registry entry (with ``name``) or an encoder slug looked up in the registry.
+    out_path : str or Path
+        The output, ``.npz``, or ``.h5``/``.hdf5`` for the HDF5 layout.
+    batch_size : int, default 64
+        Images per forward pass (>= 1).
+    num_workers : int, default 0
+        DataLoader worker processes that read and transform the images.
+    device : str or torch.device, default "auto"
+        ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (an unavailable CUDA falls back to the CPU
+        with a warning; :func:`fmaudit.devices.resolve_device`).
+    chunk_size : int, default 256
+        Manifest rows per resumable chunk (>= 1); part of the chunk layout an earlier run's chunks are matched on.
+    weights_path : str or Path, optional
+        A local weights file that overrides the entry's weights.
+    log : Logger or str or Path, optional
+        A Logger, a log file path, or None for the ``fmaudit.embed`` logger.
+    readouts : sequence of str, optional
+        Readouts to write (:data:`fmaudit.encoders.READOUTS`); default the entry's ``readouts``.
+    num_threads : int, optional
+        Torch intra-op threads for this call (restored afterwards); None leaves them.
+    overwrite : bool, default False
+        Replace an existing output whose provenance differs, instead of raising.
+    log_every : int, default 20
+        Log progress every this many batches.
+    features_readout : str, optional
+        The readout an HDF5 output holds as ``features``; default the entry's ``default_readout`` when among the
+        readouts, else the first readout.
+    pixels_on_device : bool, optional
+        The DataLoader workers only decode and the model's device resizes, crops and normalises whole uint8
+        batches, straight to the autocast dtype (:class:`fmaudit.encoders.transforms.DevicePreprocess`; its resize
+        is torch's, within a few grey levels of the workers' PIL resize). None (default): on a GPU, so its workers
+        keep up. It is part of the chunk key (its numbers differ) and recorded as ``pixels_on_device``.
+
+    Returns
+    -------
+    dict
+        The output's provenance (keys listed in the module doc); the existing file's when it was up to date.
+
+    Raises
+    ------
+    FmauditInputError
+        On an invalid manifest, an unknown readout, ``batch_size`` or ``chunk_size`` below 1, a
+        ``features_readout`` not among the readouts, an entry that departs from its hub config, weights that fail
+        their check, non-finite features, feature widths that differ from the registry's, or an existing output
+        with other provenance (without ``overwrite``).
     """
     logger, handler = _logger(log)
     previous_threads = torch.get_num_threads()
@@ -584,7 +732,26 @@ def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
     """A manifest of image files, to embed outside the workflow: a sheet (``.csv`` or ``.tsv``) with a ``path``
     column, paths relative to the sheet, and an optional ``item_id`` column (default: the path as written), or
     a folder, every image file below it (:data:`IMAGE_SUFFIXES`) in sorted order, its item id the path relative
-    to the folder. A missing file is an error naming the sheet row; so is a repeated item id."""
+    to the folder. A missing file is an error naming the sheet row; so is a repeated item id.
+
+    Parameters
+    ----------
+    source : str or Path
+        A folder of images, or a ``.csv``/``.tsv`` sheet.
+    dataset : str, default "images"
+        The manifest's ``dataset`` and ``domain`` value; each item is its own ``group``.
+
+    Returns
+    -------
+    DataFrame
+        A validated manifest, ``source`` the absolute path of each image.
+
+    Raises
+    ------
+    FmauditInputError
+        On a folder without images, a sheet without ``path``, a row without a path or with a missing file, or a
+        repeated item id.
+    """
     source = Path(source)
     if source.is_dir():
         files = sorted(p for p in source.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
@@ -616,7 +783,26 @@ def image_manifest(source: PathLike, dataset: str = "images") -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------------------
 
 def read_embeddings(path: PathLike, readout: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(item_ids, features)`` of one readout of an embeddings file; non-finite features are an error."""
+    """``(item_ids, features)`` of one readout of an embeddings file; non-finite features are an error.
+
+    Parameters
+    ----------
+    path : str or Path
+        An ``.npz`` written by :func:`embed_manifest`.
+    readout : str
+        The readout to read, e.g. ``"cls"``.
+
+    Returns
+    -------
+    item_ids : ndarray of str, shape (n_items,)
+    features : ndarray of float32, shape (n_items, D)
+        (``patch_grid``: (n_items, D, h, w)).
+
+    Raises
+    ------
+    FmauditInputError
+        When the file has no ``item_id`` or no such readout, the lengths differ, or a row holds NaN/inf.
+    """
     arrays, _ = read_npz(path)
     if "item_id" not in arrays:
         raise FmauditInputError(f"{path}: no 'item_id' array; not an fmaudit embeddings file")
@@ -643,6 +829,22 @@ def align_to_manifest(features: np.ndarray, ids: Sequence[str], manifest: pd.Dat
 
     Extra embedded items are ignored; a manifest item without an embedding, duplicate ids or a length
     mismatch raise :class:`FmauditInputError` naming the items.
+
+    Parameters
+    ----------
+    features : ndarray of shape (n, ...)
+        One row per embedded item.
+    ids : sequence of str
+        The item id of each row of ``features``.
+    manifest : DataFrame or sequence of str
+        A manifest (its ``item_id`` column) or the wanted item ids, in the wanted order.
+    source : str, default "embeddings"
+        What ``features`` came from, quoted in errors (e.g. the file's path).
+
+    Returns
+    -------
+    ndarray of shape (n_manifest, ...)
+        ``features`` rows in manifest order.
     """
     ids = [str(i) for i in ids]
     if len(ids) != len(features):
@@ -679,7 +881,21 @@ def _weights_text(identity: Mapping[str, Any] | None) -> str | None:
 def embedding_inventory(paths: Sequence[PathLike]) -> pd.DataFrame:
     """One row per embedding file (``<encoder>/<key>/<dataset>.npz``), from its provenance alone (the feature
     arrays are not read): items, readouts with their widths, speed, device, the weights it was made with (the
-    hub commit they resolved to, every file's sha256) and the hashes that identify it."""
+    hub commit they resolved to, every file's sha256) and the hashes that identify it.
+
+    Parameters
+    ----------
+    paths : sequence of str or Path
+        Embedding files (``.npz``).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``encoder``, ``dataset``, ``n_items``, ``readouts`` (``"cls (768), mean (768)"``),
+        ``images_per_s``, ``device``, ``weights`` (one line), ``weights_sha256`` (``; ``-joined),
+        ``weights_sha256_checked``, ``embedding_key``, ``encoder_config_hash``, ``manifest_hash``,
+        ``fmaudit_version``.
+    """
     rows = []
     for p in map(Path, paths):
         prov = read_npz_provenance(p)

@@ -56,6 +56,16 @@ def remove_stale_temps(path: PathLike) -> list[Path]:
     Kept: a temporary file whose writer is a live process of this host (a concurrent write in progress).
     Removed: every other one of this target (a dead writer here, or a writer on another host: one output
     has one writer at a time). Temporary files of other targets are not touched.
+
+    Parameters
+    ----------
+    path : str or Path
+        The target file whose leftovers (``.<name>.<host>-<pid>.<random>.tmp*`` in its folder) are looked for.
+
+    Returns
+    -------
+    list of Path
+        The temporary files removed (empty when the folder does not exist).
     """
     path = Path(path)
     prefix = f".{path.name}."
@@ -87,6 +97,22 @@ def atomic_path(path: PathLike, suffix: str | None = None, clean_stale: bool = F
 
     ``clean_stale`` first removes leftovers of earlier interrupted writes of ``path``
     (:func:`remove_stale_temps`); it lists the folder, so writers of many small files leave it off.
+
+    Parameters
+    ----------
+    path : str or Path
+        The final file; its folder is created.
+    suffix : str, optional
+        Suffix of the temporary name (after ``.tmp``); default the suffix of ``path``, so writers that pick the
+        format by extension (numpy, pyarrow) write the right one.
+    clean_stale : bool, default False
+        Remove leftovers of earlier interrupted writes of ``path`` first.
+
+    Yields
+    ------
+    Path
+        An empty temporary file beside ``path``; renamed onto ``path`` when the block exits normally, deleted when
+        it raises.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,11 +140,34 @@ def _current_umask() -> int:
 
 
 def write_text(path: PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_path`).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write; its folder is created.
+    text : str
+        The whole content.
+    """
     with atomic_path(path) as tmp:
         tmp.write_text(text)
 
 
 def write_json(path: PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON with sorted keys, atomically; numpy scalars and arrays and paths are converted.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file to write.
+    obj : object
+        JSON-able, numpy scalars, arrays and :class:`~pathlib.Path` included.
+
+    Raises
+    ------
+    TypeError
+        When a value cannot be converted to JSON.
+    """
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
@@ -135,11 +184,38 @@ def _json_default(o: Any) -> Any:
 
 
 def read_json(path: PathLike) -> Any:
+    """Parse a JSON file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    object
+        The decoded value.
+    """
     return json.loads(Path(path).read_text())
 
 
 def write_table(path: PathLike, df: pd.DataFrame, provenance: Mapping[str, Any] | None = None) -> None:
-    """Write a DataFrame by extension (.parquet, .csv, .tsv, .md); parquet carries provenance metadata."""
+    """Write a DataFrame by extension (.parquet, .csv, .tsv, .md); parquet carries provenance metadata.
+
+    Parameters
+    ----------
+    path : str or Path
+        The table's file; the extension picks the format (any case).
+    df : DataFrame
+        The table; its index is not written.
+    provenance : Mapping, optional
+        JSON-able provenance, kept (as ``fmaudit_provenance`` schema metadata) by parquet only.
+
+    Raises
+    ------
+    FmauditInputError
+        For another extension.
+    """
     path = Path(path)
     ext = path.suffix.lower()
     with atomic_path(path, clean_stale=True) as tmp:
@@ -164,6 +240,24 @@ def write_table(path: PathLike, df: pd.DataFrame, provenance: Mapping[str, Any] 
 
 
 def read_table(path: PathLike) -> pd.DataFrame:
+    """Read a table written by :func:`write_table` (.parquet, .csv or .tsv; not .md).
+
+    Parameters
+    ----------
+    path : str or Path
+        The table's file.
+
+    Returns
+    -------
+    DataFrame
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        For another extension.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such table")
@@ -178,7 +272,17 @@ def read_table(path: PathLike) -> pd.DataFrame:
 
 
 def read_provenance(path: PathLike) -> dict[str, Any]:
-    """Provenance stored in a parquet file's schema metadata (empty dict if none)."""
+    """Provenance stored in a parquet file's schema metadata (empty dict if none).
+
+    Parameters
+    ----------
+    path : str or Path
+        A parquet file (only its schema is read).
+
+    Returns
+    -------
+    dict
+    """
     import pyarrow.parquet as pq
 
     meta = pq.read_schema(path).metadata or {}
@@ -187,7 +291,20 @@ def read_provenance(path: PathLike) -> dict[str, Any]:
 
 
 def dataframe_to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
-    """A GitHub-flavoured Markdown table without the optional tabulate dependency."""
+    """A GitHub-flavoured Markdown table without the optional tabulate dependency.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table; its index is left out.
+    floatfmt : str, default ".3f"
+        Format spec of float cells; NaN is an empty cell. Pipes in other cells are escaped.
+
+    Returns
+    -------
+    str
+        Header, separator and one line per row, joined by newlines (no trailing newline).
+    """
     def fmt(v: Any) -> str:
         if isinstance(v, (float, np.floating)):
             return "" if np.isnan(v) else format(float(v), floatfmt)
@@ -201,7 +318,17 @@ def dataframe_to_markdown(df: pd.DataFrame, floatfmt: str = ".3f") -> str:
 
 
 def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapping[str, Any] | None = None) -> None:
-    """Write arrays (and a JSON provenance string under key ``provenance``) to an .npz, atomically."""
+    """Write arrays (and a JSON provenance string under key ``provenance``) to an .npz, atomically.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.npz`` to write.
+    arrays : Mapping of str to ndarray
+        Arrays by name (``provenance`` is reserved); no object arrays (read back with ``allow_pickle=False``).
+    provenance : Mapping, optional
+        JSON-able provenance.
+    """
     payload = dict(arrays)
     if provenance is not None:
         payload["provenance"] = np.array(json.dumps(provenance, sort_keys=True, default=_json_default))
@@ -211,7 +338,27 @@ def write_npz(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapp
 
 
 def read_npz(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Arrays and provenance of an .npz written by :func:`write_npz`."""
+    """Arrays and provenance of an .npz written by :func:`write_npz`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.npz`` file.
+
+    Returns
+    -------
+    arrays : dict of str to ndarray
+        Every array but ``provenance``, loaded.
+    provenance : dict
+        Empty when the file has none.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not a readable npz (e.g. a truncated write).
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -227,7 +374,25 @@ def read_npz(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 
 def read_npz_provenance(path: PathLike) -> dict[str, Any]:
-    """Only the provenance of an .npz written by :func:`write_npz`; the arrays are not read."""
+    """Only the provenance of an .npz written by :func:`write_npz`; the arrays are not read.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.npz`` file.
+
+    Returns
+    -------
+    dict
+        Empty when the file has none.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not a readable npz.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -244,7 +409,17 @@ H5_SUFFIXES = (".h5", ".hdf5")
 def write_h5(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mapping[str, Any] | None = None) -> None:
     """Write arrays to an HDF5 file, atomically: one dataset per key (``a/b`` makes group ``a``), string arrays
     as UTF-8 strings, and the provenance as a JSON string in the file's ``provenance`` attribute. This is the
-    layout other WSI feature tools write (a ``features`` dataset) and :func:`load_feature_array` reads."""
+    layout other WSI feature tools write (a ``features`` dataset) and :func:`load_feature_array` reads.
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``.h5``/``.hdf5`` to write.
+    arrays : Mapping of str to ndarray
+        Datasets by key.
+    provenance : Mapping, optional
+        JSON-able provenance.
+    """
     import h5py
 
     with atomic_path(path, clean_stale=True) as tmp:
@@ -261,7 +436,25 @@ def write_h5(path: PathLike, arrays: Mapping[str, np.ndarray], provenance: Mappi
 
 def read_h5(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Every dataset of an HDF5 file (``group/name`` keys; strings as str arrays) and its ``provenance``
-    attribute (empty dict if none)."""
+    attribute (empty dict if none).
+
+    Parameters
+    ----------
+    path : str or Path
+        The HDF5 file.
+
+    Returns
+    -------
+    arrays : dict of str to ndarray
+    provenance : dict
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not a readable HDF5 file.
+    """
     import h5py
 
     path = Path(path)
@@ -284,7 +477,25 @@ def read_h5(path: PathLike) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
 
 
 def read_h5_provenance(path: PathLike) -> dict[str, Any]:
-    """Only the ``provenance`` attribute of an HDF5 file (the datasets are not read)."""
+    """Only the ``provenance`` attribute of an HDF5 file (the datasets are not read).
+
+    Parameters
+    ----------
+    path : str or Path
+        The HDF5 file.
+
+    Returns
+    -------
+    dict
+        Empty when the file has none.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When it is not a readable HDF5 file.
+    """
     import h5py
 
     path = Path(path)
@@ -300,7 +511,27 @@ def read_h5_provenance(path: PathLike) -> dict[str, Any]:
 
 def load_feature_array(path: PathLike, key: str | None = None) -> np.ndarray:
     """Features brought from elsewhere: .npy, .npz (``key`` or the single array / ``features``),
-    or HDF5 (.h5/.hdf5) with a ``features`` dataset (CLAM/TRIDENT style; (1,N,D) is squeezed)."""
+    or HDF5 (.h5/.hdf5) with a ``features`` dataset (CLAM/TRIDENT style; (1,N,D) is squeezed).
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.npy``, ``.npz``, ``.h5`` or ``.hdf5`` file.
+    key : str, optional
+        The array (npz) or dataset (HDF5) to read; default ``features`` (or an npz's only array).
+
+    Returns
+    -------
+    ndarray
+        As stored, with a leading axis of length 1 of a 3-D array dropped.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When the array cannot be chosen or is absent, or for another extension.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
@@ -331,6 +562,20 @@ def load_feature_array(path: PathLike, key: str | None = None) -> np.ndarray:
 
 
 def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes, read in blocks.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    chunk : int, default 1 MiB
+        Bytes read at a time.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
@@ -339,13 +584,37 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:
-    """Hash of a JSON-able object with sorted keys: the config hash used in provenance."""
+    """Hash of a JSON-able object with sorted keys: the config hash used in provenance.
+
+    Parameters
+    ----------
+    obj : object
+        JSON-able (numpy scalars, arrays and paths converted); dict key order does not matter.
+    length : int, default 16
+        Hex digits kept of the SHA-256.
+
+    Returns
+    -------
+    str
+    """
     blob = json.dumps(obj, sort_keys=True, default=_json_default).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
 def dataframe_hash(df: pd.DataFrame, length: int = 16) -> str:
-    """Content hash of a table (column names, dtypes and values), independent of file format."""
+    """Content hash of a table (column names, dtypes and values), independent of file format.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The table; its index does not count, its column order does.
+    length : int, default 16
+        Hex digits kept of the SHA-256.
+
+    Returns
+    -------
+    str
+    """
     h = hashlib.sha256()
     h.update(json.dumps([list(map(str, df.columns)), [str(t) for t in df.dtypes]]).encode())
     h.update(pd.util.hash_pandas_object(df, index=False).values.tobytes())
@@ -353,7 +622,18 @@ def dataframe_hash(df: pd.DataFrame, length: int = 16) -> str:
 
 
 def provenance(**fields: Any) -> dict[str, Any]:
-    """Provenance dict with the package version added."""
+    """Provenance dict with the package version added.
+
+    Parameters
+    ----------
+    **fields
+        Provenance keys and JSON-able values.
+
+    Returns
+    -------
+    dict
+        ``fmaudit_version`` (the installed version, ``"0+unknown"`` from a source tree) followed by ``fields``.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:

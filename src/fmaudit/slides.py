@@ -31,7 +31,25 @@ TILE_COLUMNS = ("x", "y", "level", "size", "tissue_fraction", "mpp")
 
 
 def open_slide(path: str | Path):
-    """Open a slide with openslide; a truncated or unreadable file raises FmauditInputError naming it."""
+    """Open a slide with openslide; a truncated or unreadable file raises FmauditInputError naming it.
+
+    Parameters
+    ----------
+    path : str or Path
+        A slide file openslide reads (SVS, NDPI, MRXS, generic tiled TIFF, ...).
+
+    Returns
+    -------
+    openslide.OpenSlide
+        The caller closes it.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    FmauditInputError
+        When openslide cannot open it.
+    """
     import openslide
 
     path = Path(path)
@@ -44,7 +62,31 @@ def open_slide(path: str | Path):
 
 
 def read_tile(slide_path: str | Path, x: int, y: int, level: int, size: int, slide=None) -> Image.Image:
-    """RGB tile of ``size``×``size`` pixels at ``level`` whose top-left is (x, y) in level-0 pixels."""
+    """RGB tile of ``size``×``size`` pixels at ``level`` whose top-left is (x, y) in level-0 pixels.
+
+    Parameters
+    ----------
+    slide_path : str or Path
+        The slide (named in errors; opened here unless ``slide`` is given).
+    x, y : int
+        Level-0 pixel coordinates of the tile's top-left corner.
+    level : int
+        Pyramid level to read.
+    size : int
+        Tile side in pixels at ``level``.
+    slide : openslide.OpenSlide, optional
+        An already open handle of ``slide_path`` to read from (not closed here).
+
+    Returns
+    -------
+    PIL.Image.Image
+        RGB, ``size`` x ``size``; transparent pixels (outside the scanned area) are white.
+
+    Raises
+    ------
+    FmauditInputError
+        When the slide cannot be opened or the region cannot be read.
+    """
     import openslide
 
     own = slide is None
@@ -89,6 +131,23 @@ def slide_mpp(slide, mpp_override: float | None = None) -> float:
     ``mpp_override`` wins when given (slides whose metadata lack or misstate the resolution). Otherwise
     ``openslide.mpp-x``, then the TIFF ``XResolution`` / ``ResolutionUnit`` tags (inch or centimetre);
     a slide with neither raises :class:`FmauditInputError` naming it.
+
+    Parameters
+    ----------
+    slide : openslide.OpenSlide or str or Path
+        An open slide (left open) or a slide path (opened and closed here).
+    mpp_override : float, optional
+        Level-0 µm/px to use instead of the slide's metadata (a positive number).
+
+    Returns
+    -------
+    float
+        µm per level-0 pixel.
+
+    Raises
+    ------
+    FmauditInputError
+        When the override is not a positive number, or the slide states no resolution.
     """
     if mpp_override is not None:
         mpp = float(mpp_override)
@@ -125,7 +184,25 @@ def slide_mpp(slide, mpp_override: float | None = None) -> float:
 
 
 def level_mpps(slide, mpp_override: float | None = None) -> list[float]:
-    """µm/px of every pyramid level: level-0 µm/px times openslide's level downsample."""
+    """µm/px of every pyramid level: level-0 µm/px times openslide's level downsample.
+
+    Parameters
+    ----------
+    slide : openslide.OpenSlide or str or Path
+        An open slide (left open) or a slide path (opened and closed here).
+    mpp_override : float, optional
+        Level-0 µm/px to use instead of the slide's metadata (a positive number).
+
+    Returns
+    -------
+    list of float
+        One entry per level, level 0 first.
+
+    Raises
+    ------
+    FmauditInputError
+        When the level-0 µm/px cannot be known (:func:`slide_mpp`).
+    """
     with _opened(slide) as s:
         base = slide_mpp(s, mpp_override)
         return [base * float(d) for d in s.level_downsamples]
@@ -141,6 +218,28 @@ def choose_level(
     such as 0.2520 for a nominal 0.25). ``downsample_needed = target_mpp / level_mpp``: 1 means the level
     is at the target; 2 means the read pixels must be shrunk two-fold. If even level 0 is coarser than the
     target, level 0 is returned with ``downsample_needed < 1`` (the tile will be upsampled) and a warning.
+
+    Parameters
+    ----------
+    slide : openslide.OpenSlide or str or Path
+        An open slide (left open) or a slide path (opened and closed here).
+    target_mpp : float
+        The µm/px the tiles should have (a positive number).
+    mpp_override : float, optional
+        Level-0 µm/px to use instead of the slide's metadata (a positive number).
+    rel_tol : float, default 0.05
+        Relative tolerance above the target within which a level counts as at the target.
+
+    Returns
+    -------
+    level : int
+    downsample_needed : float
+        ``target_mpp / level_mpp``.
+
+    Raises
+    ------
+    FmauditInputError
+        When ``target_mpp`` is not a positive number or the slide's µm/px cannot be known.
     """
     target = float(target_mpp)
     if not np.isfinite(target) or target <= 0:
@@ -187,6 +286,26 @@ def tissue_mask_from_rgb(
     borders, dust) have meaningless saturation and are excluded. Cleanup: 3×3 median, opening (drops
     specks), closing and hole filling (keeps pale lumens inside tissue), then objects smaller than
     ``min_object_fraction`` of the thumbnail are removed.
+
+    Parameters
+    ----------
+    rgb : ndarray of shape (H, W, 3 or 4)
+        Thumbnail pixels, 0..255 (an alpha channel is ignored).
+    min_saturation : float, default 0.05
+        Lowest saturation threshold, in [0, 1].
+    min_brightness : int, default 30
+        Pixels whose brightest channel is below this (0..255) are never tissue.
+    min_object_fraction : float, default 1e-4
+        Smallest kept object as a share of the thumbnail's pixels (at least 4 pixels).
+
+    Returns
+    -------
+    ndarray of bool, shape (H, W)
+
+    Raises
+    ------
+    FmauditInputError
+        When ``rgb`` is not an RGB(A) image array.
     """
     from scipy import ndimage
 
@@ -226,6 +345,22 @@ def tissue_mask(slide, thumb_max: int = 1024) -> np.ndarray:
 
     The mask covers the whole level-0 image: mask pixel (r, c) spans level-0 x in
     ``[c * W0 / mask_w, (c + 1) * W0 / mask_w)`` and likewise in y.
+
+    Parameters
+    ----------
+    slide : openslide.OpenSlide or str or Path
+        An open slide (left open) or a slide path (opened and closed here).
+    thumb_max : int, default 1024
+        Largest side of the thumbnail in pixels.
+
+    Returns
+    -------
+    ndarray of bool, shape (mask_h, mask_w)
+
+    Raises
+    ------
+    FmauditInputError
+        When the slide's thumbnail cannot be read.
     """
     import openslide
 
@@ -242,6 +377,19 @@ def rect_fraction(mask: np.ndarray, x0, y0, x1, y1) -> np.ndarray:
 
     The integral of a piecewise-constant image up to (u, v) is the bilinear interpolation of its summed-area
     table, so corners need not fall on mask pixels (tiles may be smaller or larger than one mask pixel).
+
+    Parameters
+    ----------
+    mask : ndarray of shape (h, w)
+        Boolean or numeric mask, constant over each pixel.
+    x0, y0, x1, y1 : float or ndarray
+        Rectangle corners in mask-pixel units (x: columns, y: rows), broadcast together; x1 > x0, y1 > y0.
+        Parts outside the mask count as 0.
+
+    Returns
+    -------
+    ndarray of float64
+        Mean of the mask over each rectangle, in [0, 1].
     """
     h, w = mask.shape
     sat = np.zeros((h + 1, w + 1), dtype=np.float64)
@@ -284,6 +432,36 @@ def tile_coordinates(
     with ``tissue_fraction >= min_tissue_fraction`` are kept; if ``max_tiles`` is set and more remain,
     ``max_tiles`` of them are drawn without replacement with ``np.random.default_rng(seed)`` and put back
     in row-major order. A slide without a single kept tile raises :class:`FmauditInputError`.
+
+    Parameters
+    ----------
+    slide_path : str or Path
+        The slide.
+    target_mpp : float
+        µm/px of the tiles' field of view.
+    tile_size : int
+        Tile side in pixels at ``target_mpp`` (positive).
+    min_tissue_fraction : float, default 0.5
+        Smallest share of tissue a kept tile has, in [0, 1].
+    max_tiles : int, optional
+        Largest number of tiles kept (positive); None keeps all.
+    seed : int, default 0
+        Seed of the draw of ``max_tiles`` tiles.
+    mpp_override : float, optional
+        Level-0 µm/px to use instead of the slide's metadata (a positive number).
+    thumb_max : int, default 1024
+        Largest side of the tissue-mask thumbnail in pixels.
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`TILE_COLUMNS` as above.
+
+    Raises
+    ------
+    FmauditInputError
+        On an invalid ``tile_size``, ``min_tissue_fraction`` or ``max_tiles``, an unreadable slide or unknown
+        resolution, a level smaller than one tile, or no tile with enough tissue.
     """
     tile_size = int(tile_size)
     if tile_size <= 0:

@@ -180,11 +180,44 @@ class ProbeHead(ClassifierMixin, BaseEstimator):
         return logits[:, 1] - logits[:, 0] if logits.shape[1] == 2 else logits
 
     def predict_proba(self, X) -> np.ndarray:
-        """Softmax of :meth:`decision_logits`, (N, K)."""
+        """Softmax of :meth:`decision_logits`, (N, K).
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Features with the fitted width D.
+
+        Returns
+        -------
+        ndarray of shape (N, K)
+            Rows summing to 1, columns in the order of ``classes_`` (a class absent from training gets about 0:
+            :func:`fill_absent_classes`).
+
+        Raises
+        ------
+        FmauditInputError
+            When the head is not fitted or ``X`` has another width or non-finite values.
+        """
         return softmax_last_axis(self.decision_logits(X))
 
     def predict(self, X) -> np.ndarray:
-        """``classes_`` value of the largest logit; ties go to the lowest class index."""
+        """``classes_`` value of the largest logit; ties go to the lowest class index.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Features with the fitted width D.
+
+        Returns
+        -------
+        ndarray of shape (N,)
+            Values of ``classes_``.
+
+        Raises
+        ------
+        FmauditInputError
+            When the head is not fitted or ``X`` has another width or non-finite values.
+        """
         winners = self.decision_logits(X).argmax(axis=1)
         return self.classes_[winners]
 
@@ -335,7 +368,23 @@ class LogisticCVProbe(ProbeHead):
 
     def fit(self, X, y, n_classes: int | None = None, groups=None) -> "LogisticCVProbe":
         """Fit as :meth:`ProbeHead.fit`; ``groups`` (N,) (patient or slide per row) make the folds
-        group-disjoint."""
+        group-disjoint.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Training features.
+        y : array-like of shape (N,)
+            Training labels (as :meth:`ProbeHead.fit`).
+        n_classes : int or None, default None
+            Overrides the constructor's ``n_classes`` for this fit.
+        groups : array-like of shape (N,), optional
+            Group of each row; None gives stratified folds that ignore groups.
+
+        Returns
+        -------
+        self
+        """
         return super().fit(X, y, n_classes=n_classes, groups=groups)
 
     def _folds(self, X, codes, groups):

@@ -179,6 +179,12 @@ class BatchLogistic:
 
     Made by :func:`fit_logistic_batch`. R problems, D features, K classes.
 
+    Parameters
+    ----------
+    W, b, mean, scale, present, n_iter, converged, Cs, problem_index
+        The fitted arrays, stored as the attributes below with a trailing underscore (``W`` is ``W_``, ...);
+        :func:`fit_logistic_batch` builds them.
+
     Attributes
     ----------
     W_ : ndarray of shape (R, D, K)
@@ -259,11 +265,37 @@ class BatchLogistic:
         return Z[0] if r is not None else Z
 
     def predict_proba(self, X, r: int | None = None) -> np.ndarray:
-        """Softmax of :meth:`decision_logits`, (R, N, K) or (N, K)."""
+        """Softmax of :meth:`decision_logits`, (R, N, K) or (N, K).
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Raw features (each problem applies its own scaler).
+        r : int or None, default None
+            One problem's index; None gives every problem.
+
+        Returns
+        -------
+        ndarray of shape (R, N, K), or (N, K) for problem ``r``
+            Rows summing to 1; an absent class gets about 0.
+        """
         return softmax_last_axis(self.decision_logits(X, r))
 
     def predict(self, X, r: int | None = None) -> np.ndarray:
-        """Argmax of the logits, (R, N) or (N,); ties go to the lowest class index."""
+        """Argmax of the logits, (R, N) or (N,); ties go to the lowest class index.
+
+        Parameters
+        ----------
+        X : array-like of shape (N, D)
+            Raw features.
+        r : int or None, default None
+            One problem's index; None gives every problem.
+
+        Returns
+        -------
+        ndarray of int, shape (R, N), or (N,) for problem ``r``
+            Class indices 0..K-1.
+        """
         return self.decision_logits(X, r).argmax(axis=-1)
 
 

@@ -34,14 +34,14 @@ development machines, 4-7 times the time to read its parquet file (``benchmarks/
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from fmaudit.cells.protocols import make_partition, mask_excluded, panel_from_manifests, unit_sections
 from fmaudit.io import FmauditInputError
+from fmaudit.split_checks.report import SplitValidationError, SplitValidationReport, name_examples
 
 log = logging.getLogger(__name__)
 
@@ -54,70 +54,6 @@ SPLIT_VALUES = ("train", "val", "test", "unassigned")
 EVALUATED_SPLITS = ("train", "val", "test")
 POOLED_DOMAIN = "all"
 TILE_KEY = ("source", "x", "y", "level", "size")
-
-
-@dataclass
-class SplitCheck:
-    """One check on one scope: ``status`` is ``ok``, ``error``, ``allowed`` (an error the config accepts) or
-    ``warning`` (the run goes on; the validation log and report say why its numbers are weaker)."""
-
-    task: str
-    check: str
-    scope: str
-    status: str
-    detail: str
-
-
-@dataclass
-class SplitValidationReport:
-    """What :func:`validate_task_splits` checked: one :class:`SplitCheck` per check and scope."""
-
-    checks: list[SplitCheck] = field(default_factory=list)
-
-    @property
-    def problems(self) -> list[str]:
-        return [_problem_line(c) for c in self.checks if c.status == "error"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def warnings(self) -> list[str]:
-        return [_problem_line(c) for c in self.checks if c.status == "warning"]
-
-    def to_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([vars(c) for c in self.checks], columns=["task", "check", "scope", "status", "detail"])
-
-    def add(self, task: str, check: str, scope: str, problems: Sequence[str], ok_detail: str,
-            allowed: Sequence[str] = (), warnings: Sequence[str] = ()) -> None:
-        for p in problems:
-            self.checks.append(SplitCheck(task, check, scope, "error", p))
-        for a in allowed:
-            self.checks.append(SplitCheck(task, check, scope, "allowed", a))
-        for w in warnings:
-            self.checks.append(SplitCheck(task, check, scope, "warning", w))
-        if not problems and not allowed and not warnings:
-            self.checks.append(SplitCheck(task, check, scope, "ok", ok_detail))
-
-
-class SplitValidationError(FmauditInputError):
-    """Every problem :func:`validate_task_splits` found; ``report`` holds all checks, passed ones included."""
-
-    def __init__(self, message: str, report: SplitValidationReport):
-        super().__init__(message)
-        self.report = report
-
-
-def _problem_line(c: SplitCheck) -> str:
-    where = f"task {c.task!r}, " if c.task else ""
-    return f"{where}{c.scope}: {c.detail}"
-
-
-def _examples(values: Sequence[Any], max_examples: int) -> str:
-    shown = ", ".join(repr(v) for v in list(values)[:max_examples])
-    more = len(values) - max_examples
-    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def _as_frame(name: str, manifest: pd.DataFrame | Mapping[str, Any]) -> pd.DataFrame:
@@ -148,6 +84,31 @@ def validate_task_splits(
     manifest is one pooled task named after it, without transfer. ``files`` maps a data-set name to its
     manifest file, for the messages. ``allow_group_overlap`` accepts groups on two splits (with a warning).
     At most ``max_examples`` ids, groups or files are named per problem, with the total count.
+
+    Parameters
+    ----------
+    manifests : Mapping of str to DataFrame or Mapping
+        Data-set name to its manifest, as above.
+    tasks : Mapping of str to Mapping, optional
+        Task name to its spec, as above.
+    files : Mapping of str to str, optional
+        Data-set name to its manifest file (keyword-only).
+    allow_group_overlap : bool, default False
+        Accept groups on two splits, with a warning (keyword-only).
+    max_examples : int, default 10
+        Largest number of examples named per problem (keyword-only).
+
+    Returns
+    -------
+    SplitValidationReport
+        Every check, when none failed.
+
+    Raises
+    ------
+    SplitValidationError
+        Listing every problem (its ``report`` holds all checks).
+    FmauditInputError
+        When a manifest given as columns has columns of different lengths.
     """
     frames = {name: _as_frame(name, m) for name, m in manifests.items()}
     if tasks is None:
@@ -239,7 +200,7 @@ def _duplicate_ids(df: pd.DataFrame, max_examples: int) -> list[str]:
         return []
     counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
     ids = [str(v) for v in uniques[counts > 1]]
-    return [f"{len(ids)} item id(s) occur more than once: {_examples(ids, max_examples)}"]
+    return [f"{len(ids)} item id(s) occur more than once: {name_examples(ids, max_examples)}"]
 
 
 def _duplicate_files(df: pd.DataFrame, max_examples: int, dataset_col: str | None = None) -> list[str]:
@@ -471,7 +432,7 @@ def _label_space(codes: _TaskCodes, max_examples: int) -> tuple[np.ndarray | Non
     bad = np.isnan(raw) | (raw != np.round(raw)) | (raw < 0)
     if bad.any():
         values = pd.unique(codes.label_raw[bad].astype(str)).tolist()
-        return None, [], [f"labels must be integers 0..K-1; found {_examples(values, max_examples)}"]
+        return None, [], [f"labels must be integers 0..K-1; found {name_examples(values, max_examples)}"]
     labels = raw.astype(np.int64)
     k = int(labels.max()) + 1
     problems = []
@@ -495,123 +456,3 @@ def _label_space(codes: _TaskCodes, max_examples: int) -> tuple[np.ndarray | Non
             if len(values) > 1:
                 problems.append(f"class name {str(name_values[n])!r} has several labels: {values}")
     return labels, names, problems
-
-
-# --------------------------------------------------------------------------------------------------------
-# the cell branch (CellPath-Bench): the same report, checks of a panel of sections
-# --------------------------------------------------------------------------------------------------------
-
-#: Checks of :func:`validate_cell_panel`, in the order they run.
-CELL_CHECKS = ("section_classes", "partition_leakage", "training_classes", "evaluated_classes")
-
-
-def validate_cell_panel(
-    manifests: Mapping[str, pd.DataFrame],
-    sections_by_organ: Mapping[str, Sequence[str]],
-    taxonomies: Mapping[str, Mapping[str, Any]],
-    protocols: Mapping[str, Mapping[str, Any]],
-    probe: Mapping[str, Any],
-    excluded: Mapping[str, str] | None = None,
-    folds: Mapping[str, Sequence[str]] | None = None,
-    max_examples: int = 5,
-) -> SplitValidationReport:
-    """Every check of the cell branch that can fail on cell data, before the first feature job.
-
-    ``manifests``: section -> cell manifest (:mod:`fmaudit.cells.prepare`); ``taxonomies``: name (``fine``,
-    ``coarse``) -> ``{"task": task, "allow_missing_classes": [class names]}``; ``protocols`` and ``probe``:
-    the config's ``cells.protocols`` and ``cells.probe``; ``excluded``: section -> reason (sections with fewer
-    than two valid classes, from their manifests' provenance); ``folds``: MOCV unit -> sections.
-
-    - ``section_classes``: one row per section: ``excluded`` with the reason (its labels take no part; see
-      :func:`fmaudit.cells.protocols.mask_excluded`), else ``ok``; every section excluded is an error.
-    - ``partition_leakage``: the partition of every (protocol, unit, seed) is drawn exactly as the shards draw
-      it and checked (no held-out cell trains or validates).
-    - ``training_classes``: each partition's training cells hold at least two classes of each taxonomy; a unit
-      whose test sections are all excluded is reported ``excluded`` instead.
-    - ``evaluated_classes``: every class among a partition's test cells is among its training cells; class
-      names in the taxonomy task's ``allow_missing_classes`` are ``allowed``.
-
-    Raises :class:`SplitValidationError` listing every problem; returns the report otherwise (scope:
-    ``protocol unit seed taxonomy``)."""
-    excluded = dict(excluded or {})
-    report = SplitValidationReport()
-    tax_names = list(taxonomies)
-    for section in manifests:
-        if section in excluded:
-            report.checks.append(SplitCheck("cells", "section_classes", f"section {section}", "excluded",
-                                            f"excluded from the cell-level analyses: {excluded[section]}"))
-        else:
-            report.checks.append(SplitCheck("cells", "section_classes", f"section {section}", "ok",
-                                            "at least two valid classes in every taxonomy"))
-    if manifests and all(s in excluded for s in manifests):
-        report.checks.append(SplitCheck("cells", "section_classes", "panel", "error",
-                                        "every section is excluded (fewer than two valid classes); nothing to probe"))
-        raise SplitValidationError("cell validation failed:\n" + "\n".join(report.problems), report)
-    panel = panel_from_manifests(mask_excluded(manifests, excluded, tax_names), tax_names)
-    for protocol, spec in protocols.items():
-        if spec is None:
-            continue
-        for unit in _cell_units(protocol, spec, sections_by_organ, folds):
-            test_sections = _unit_test_sections(protocol, unit, sections_by_organ, folds)
-            unit_excluded = all(s in excluded for s in test_sections)
-            for seed in spec["seeds"]:
-                scope = f"{protocol} {unit} seed {int(seed)}"
-                try:
-                    part = make_partition(panel, protocol, unit, int(seed), sections_by_organ=sections_by_organ,
-                                          folds=folds, taxonomies=tax_names, roi_fraction=spec.get("roi_fraction", 0.5),
-                                          val_fraction=probe["val_fraction"], max_train_cells=probe["max_train_cells"],
-                                          max_val_cells=probe["max_val_cells"])
-                except FmauditInputError as e:
-                    report.checks.append(SplitCheck("cells", "partition_leakage", scope, "error", str(e)))
-                    continue
-                report.checks.append(SplitCheck("cells", "partition_leakage", scope, "ok",
-                                                f"{part.train.size} train, {part.val.size} val, "
-                                                f"{part.test.size} test cells"))
-                for tax in tax_names:
-                    task = str(taxonomies[tax]["task"])
-                    allowed_names = set(taxonomies[tax].get("allow_missing_classes") or ())
-                    labels = panel.labels[tax]
-                    names = panel.class_names[tax]
-                    train = np.unique(labels[part.train][labels[part.train] >= 0])
-                    test = np.unique(labels[part.test][labels[part.test] >= 0])
-                    where = f"{scope} {tax}"
-                    if unit_excluded:
-                        report.checks.append(SplitCheck(task, "training_classes", where, "excluded",
-                                                        "every test section of the unit is excluded"))
-                        continue
-                    if train.size < 2:
-                        report.add(task, "training_classes", where,
-                                   [f"{train.size} class(es) among the {part.train.size} training cells "
-                                    f"(need 2): {[names[c] for c in train]}"], "")
-                        continue
-                    report.add(task, "training_classes", where, [], f"{train.size} classes in training")
-                    missing = [int(c) for c in test if c not in set(train.tolist())]
-                    errors = [c for c in missing if names[c] not in allowed_names]
-                    allowed = [c for c in missing if names[c] in allowed_names]
-                    report.add(task, "evaluated_classes", where,
-                               [f"class(es) {_examples([names[c] for c in errors], max_examples)} among the test "
-                                f"cells but absent from the training cells (allow them by name in "
-                                f"tasks.{task}.allow_missing_classes)"] if errors else [],
-                               f"every test class ({test.size}) is in training",
-                               [f"class {names[c]!r} absent from training (allowed)" for c in allowed])
-    if not report.ok:
-        raise SplitValidationError("cell validation failed:\n" + "\n".join(report.problems), report)
-    return report
-
-
-def _cell_units(protocol: str, spec: Mapping[str, Any], sections_by_organ: Mapping[str, Sequence[str]],
-                folds: Mapping[str, Sequence[str]] | None) -> list[str]:
-    """A protocol's units as :func:`fmaudit.grid.cell_runs` declares them."""
-    if protocol == "IS":
-        return [s for secs in sections_by_organ.values() for s in secs]
-    if protocol == "IOCD":
-        return [s for secs in sections_by_organ.values() if len(secs) >= int(spec["min_sections_per_organ"])
-                for s in secs]
-    if protocol == "MOCV":
-        return [f"fold{i}" for i in range(int(spec["folds"]))]
-    return list(sections_by_organ)
-
-
-def _unit_test_sections(protocol: str, unit: str, sections_by_organ: Mapping[str, Sequence[str]],
-                        folds: Mapping[str, Sequence[str]] | None) -> list[str]:
-    return unit_sections(protocol, unit, sections_by_organ, folds)[0]
