@@ -39,6 +39,7 @@ from fmaudit.cells.features import (
     fuse_readout,
     needs_cls,
     open_cell_features,
+    readout_width,
 )
 from fmaudit.cells.metrics import AUROC_CONVENTION, F1_CONVENTION, macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import (
@@ -388,6 +389,8 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
     partitions = {(unit, seed): part for unit, parts in group for seed, part in parts.items()}
     fit_rows = np.unique(np.concatenate([np.r_[p.train, p.val] for p in partitions.values()]))
     readouts = [r for r in dict.fromkeys(runs["readout"].astype(str)) if has_cls or not needs_cls(r)]
+    # the widest readouts' calls first: with worker processes, the last calls to finish are the short ones
+    readouts.sort(key=lambda r: -readout_width(r, 1))
     for i, run in runs.iterrows():
         results[i] = _empty_result(_run_id(protocol, run), "pending")
         if not has_cls and needs_cls(str(run.readout)):
