@@ -29,9 +29,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# ruff over the Python (rules and per-file ignores in pyproject.toml), then Snakemake's own lint of the workflow
+# ruff over the Python (rules and per-file ignores in pyproject.toml), snakefmt over the workflow's files (line
+# length and the house order of directives in pyproject.toml), then Snakemake's own lint of the workflow
 lint: $(STAMP)
 	$(BIN)/ruff check src tests scripts benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint
 
 dryrun: $(STAMP)

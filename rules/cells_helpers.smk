@@ -37,14 +37,18 @@ UNPLANNED_MAGNIFICATIONS = ["0"]
 
 def cell_feature_folders():
     """The outputs of one (encoder, section) feature job: a folder per magnification."""
-    return [directory(f"{CELLS}/features/{{encoder}}/{{key}}/{m}x/{{section}}")
-            for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS]
+    return [
+        directory(f"{CELLS}/features/{{encoder}}/{{key}}/{m}x/{{section}}")
+        for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS
+    ]
 
 
 def cell_feature_logs():
     """A log per magnification of a feature job, where the per-magnification jobs wrote theirs."""
-    return [f"{RESULTS}/logs/cell_features/{{encoder}}/{{key}}/{m}x/{{section}}.log"
-            for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS]
+    return [
+        f"{RESULTS}/logs/cell_features/{{encoder}}/{{key}}/{m}x/{{section}}.log"
+        for m in CELL_MAGNIFICATIONS or UNPLANNED_MAGNIFICATIONS
+    ]
 
 
 def cell_magnifications(wildcards):
@@ -91,11 +95,16 @@ def validated_cells():
 def cell_section(wildcards):
     """What a section's preparation depends on: its id, organ, data set and the data set's parameters."""
     if CELL_PLAN is None or wildcards.section not in CELL_PLAN.organ_of:
-        raise unknown_name_error("section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [],
-                                 "config 'cells.sections'")
+        raise unknown_name_error(
+            "section", wildcards.section, CELL_PLAN.sections if CELL_PLAN else [], "config 'cells.sections'"
+        )
     dataset = CELL_PLAN.dataset_of[wildcards.section]
-    entry = {"section": wildcards.section, "organ": CELL_PLAN.organ_of[wildcards.section], "dataset": dataset,
-             "params": dataset_params(config, DATASETS, dataset)}
+    entry = {
+        "section": wildcards.section,
+        "organ": CELL_PLAN.organ_of[wildcards.section],
+        "dataset": dataset,
+        "params": dataset_params(config, DATASETS, dataset),
+    }
     if DATASETS[dataset]["kind"] != "xenium_cells":  # (Xenium sections' params stay as they were: no rerun)
         entry["kind"] = DATASETS[dataset]["kind"]
     return canonical(entry)
@@ -123,9 +132,15 @@ def cell_section_manifests(wildcards):
 
 def cell_taxonomies(wildcards):
     """taxonomy name -> its task and the class names the task allows to be missing from training."""
-    return canonical({name: {"task": task,
-                             "allow_missing_classes": list(config["tasks"][task].get("allow_missing_classes") or [])}
-                      for name, task in CELL_PLAN.taxonomy_tasks.items()})
+    return canonical(
+        {
+            name: {
+                "task": task,
+                "allow_missing_classes": list(config["tasks"][task].get("allow_missing_classes") or []),
+            }
+            for name, task in CELL_PLAN.taxonomy_tasks.items()
+        }
+    )
 
 
 # The keys of cells.probe the cell checks read: they draw each partition as the shards do (fmaudit.split_checks.
@@ -136,8 +151,13 @@ CELL_VALIDATION_PROBE_KEYS = ("val_fraction", "max_train_cells", "max_val_cells"
 def cell_validation_settings(wildcards):
     """What the cell checks depend on: sections, protocols and the probe's draw sizes (no encoder)."""
     cells = CELL_PLAN.cells
-    return canonical({"sections": cells["sections"], "protocols": cells["protocols"],
-                      "probe": {k: cells["probe"][k] for k in CELL_VALIDATION_PROBE_KEYS}})
+    return canonical(
+        {
+            "sections": cells["sections"],
+            "protocols": cells["protocols"],
+            "probe": {k: cells["probe"][k] for k in CELL_VALIDATION_PROBE_KEYS},
+        }
+    )
 
 
 def cell_encoder(wildcards):
@@ -145,7 +165,8 @@ def cell_encoder(wildcards):
     if wildcards.key != EMBEDDING_KEY[encoder]:
         raise FmauditInputError(
             f"cell features of {encoder!r} with key {wildcards.key} were asked for, but the config gives encoder "
-            f"{encoder!r} the key {EMBEDDING_KEY[encoder]}")
+            f"{encoder!r} the key {EMBEDDING_KEY[encoder]}"
+        )
     return encoder
 
 
@@ -222,19 +243,36 @@ def cell_report_settings():
     pretraining scale of each encoder (the landscape's point size, from the registry), the panel's sections and
     the nested section subsets (cells.subsets: sizes and lists; a scores table is an input of the report)."""
     if CELL_PLAN is None:  # the captions still render (the chapter's outputs are notes then)
-        return {"magnifications": [], "protocols": {}, "taxonomies": {}, "readouts": [], "pretraining_wsis": {},
-                "sections": [], "subsets": {}}
+        return {
+            "magnifications": [],
+            "protocols": {},
+            "taxonomies": {},
+            "readouts": [],
+            "pretraining_wsis": {},
+            "sections": [],
+            "subsets": {},
+        }
     cells = CELL_PLAN.cells
     subsets = {k: v for k, v in (cells.get("subsets") or {}).items() if k != "scores"}  # the scores are an input
-    return canonical({"magnifications": [float(m) for m in cells["magnifications"]], "protocols": cells["protocols"],
-                      "taxonomies": dict(cells["taxonomies"]), "readouts": list(cells["readouts"]),
-                      "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders},
-                      "sections": list(CELL_PLAN.sections), "subsets": subsets})
+    return canonical(
+        {
+            "magnifications": [float(m) for m in cells["magnifications"]],
+            "protocols": cells["protocols"],
+            "taxonomies": dict(cells["taxonomies"]),
+            "readouts": list(cells["readouts"]),
+            "pretraining_wsis": {e: ENCODERS[e].get("pretraining_wsis") for e in CELL_PLAN.encoders},
+            "sections": list(CELL_PLAN.sections),
+            "subsets": subsets,
+        }
+    )
 
 
 if CELL_PLAN is not None:
-    REPORT_INPUTS.update(cell_runs=[CELL_RUNS], cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
-                         cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections])
+    REPORT_INPUTS.update(
+        cell_runs=[CELL_RUNS],
+        cell_qc=[cell_qc_path(s) for s in CELL_PLAN.sections],
+        cell_manifests=[cell_manifest_path(s) for s in CELL_PLAN.sections],
+    )
     scores = (CELL_PLAN.cells.get("subsets") or {}).get("scores")  # the table ranking sections for the subsets
     REPORT_INPUTS["cell_subset_scores"] = [scores] if scores else []
 REPORT_SETTINGS["cells"] = cell_report_settings()

@@ -115,16 +115,20 @@ ENCODER_BUILDING_RULES = {"embed", "cell_features"}
 UNUSABLE_ENCODERS = unusable_encoders(config, ENCODERS)
 if UNUSABLE_ENCODERS:
     # a dry run and `fmaudit grid` still show the plan; a run that would embed one of them stops (onstart)
-    print("fmaudit: warning: these encoders cannot be embedded yet; a run that embeds them stops before its "
-          "first job:\n" + "\n".join(f"  - {why}" for why in UNUSABLE_ENCODERS.values()), file=sys.stderr)
+    print(
+        "fmaudit: warning: these encoders cannot be embedded yet; a run that embeds them stops before its "
+        "first job:\n" + "\n".join(f"  - {why}" for why in UNUSABLE_ENCODERS.values()),
+        file=sys.stderr,
+    )
 
 
 def check_before_first_job():
     """onstart (runs once the DAG is built, before any job; not on dry runs): stop if a job that would build an
     encoder is planned for an encoder that cannot be built as configured (fmaudit.preflight.unusable_encoders:
     remote code without a pinned commit, a registry weight file that is not there)."""
-    planned = {job.wildcards.get("encoder") for job in workflow.dag.needrun_jobs()
-               if job.rule.name in ENCODER_BUILDING_RULES}
+    planned = {
+        job.wildcards.get("encoder") for job in workflow.dag.needrun_jobs() if job.rule.name in ENCODER_BUILDING_RULES
+    }
     problems = [UNUSABLE_ENCODERS[enc] for enc in sorted(planned) if enc in UNUSABLE_ENCODERS]
     if problems:
         raise WorkflowError("stopped before the first job:\n" + "\n".join(problems))
@@ -232,8 +236,12 @@ def profile_default_resource(name):
 
 
 try:
-    PLANNER = RequestPlanner(ENCODERS, benchmarks=f"{RESULTS}/benchmarks", batch_size=GPU_BATCH_SIZE,
-                             gpu_classes=parse_gpu_classes(profile_default_resource("gpu_classes")))
+    PLANNER = RequestPlanner(
+        ENCODERS,
+        benchmarks=f"{RESULTS}/benchmarks",
+        batch_size=GPU_BATCH_SIZE,
+        gpu_classes=parse_gpu_classes(profile_default_resource("gpu_classes")),
+    )
 except FmauditInputError as err:
     raise WorkflowError(str(err))
 
@@ -304,8 +312,11 @@ class NotBehindAncient:
         self.depending = depending
 
     def __getitem__(self, job):
-        return {job_: files for job_, files in self.depending[job].items()
-                if not all(f.is_ancient and os.path.exists(f) for f in files)}
+        return {
+            job_: files
+            for job_, files in self.depending[job].items()
+            if not all(f.is_ancient and os.path.exists(f) for f in files)
+        }
 
 
 def stop_masking_at_ancient_inputs():

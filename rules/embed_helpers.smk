@@ -20,7 +20,8 @@ def embed_encoder(wildcards):
         raise FmauditInputError(
             f"embeddings of {encoder!r} with key {wildcards.key} were asked for, but the config gives encoder "
             f"{encoder!r} the key {EMBEDDING_KEY[encoder]} (its registry entry or config 'encoder_weights' changed); "
-            f"ask for {embedding_path(encoder, wildcards.dataset)}")
+            f"ask for {embedding_path(encoder, wildcards.dataset)}"
+        )
     return encoder
 
 
@@ -75,11 +76,15 @@ def imported_source(wildcards):
     """What import_features reads for this (encoder, data set), checked against the config and the path's key."""
     encoder = config_name("encoder", wildcards.encoder, "encoders")
     if (encoder, wildcards.dataset) not in FEATURE_IMPORTS:
-        raise WorkflowError(f"data set {wildcards.dataset!r} has no feature file of encoder {encoder!r} "
-                            f"(dataset_entries.{wildcards.dataset}.params.files)")
+        raise WorkflowError(
+            f"data set {wildcards.dataset!r} has no feature file of encoder {encoder!r} "
+            f"(dataset_entries.{wildcards.dataset}.params.files)"
+        )
     if wildcards.key != EMBEDDING_KEY[encoder]:
-        raise FmauditInputError(f"embeddings of {encoder!r} with key {wildcards.key} were asked for; the config gives "
-                                f"it the key {EMBEDDING_KEY[encoder]}")
+        raise FmauditInputError(
+            f"embeddings of {encoder!r} with key {wildcards.key} were asked for; the config gives "
+            f"it the key {EMBEDDING_KEY[encoder]}"
+        )
     return FEATURE_IMPORTS[(encoder, wildcards.dataset)]
 
 

@@ -71,8 +71,9 @@ def ood_task(wildcards):
     its split is stratified by (fmaudit.datasets.preparer_split_strata: PANDA's grade and provider), which the
     gate's fit/validation divisions and the further splits are stratified by too."""
     spec = task_spec(wildcards, keys=("ordinal",))
-    spec["split_strata"] = {ds: list(preparer_split_strata(DATASETS[ds]["preparer"]))
-                            for ds in config["tasks"][wildcards.task]["datasets"]}
+    spec["split_strata"] = {
+        ds: list(preparer_split_strata(DATASETS[ds]["preparer"])) for ds in config["tasks"][wildcards.task]["datasets"]
+    }
     return canonical(spec)
 
 
@@ -108,8 +109,12 @@ def ood_split_shard_path(task, encoder, table):
 def ood_aggregate_inputs(wildcards):
     """Each table of every OOD shard and further-splits job, by table."""
     inputs = {table: [ood_shard_path(task, enc, table) for enc, task in OOD_SHARDS] for table in OOD_TABLES}
-    inputs.update({table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
-                   for table in OOD_SPLIT_TABLES})
+    inputs.update(
+        {
+            table: [ood_split_shard_path(task, enc, table) for enc, task in OOD_SPLIT_SHARDS]
+            for table in OOD_SPLIT_TABLES
+        }
+    )
     return inputs
 
 
@@ -122,14 +127,20 @@ def report_ood_settings():
     out = {}
     for task, plan in OOD_PLANS.items():
         gate = plan["gate"] or {}
-        out[task] = canonical({
-            "scorers": plan["settings"]["scorers"], "n_boot": config_block(config, "bootstrap", task=task)["n_boot"],
-            "ece_bins": config_block(config, "calibration", task=task)["ece_bins"],
-            "gate": bool(plan["gate"]), "n_splits": gate.get("n_splits", 0), "id_reject": gate.get("id_reject", 0),
-            "retain": gate.get("retain", 0), "probe_C": plan["settings"]["probe"]["C"],
-            "ordinal": bool(config["tasks"][task].get("ordinal", False)),
-            "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
-        })
+        out[task] = canonical(
+            {
+                "scorers": plan["settings"]["scorers"],
+                "n_boot": config_block(config, "bootstrap", task=task)["n_boot"],
+                "ece_bins": config_block(config, "calibration", task=task)["ece_bins"],
+                "gate": bool(plan["gate"]),
+                "n_splits": gate.get("n_splits", 0),
+                "id_reject": gate.get("id_reject", 0),
+                "retain": gate.get("retain", 0),
+                "probe_C": plan["settings"]["probe"]["C"],
+                "ordinal": bool(config["tasks"][task].get("ordinal", False)),
+                "extra_splits": (OOD_SPLIT_PLANS.get(task) or {}).get("seeds", []),
+            }
+        )
     return out
 
 

@@ -8,11 +8,19 @@ from fmaudit.grid import parts_with, prior_shift_runs, scratch_reference_runs
 PRIOR_SHIFT = {ps["task"]: ps for _, _, ps in parts_with(config, "prior_shift")}
 # The jobs fmaudit.grid counts (fmaudit.grid.JOB_KEYS), with their task: the shards of prior_shift_runs and
 # the scratch references of scratch_reference_runs.
-PRIOR_SHIFT_SHARDS = (prior_shift_runs(config, DATASETS)[["task", "encoder", "source_domain", "target_domain"]]
-                      .astype(str).drop_duplicates().itertuples(index=False))
+PRIOR_SHIFT_SHARDS = (
+    prior_shift_runs(config, DATASETS)[["task", "encoder", "source_domain", "target_domain"]]
+    .astype(str)
+    .drop_duplicates()
+    .itertuples(index=False)
+)
 PRIOR_SHIFT_SHARDS = list(PRIOR_SHIFT_SHARDS)
-SCRATCH_JOBS = list(scratch_reference_runs(config, DATASETS)[["task", "source_domain", "seed"]].astype(str)
-                    .drop_duplicates().itertuples(index=False))
+SCRATCH_JOBS = list(
+    scratch_reference_runs(config, DATASETS)[["task", "source_domain", "seed"]]
+    .astype(str)
+    .drop_duplicates()
+    .itertuples(index=False)
+)
 # Settings that change no number of a shard (they feed the report or the scratch reference) stay out of its params.
 NOT_SHARD_SETTINGS = ("model_selection", "scratch_reference")
 
@@ -27,8 +35,9 @@ def prior_shift_shard_path(task, encoder, source, target, kind):
 
 
 def all_prior_shift_shards(kind):
-    return [prior_shift_shard_path(j.task, j.encoder, j.source_domain, j.target_domain, kind)
-            for j in PRIOR_SHIFT_SHARDS]
+    return [
+        prior_shift_shard_path(j.task, j.encoder, j.source_domain, j.target_domain, kind) for j in PRIOR_SHIFT_SHARDS
+    ]
 
 
 def all_scratch_references():
@@ -48,8 +57,13 @@ def prior_shift_readout(wildcards):
 
 def scratch_targets(wildcards):
     """The target domains of this source in the task's prior-shift grid (what the frozen shards evaluate)."""
-    return sorted({j.target_domain for j in PRIOR_SHIFT_SHARDS
-                   if j.task == wildcards.task and j.source_domain == wildcards.source_domain})
+    return sorted(
+        {
+            j.target_domain
+            for j in PRIOR_SHIFT_SHARDS
+            if j.task == wildcards.task and j.source_domain == wildcards.source_domain
+        }
+    )
 
 
 def scratch_pool_settings(wildcards):
@@ -76,14 +90,21 @@ def scratch_runtime(wildcards, attempt):
 
 
 if PRIOR_SHIFT_SHARDS:
-    REPORT_INPUTS.update(prior_shift_runs=[f"{RESULTS}/aggregate/prior_shift_runs.parquet"],
-                         prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
-                         scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"])
+    REPORT_INPUTS.update(
+        prior_shift_runs=[f"{RESULTS}/aggregate/prior_shift_runs.parquet"],
+        prior_shift_pool=[f"{RESULTS}/aggregate/prior_shift_pool.parquet"],
+        scratch_reference=[f"{RESULTS}/aggregate/scratch_reference.parquet"],
+    )
 # {task: what the report reads of its prior_shift block} (selection rules; the rest for its captions)
-REPORT_SETTINGS["prior_shift"] = canonical({task: {**{k: ps[k] for k in ("model_selection", "priors", "assumed_priors",
-                                                                        "draws", "sample_size", "seeds")},
-                                                   "scratch_reference": bool(ps["scratch_reference"]["enabled"])}
-                                            for task, ps in PRIOR_SHIFT.items()})
+REPORT_SETTINGS["prior_shift"] = canonical(
+    {
+        task: {
+            **{k: ps[k] for k in ("model_selection", "priors", "assumed_priors", "draws", "sample_size", "seeds")},
+            "scratch_reference": bool(ps["scratch_reference"]["enabled"]),
+        }
+        for task, ps in PRIOR_SHIFT.items()
+    }
+)
 
 
 record_signatures(globals())

@@ -39,8 +39,9 @@ def all_probe_shards(kind):
     return [shard_path("probe", s.task, s.encoder, kind) for s in shards(config)]
 
 
-REPORT_INPUTS.update(probe_runs=[f"{RESULTS}/aggregate/probe_runs.parquet"],
-                     probe_predictions=all_probe_shards("predictions"))
+REPORT_INPUTS.update(
+    probe_runs=[f"{RESULTS}/aggregate/probe_runs.parquet"], probe_predictions=all_probe_shards("predictions")
+)
 REPORT_SETTINGS.update(
     calibration=canonical(settings_by_task(config, "calibration")),
     bootstrap=canonical(settings_by_task(config, "bootstrap")),

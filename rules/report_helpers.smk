@@ -12,9 +12,14 @@ def report_exposure():
     """What the exposure audit reads: each evaluated encoder's pretraining facts, each data set's aliases, and
     the (encoder, data set) pairs the config evaluates."""
     pairs = embed_pairs(config)
-    encoders = {enc: {"pretraining_corpora": ENCODERS[enc].get("pretraining_corpora") or [],
-                      "exposure": ENCODERS[enc].get("exposure") or {},
-                      "weights": {"source": ENCODERS[enc]["weights"]["source"]}} for enc, _ in pairs}
+    encoders = {
+        enc: {
+            "pretraining_corpora": ENCODERS[enc].get("pretraining_corpora") or [],
+            "exposure": ENCODERS[enc].get("exposure") or {},
+            "weights": {"source": ENCODERS[enc]["weights"]["source"]},
+        }
+        for enc, _ in pairs
+    }
     datasets = {ds: {"aliases": DATASETS[ds].get("aliases") or []} for _, ds in pairs}
     return canonical({"encoders": encoders, "datasets": datasets, "pairs": [list(p) for p in pairs]})
 
@@ -41,14 +46,19 @@ def planned_benchmarks():
         derived = [name for cond in plan["conditions"] for name in cond.get("derived", [])]
         embedded |= {(encoder, ds) for ds in [*config["tasks"][task]["datasets"], *donors, *derived]}
     embedded -= set(FEATURE_IMPORTS)
-    out = [f"{bench}/prepare_manifest/{ds}.tsv" for ds in config["datasets"]
-           if DATASETS[ds].get("kind") not in ("xenium_cells", "cell_table")]
+    out = [
+        f"{bench}/prepare_manifest/{ds}.tsv"
+        for ds in config["datasets"]
+        if DATASETS[ds].get("kind") not in ("xenium_cells", "cell_table")
+    ]
     out += [f"{bench}/embed/{enc}/{EMBEDDING_KEY[enc]}/{ds}.tsv" for enc, ds in sorted(embedded)]
     out += [f"{bench}/probe_shard/{s.task}/{s.encoder}.tsv" for s in shards(config)]
     out += [f"{bench}/ood_shard/{task}/{enc}.tsv" for enc, task in OOD_SHARDS]
     out += [f"{bench}/ood_split_shard/{task}/{enc}.tsv" for enc, task in OOD_SPLIT_SHARDS]
-    out += [f"{bench}/prior_shift_shard/{j.task}/{j.encoder}/{j.source_domain}/{j.target_domain}.tsv"
-            for j in PRIOR_SHIFT_SHARDS]
+    out += [
+        f"{bench}/prior_shift_shard/{j.task}/{j.encoder}/{j.source_domain}/{j.target_domain}.tsv"
+        for j in PRIOR_SHIFT_SHARDS
+    ]
     out += [f"{bench}/scratch_reference/{j.task}/{j.source_domain}/seed{j.seed}.tsv" for j in SCRATCH_JOBS]
     if CELL_PLAN is not None:
         out += [f"{bench}/prepare_cell_section/{s}.tsv" for s in CELL_PLAN.sections]
@@ -63,8 +73,9 @@ def report_cards():
     out = []
     for path in card_files(config["encoders"]):
         caption = "front_page" if path == FRONT_PAGE else "card"
-        out.append(report(f"{REPORT}/{path}", caption=f"../resources/report/pages/{caption}.rst", category=DECISION)
-                   if path.endswith(".html") else f"{REPORT}/{path}")
+        page = f"{REPORT}/{path}"
+        # (a line of these files that starts with the word report reads as a report: directive to snakefmt)
+        out.append(report_entry(page, f"pages/{caption}", DECISION) if path.endswith(".html") else page)
     return out
 
 
@@ -78,9 +89,16 @@ REPORT_SETTINGS["cards"] = {"study": config["study"], "encoders": list(config["e
 REPORT_OUTPUTS = report_outputs()
 
 
+def report_entry(path, caption, category):
+    """``path`` in Snakemake's HTML report, captioned by resources/report/<caption>.rst, under ``category``."""
+    return report(path, caption=f"../resources/report/{caption}.rst", category=category)
+
+
 def report_tables():
-    return [report(f"{REPORT}/tables/{name}.csv", caption=f"../resources/report/tables/{name}.rst", category=category)
-            for name, category in REPORT_OUTPUTS["tables"].items()]
+    return [
+        report_entry(f"{REPORT}/tables/{name}.csv", f"tables/{name}", category)
+        for name, category in REPORT_OUTPUTS["tables"].items()
+    ]
 
 
 def report_table_formats():
@@ -89,16 +107,23 @@ def report_table_formats():
 
 
 def report_figures():
-    return [report(f"{REPORT}/figures/{name}.png", caption=f"../resources/report/figures/{name}.rst", category=category)
-            for name, category in REPORT_OUTPUTS["figures"].items()]
+    return [
+        report_entry(f"{REPORT}/figures/{name}.png", f"figures/{name}", category)
+        for name, category in REPORT_OUTPUTS["figures"].items()
+    ]
 
 
 def all_targets():
     """The default target (the Snakefile's `all`): every file the report writes, not its index.md alone, so that a
     table or figure the report does not have yet (a new analysis's chapter) reruns it on a finished study."""
-    return [f"{REPORT}/index.md", f"{REPORT}/index.html", *[f"{REPORT}/{p}" for p in card_files(config["encoders"])],
-            *[f"{REPORT}/tables/{name}.csv" for name in REPORT_OUTPUTS["tables"]],
-            *report_table_formats(), *[f"{REPORT}/figures/{name}.png" for name in REPORT_OUTPUTS["figures"]]]
+    return [
+        f"{REPORT}/index.md",
+        f"{REPORT}/index.html",
+        *[f"{REPORT}/{p}" for p in card_files(config["encoders"])],
+        *[f"{REPORT}/tables/{name}.csv" for name in REPORT_OUTPUTS["tables"]],
+        *report_table_formats(),
+        *[f"{REPORT}/figures/{name}.png" for name in REPORT_OUTPUTS["figures"]],
+    ]
 
 
 def report_inputs():
@@ -111,8 +136,9 @@ def report_params():
     """Every report setting some report chapter states (fmaudit.report.report_settings), by name."""
     missing = [name for name in report_settings() if name not in REPORT_SETTINGS]
     if missing:
-        raise WorkflowError(f"report settings {missing} are stated by a report chapter but no helpers file "
-                            "registers them")
+        raise WorkflowError(
+            f"report settings {missing} are stated by a report chapter but no helpers file registers them"
+        )
     return {name: REPORT_SETTINGS[name] for name in report_settings()}
 
 
