@@ -241,8 +241,8 @@ def baseline(args) -> dict:
         else cb.pick_tol("sklearn", lambda t: cb.sklearn_error(calls, t), args.target, start=engine_tol)
     print(f"tol: engine {engine_tol:g} (max |dP| {engine_err:.2e}), scikit-learn {sk_tol:g} (max |dP| {sk_err:.2e})")
     shard = cb.SklearnShard(root, args.protocol, sections, kw, features, manifests, FOLDS)
-    timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections,
-                                                               **dict(kw, tol=engine_tol, n_threads=threads)),
+    shard_kw = dict(kw, tol=engine_tol, n_threads=threads, call_workers=args.call_workers)
+    timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections, **shard_kw),
                           shard, cb.run_groups(sub), sk_tol, processes=args.processes)
     summary = cb.summarise(timed["times"], len(sub))
     engine_out, sk_out = timed["results"]["engine"], timed["results"]["sklearn"]
@@ -372,6 +372,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timing repeats (medians)")
     parser.add_argument("--threads", type=int, default=2, help="engine threads")
     parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
+    parser.add_argument("--call-workers", type=int, default=None,
+                        help="the shard's engine worker processes (default: its cost model; 1: calls in-process)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
