@@ -5,7 +5,7 @@ prior x draw (:data:`fmaudit.grid.JOB_KEYS` ``prior_shift``). A shard receives o
 
 - the source pool: every labelled item of the source domain the probe may learn from (its train and validation
   splits; the test split stays out). Each source seed draws its own group-disjoint train / hold-out split of
-  it (``split_train_val(random_state=seed)``, the seed's "five source splits"), so seeds differ even where the
+  it (``split_train_val(random_state=seed)``, the hema paper's "five source splits"), so seeds differ even where the
   data set has an official validation split.
 - the target pool: the labelled items of the target domain that draws are resampled from (every split: the
   target is never trained on).
