@@ -39,7 +39,7 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from fmaudit.analyses import cell_suite
-from fmaudit.cells.features import open_cell_features
+from fmaudit.cells.features import open_cell_features, readout_width
 from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
@@ -230,14 +230,21 @@ def run_groups(runs) -> list:
 
 
 def split_groups(groups, parts: int) -> list[list]:
-    """``parts`` shares of the (unit, seed) groups with about as many runs each."""
-    shares: list[list] = [[] for _ in range(parts)]
+    """``parts`` shares of the runs with about as much work each: runs dealt one by one, largest first (a
+    run's work taken as its readout's width), to the least loaded share, then regrouped by (unit, seed)
+    within each share (a share draws a (unit, seed)'s partition once). Dealt by run, not by (unit, seed): a
+    shard's first unit has only a few seeds, and whole (unit, seed) groups would leave one process idle
+    (one seed: all the work in one process) and make the baseline weaker than it is."""
+    runs = [(unit, seed, run) for unit, seed, group in groups for run in group]
+    order = sorted(range(len(runs)), key=lambda i: -readout_width(runs[i][2][2], 1))
+    shares: list[dict] = [{} for _ in range(parts)]
     loads = [0] * parts
-    for g in sorted(groups, key=lambda g: -len(g[2])):
-        i = loads.index(min(loads))
-        shares[i].append(g)
-        loads[i] += len(g[2])
-    return [share for share in shares if share]
+    for i in order:
+        unit, seed, run = runs[i]
+        p = loads.index(min(loads))
+        shares[p].setdefault((unit, seed), []).append(run)
+        loads[p] += readout_width(run[2], 1)
+    return [[(unit, seed, share[(unit, seed)]) for unit, seed in share] for share in shares if share]
 
 
 def children_cpu() -> float:
