@@ -250,7 +250,8 @@ def baseline(args) -> dict:
     summary.update(engine_workers=workers)
     if workers > 1:  # its calls ran single-threaded: their accuracy at that tol, as they ran
         summary.update(engine_err_workers=cb.engine_error(calls, engine_tol, 1))
-        print(f"engine calls in {workers} single-threaded worker processes; at tol {engine_tol:g} on one thread: "
+        print(f"engine calls side by side on {workers} cores ({workers - 1} worker processes and the shard's), each "
+              f"single-threaded; at tol {engine_tol:g} on one thread: "
               f"max |dP| {summary['engine_err_workers']:.2e}")
     f1_sk = np.array([sk_out[i][0] for i in range(len(sub))])
     C_sk = np.array([sk_out[i][1] for i in range(len(sub))])

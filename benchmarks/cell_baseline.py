@@ -12,11 +12,12 @@ the same test cells.
   ``tols`` whose fits reach ``target`` (found per side, untimed, largest tol first).
 - Timing (interleaved repeats, medians, wall and CPU seconds): the engine is the whole shard,
   ``run_cell_shard`` at its tol with ``n_threads`` threads (reading the features, every fit, the choice of C,
-  the test scores; where its cost model says so, the engine calls in ``n_threads`` single-threaded worker
-  processes, whose start is timed and whose CPU seconds are counted); scikit-learn is the same work as a
-  loop, ``make_pipeline(StandardScaler(), LogisticRegression(C, tol, max_iter))`` on float64 features, one
-  fit per (run, C), sequential with one BLAS thread, and the same loop split over worker processes (one
-  thread each; two by default) by (unit, seed). CPU seconds include the workers' (each reports its own).
+  the test scores; where its cost model says so, the engine calls side by side on ``n_threads`` cores, in
+  worker processes whose start is timed and whose CPU seconds are counted, and the shard's own);
+  scikit-learn is the same work as a loop, ``make_pipeline(StandardScaler(), LogisticRegression(C, tol,
+  max_iter))`` on float64 features, one fit per (run, C), sequential with one BLAS thread, and the same loop
+  split over worker processes (one thread each; two by default), its runs dealt to them one by one
+  (``split_groups``). CPU seconds include the workers' (each reports its own).
 """
 
 from __future__ import annotations

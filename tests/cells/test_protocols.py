@@ -304,14 +304,14 @@ def test_memory_bounds_change_the_batching_not_the_numbers(panel_files):
 
 
 def test_worker_processes_change_where_calls_run_not_the_numbers(panel_files, caplog):
-    """The engine calls in two single-threaded worker processes (what a large CPU shard does) give the runs of
+    """The engine calls side by side in a worker process and this one (what a large CPU shard does) give the runs of
     the calls fitted here, one after another: the same optimum, up to the summation order of threads."""
     runs = grid.cell_runs(cell_config(readouts=("nuc", "nuc_cat_mean"), protocols={"LOOO": {"seeds": [0, 1]}}))
     exact = dict(dtype="float64", tol=1e-10, max_iter=5000)
     here = shard(runs, panel_files, call_workers=1, n_threads=2, **exact)
     with caplog.at_level("INFO", logger="fmaudit.analyses.cell_suite"):
         workers = shard(runs, panel_files, call_workers=2, **exact)
-    assert "single-threaded worker processes" in caplog.text
+    assert "side by side on 2 cores (1 worker processes and this one)" in caplog.text
     pd.testing.assert_frame_equal(here.drop(columns=["n_iter", "macro_auroc"]),
                                   workers.drop(columns=["n_iter", "macro_auroc"]))
     np.testing.assert_allclose(here["macro_auroc"], workers["macro_auroc"], atol=1e-6)
@@ -319,7 +319,7 @@ def test_worker_processes_change_where_calls_run_not_the_numbers(panel_files, ca
     caplog.clear()
     with caplog.at_level("INFO", logger="fmaudit.analyses.cell_suite"):
         shard(runs, panel_files, n_threads=2, **exact)
-    assert "worker processes" not in caplog.text and POOL_MIN_WORK > 1e8
+    assert "side by side" not in caplog.text and POOL_MIN_WORK > 1e8
 
 
 def test_bad_jobs_and_single_class_training(panel_files, tmp_path):

@@ -210,7 +210,8 @@ def run_cell_shard(
     n_threads : int or None
         The engine's CPU threads; None: torch's.
     call_workers : int or None
-        Engine calls fitted side by side in that many single-threaded worker processes
+        Engine calls fitted side by side on that many cores, each single-threaded (that many less one worker
+        processes, and this one)
         (:class:`fmaudit.probes.pool.FitPool`); None: ``n_threads`` of them on CPU where the shard's modelled
         work is at least :data:`POOL_MIN_WORK`, else 1 (each call in this process on ``n_threads`` threads).
     logger : logging.Logger or None
@@ -309,8 +310,8 @@ def run_cell_shard(
     group_rows = 0
     with FitPool(workers) as pool:
         if pool.parallel:
-            logger.info("%s %gx %s: engine calls in %d single-threaded worker processes", encoder, magnification,
-                        protocol, pool.workers)
+            logger.info("%s %gx %s: engine calls side by side on %d cores (%d worker processes and this one), "
+                        "each single-threaded", encoder, magnification, protocol, pool.workers, pool.workers - 1)
         for unit, parts in partitions:
             rows = sum(p.train.size + p.val.size for p in parts.values())
             # units are fitted together (one engine call per readout and taxonomy) while their training rows fit

@@ -1,4 +1,4 @@
-"""Independent engine calls side by side: on CPU, one worker process per thread, each call single-threaded.
+"""Independent engine calls side by side: on CPU, one process per thread, each call single-threaded.
 
 A cell shard makes one engine call per (readout, taxonomy) of a group of units; the calls share nothing but
 their inputs. Within one call, the engine can split each evaluation's products over threads
@@ -10,9 +10,11 @@ for up to the interpreter's switch interval. Measured on a CellPath IS unit (14 
 threads, took longer than on 1 thread. Worker processes share no GIL: each call runs single-threaded in its own
 process, so two cores do two calls at once.
 
-:class:`FitPool` is that: ``submit`` sends one call to a worker and returns a future of the fitted
-:class:`~fmaudit.probes.logistic_batch.BatchLogistic`; with ``workers <= 1`` it fits at once in this process
-with the ``n_threads`` it is given (a future already done), so a caller has one code path either way.
+:class:`FitPool` is that: ``submit`` queues one call and returns a future of the fitted
+:class:`~fmaudit.probes.logistic_batch.BatchLogistic`. With ``workers = N > 1``, N - 1 worker processes and one
+thread of this process take the queued calls as they come free, each fitting single-threaded: this process
+fits from the first call on, while the workers start. With ``workers <= 1`` a call is fitted at once in this
+process with the ``n_threads`` it is given (a future already done), so a caller has one code path either way.
 
 The workers are plain ``python -m fmaudit.probes.pool`` processes, fed over their stdin and stdout: not
 multiprocessing's spawn or forkserver, which re-run the parent's main module in each worker (a Snakemake
@@ -67,13 +69,14 @@ class WorkerError(RuntimeError):
 
 
 class FitPool:
-    """Engine calls fitted in ``workers`` single-threaded worker processes, or here when ``workers <= 1``.
+    """Engine calls fitted side by side, each single-threaded: in ``workers - 1`` worker processes and here.
 
     Parameters
     ----------
     workers : int
-        Worker processes (the cores the calls may use). ``<= 1``: no process is started, and each call is
-        fitted in this process when it is submitted, with the ``n_threads`` of its engine settings.
+        The cores the calls may use: ``workers - 1`` worker processes are started and one thread of this process
+        fits too. ``<= 1``: no process is started, and each call is fitted in this process when it is
+        submitted, with the ``n_threads`` of its engine settings.
 
     Examples
     --------
@@ -90,18 +93,23 @@ class FitPool:
         if self.workers > 1:
             env = dict(os.environ, **_SINGLE_THREADED,
                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
-            for _ in range(self.workers):
+            for _ in range(self.workers - 1):
                 process = subprocess.Popen([sys.executable, "-m", "fmaudit.probes.pool"], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, env=env)
                 thread = threading.Thread(target=self._feed, args=(process,), daemon=True)
                 thread.start()
                 self._processes.append(process)
                 self._threads.append(thread)
+            # the last core's share is fitted here, by one thread, from the first call on: the workers' start
+            # (importing torch, about a second) is not time the shard waits for
+            thread = threading.Thread(target=self._fit_here, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     @property
     def parallel(self) -> bool:
-        """True when calls run in worker processes (each single-threaded)."""
-        return bool(self._processes)
+        """True when calls run side by side (``workers - 1`` processes and this one, each single-threaded)."""
+        return bool(self._threads)
 
     def _feed(self, process: subprocess.Popen) -> None:
         """One worker's thread: hand it the next queued call, wait for its answer, complete the future."""
@@ -123,6 +131,21 @@ class FitPool:
                 future.set_result(value)
             else:
                 future.set_exception(WorkerError(f"engine call failed in worker {process.pid}:\n{value}"))
+
+    def _fit_here(self) -> None:
+        """The in-process share: queued calls fitted by this thread, single-threaded (its torch and BLAS work
+        releases the GIL; the threads feeding the workers only wait on pipes)."""
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            future, (X, y, subsets, Cs, n_classes, engine) = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine))
+            except Exception as exc:  # the caller sees it at result()
+                future.set_exception(exc)
 
     def _fail_queued(self, exc: BaseException) -> None:
         while True:
@@ -153,16 +176,16 @@ class FitPool:
             K, the columns of every problem's parameters.
         **engine
             The engine's keyword settings (tol, max_iter, standardize, dtype, device, n_threads). In a worker,
-            ``n_threads`` is 1 whatever is given.
+            ``n_threads`` is 1 whatever is given (and in this process's fitting thread).
 
         Returns
         -------
         concurrent.futures.Future
             Its ``result()`` is the fitted :class:`~fmaudit.probes.logistic_batch.BatchLogistic`, or raises the
-            call's exception (from a worker: :class:`WorkerError` with the worker's traceback).
+            call's exception (from a worker process: :class:`WorkerError` with the worker's traceback).
         """
         future: Future = Future()
-        if self._processes:
+        if self._threads:
             self._tasks.put((future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1))))
             return future
         try:
