@@ -20,6 +20,7 @@ from fmaudit import metrics
 from fmaudit.adapt import methods as m
 from fmaudit.calibration import TemperatureScaler
 from fmaudit.io import FmauditInputError
+from fmaudit.metrics.discrimination import _macro_f1_from_confusion  # on labels validated above
 from fmaudit.probes import ABSENT_CLASS_LOGIT_GAP, fit_logistic_batch, split_train_val
 from fmaudit.probes.logistic_batch import check_features, check_labels
 
@@ -239,5 +240,5 @@ def _fit_probes(probes: list[SourceProbe], X: Any, y: Any, n_classes: int | None
         probe.temperature_, probe.temperature_at_bound_ = scaler.temperature_, scaler.at_bound_
         pred = val_logits.argmax(axis=1)
         probe.confusion_ = m.bbse_confusion(y[val], pred, k)
-        probe.val_macro_f1_ = metrics._macro_f1_from_confusion(metrics.confusion_counts(y[val], pred, k))
+        probe.val_macro_f1_ = _macro_f1_from_confusion(metrics.confusion_counts(y[val], pred, k))
     return probes

@@ -60,7 +60,7 @@ from fmaudit.probes.pool import FitPool
 log = logging.getLogger(__name__)
 
 # Modelled work (training rows x Cs x readouts x taxonomies x width x classes, summed over units) from which a
-# shard fits its engine calls in worker processes: about 6 s of single-threaded fits (a CellPath IS unit,
+# shard fits its engine calls side by side (fmaudit.probes.pool): about 6 s of single-threaded fits (a CellPath IS unit,
 # 4,770 training rows x 4 Cs x 7 readouts x 2 taxonomies x 384 x 9 = 9.2e8, took 13.6 s on one thread of this
 # project's 2-core machine), three times what starting two workers costs.
 POOL_MIN_WORK = 4e8
@@ -210,10 +210,10 @@ def run_cell_shard(
     n_threads : int or None
         The engine's CPU threads; None: torch's.
     call_workers : int or None
-        Engine calls fitted side by side on that many cores, each single-threaded (that many less one worker
-        processes, and this one)
-        (:class:`fmaudit.probes.pool.FitPool`); None: ``n_threads`` of them on CPU where the shard's modelled
-        work is at least :data:`POOL_MIN_WORK`, else 1 (each call in this process on ``n_threads`` threads).
+        Cores the engine calls are fitted on side by side, each call single-threaded, in one fewer worker
+        processes and this one (:class:`fmaudit.probes.pool.FitPool`); None: ``n_threads`` on CPU where the
+        shard's modelled work is at least :data:`POOL_MIN_WORK`, else 1 (each call in this process on
+        ``n_threads`` threads).
     logger : logging.Logger or None
         Where progress goes; None: this module's logger.
 

@@ -45,11 +45,6 @@ from fmaudit.metrics.calibration_metrics import (
     prism_ece,
     reliability_bins,
 )
-
-# The private helpers re-exported here and below (``import _x as _x``): the selective-prediction and adaptation
-# code reuse them on arrays it has validated already (``metrics._top_label(...)``).
-from fmaudit.metrics.calibration_metrics import _ece_from_scores as _ece_from_scores
-from fmaudit.metrics.calibration_metrics import _top_label as _top_label
 from fmaudit.metrics.discrimination import (
     COLLAPSE_THRESHOLD,
     accuracy,
@@ -61,8 +56,6 @@ from fmaudit.metrics.discrimination import (
     macro_f1,
     qwk,
 )
-from fmaudit.metrics.discrimination import _macro_f1_from_confusion as _macro_f1_from_confusion
-from fmaudit.metrics.discrimination import _qwk_from_confusion as _qwk_from_confusion
 from fmaudit.metrics.logits import (
     binary_logits_from_decision,
     log_softmax,
@@ -74,8 +67,6 @@ from fmaudit.metrics.novelty import (
     detection_auroc,
     fpr_at_tpr,
 )
-from fmaudit.metrics.risk_coverage import _aurc_from_ranked as _aurc_from_ranked
-from fmaudit.metrics.risk_coverage import _ranked_correct as _ranked_correct
 from fmaudit.metrics.risk_coverage import (
     aurc,
     eaurc,

@@ -24,6 +24,11 @@ import pandas as pd
 
 from fmaudit import metrics
 from fmaudit.io import FmauditInputError
+
+# helpers of the metrics' own modules, on arrays this module has validated already
+from fmaudit.metrics.calibration_metrics import _ece_from_scores, _top_label
+from fmaudit.metrics.discrimination import _qwk_from_confusion
+from fmaudit.metrics.risk_coverage import _aurc_from_ranked, _ranked_correct
 from fmaudit.stats import bootstrap_counts, percentile_interval
 
 DEFAULT_COVERAGES = (0.5, 0.8, 0.9, 0.95)
@@ -67,7 +72,7 @@ def _check_predictions(labels: Any, predictions: Any, confidence: Any, n_classes
 
 
 def _ranked(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    return metrics._ranked_correct(conf, correct)
+    return _ranked_correct(conf, correct)
 
 
 def risk_coverage_curve(probs: Any = None, labels: Any = None, coverages: Sequence[float] | None = None, *,
@@ -106,7 +111,7 @@ def risk_coverage_curve(probs: Any = None, labels: Any = None, coverages: Sequen
     """
     if probs is not None:
         p, y = metrics.validate_probs_labels(probs, labels)
-        conf, _, corr = metrics._top_label(p, y)
+        conf, _, corr = _top_label(p, y)
     else:
         if confidence is None or correct is None:
             raise FmauditInputError("risk_coverage_curve: give probs and labels, or confidence and correct")
@@ -133,13 +138,13 @@ def _summary_values(y: np.ndarray, pred: np.ndarray, conf: np.ndarray, k: int, o
                     coverages: Sequence[float], n_bins: int) -> dict[str, float]:
     correct = pred == y
     ranked = _ranked(conf, correct)
-    aurc = metrics._aurc_from_ranked(ranked)
-    optimum = metrics._aurc_from_ranked(np.sort(correct.astype(np.float64))[::-1])
+    aurc = _aurc_from_ranked(ranked)
+    optimum = _aurc_from_ranked(np.sort(correct.astype(np.float64))[::-1])
     out = {
         "accuracy": float(correct.mean()),
         "error_rate": float(1.0 - correct.mean()),
         "mean_confidence": float(conf.mean()),
-        f"ece_top_{n_bins}_lohi": metrics._ece_from_scores(conf, correct, n_bins, metrics.CLOSURE_RIGHT),
+        f"ece_top_{n_bins}_lohi": _ece_from_scores(conf, correct, n_bins, metrics.CLOSURE_RIGHT),
         "aurc": aurc,
         "eaurc": aurc - optimum,
         "eaurc_random": float(1.0 - correct.mean()) - optimum,
@@ -148,7 +153,7 @@ def _summary_values(y: np.ndarray, pred: np.ndarray, conf: np.ndarray, k: int, o
         m = max(1, int(round(c * ranked.size)))
         out[f"selective_accuracy_c{c:g}"] = float(ranked[:m].mean())
     if ordinal:
-        out["qwk"] = metrics._qwk_from_confusion(metrics.confusion_counts(y, pred, k))
+        out["qwk"] = _qwk_from_confusion(metrics.confusion_counts(y, pred, k))
     return out
 
 
@@ -459,7 +464,7 @@ def blur_accuracy_curve(predictions: pd.DataFrame, n_classes: int | None = None,
         correct = (pred == y).astype(np.float64)
         row: dict[str, Any] = {"sigma": float(s), "n": int(len(part)), "accuracy": float(correct.mean())}
         if ordinal:
-            row["qwk"] = metrics._qwk_from_confusion(metrics.confusion_counts(y, pred, k))
+            row["qwk"] = _qwk_from_confusion(metrics.confusion_counts(y, pred, k))
         if counts is not None:
             pos = items.get_indexer(part["item_id"].astype(str))
             w = counts[:, pos].astype(np.float64)

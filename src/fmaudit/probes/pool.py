@@ -64,6 +64,14 @@ def _receive(stream: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
+def _fit_into(future: Future, X, y, subsets, Cs, n_classes: int, engine: dict[str, Any]) -> None:
+    """Fit one call in this process; its model, or its exception, completes ``future``."""
+    try:
+        future.set_result(fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine))
+    except Exception as exc:  # the caller sees it at result(), as from a worker
+        future.set_exception(exc)
+
+
 class WorkerError(RuntimeError):
     """An engine call failed in a worker process; the message carries the worker's traceback."""
 
@@ -112,7 +120,8 @@ class FitPool:
         return bool(self._threads)
 
     def _feed(self, process: subprocess.Popen) -> None:
-        """One worker's thread: hand it the next queued call, wait for its answer, complete the future."""
+        """One worker's thread: hand it the next queued call, wait for its answer, complete the future. A worker
+        that stops fails the call it had; the calls still queued go to the others and to this process."""
         while True:
             task = self._tasks.get()
             if task is None:
@@ -125,7 +134,6 @@ class FitPool:
                 status, value = _receive(process.stdout)
             except (EOFError, OSError, pickle.PickleError) as exc:
                 future.set_exception(WorkerError(f"engine worker (pid {process.pid}) stopped: {exc}"))
-                self._fail_queued(exc)
                 return
             if status == "ok":
                 future.set_result(value)
@@ -139,24 +147,9 @@ class FitPool:
             task = self._tasks.get()
             if task is None:
                 return
-            future, (X, y, subsets, Cs, n_classes, engine) = task
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine))
-            except Exception as exc:  # the caller sees it at result()
-                future.set_exception(exc)
-
-    def _fail_queued(self, exc: BaseException) -> None:
-        while True:
-            try:
-                task = self._tasks.get_nowait()
-            except queue.Empty:
-                return
-            if task is None:
-                self._tasks.put(None)  # for another thread
-                return
-            task[0].set_exception(WorkerError(f"engine worker stopped: {exc}"))
+            future, call = task
+            if future.set_running_or_notify_cancel():
+                _fit_into(future, *call)
 
     def submit(self, X: np.ndarray, y: np.ndarray, subsets: list, Cs: np.ndarray, n_classes: int,
                **engine: Any) -> Future:
@@ -185,13 +178,10 @@ class FitPool:
             call's exception (from a worker process: :class:`WorkerError` with the worker's traceback).
         """
         future: Future = Future()
-        if self._threads:
+        if self.parallel:
             self._tasks.put((future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1))))
-            return future
-        try:
-            future.set_result(fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine))
-        except Exception as exc:  # the caller sees it at result(), as from a worker
-            future.set_exception(exc)
+        else:
+            _fit_into(future, X, y, subsets, Cs, n_classes, engine)
         return future
 
     def close(self) -> None:
