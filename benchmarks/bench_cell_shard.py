@@ -374,7 +374,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="engine threads")
     parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
     parser.add_argument("--call-workers", type=int, default=None,
-                        help="cores the shard fits its engine calls on side by side (default: its cost model; 1: in-process)")
+                        help="cores the shard fits its engine calls on side by side (default: its cost model; "
+                             "1: in-process)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")
