@@ -213,6 +213,7 @@ def baseline(args) -> dict:
     runs (benchmarks/cell_baseline.py); prints as it goes and returns the summary."""
     import cell_baseline as cb
     from fmaudit.analyses.cell_suite import run_cell_shard
+    from fmaudit.probes.pool import FitPool
 
     root = Path(args.root)
     runs = job_runs(args.protocol)
@@ -242,8 +243,16 @@ def baseline(args) -> dict:
     print(f"tol: engine {engine_tol:g} (max |dP| {engine_err:.2e}), scikit-learn {sk_tol:g} (max |dP| {sk_err:.2e})")
     shard = cb.SklearnShard(root, args.protocol, sections, kw, features, manifests, FOLDS)
     shard_kw = dict(kw, tol=engine_tol, n_threads=threads, call_workers=args.call_workers)
-    timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections, **shard_kw),
-                          shard, cb.run_groups(sub), sk_tol, processes=args.processes)
+    # scikit-learn's worker processes are started before anything is timed, and so are the engine's: a shard
+    # starts its pool once per job (a full shard is many units), so neither side's start belongs to a unit
+    workers = args.call_workers if args.call_workers is not None else threads
+    with FitPool(workers) as fit_pool:
+        fit_pool.wait_ready()
+        if workers > 1:
+            shard_kw["fit_pool"] = fit_pool
+        timed = cb.time_sides(args.repeats, lambda: run_cell_shard(sub, features, manifests, sections, **shard_kw),
+                              shard, cb.run_groups(sub), sk_tol, processes=args.processes,
+                              engine_pids=fit_pool.worker_pids if workers > 1 else ())
     summary = cb.summarise(timed["times"], len(sub))
     engine_out, sk_out = timed["results"]["engine"], timed["results"]["sklearn"]
     workers = int(engine_out.attrs.get("engine_workers", 1))

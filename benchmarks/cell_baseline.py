@@ -12,8 +12,8 @@ the same test cells.
   ``tols`` whose fits reach ``target`` (found per side, untimed, largest tol first).
 - Timing (interleaved repeats, medians, wall and CPU seconds): the engine is the whole shard,
   ``run_cell_shard`` at its tol with ``n_threads`` threads (reading the features, every fit, the choice of C,
-  the test scores; where its cost model says so, the engine calls side by side on ``n_threads`` cores, in
-  worker processes whose start is timed and whose CPU seconds are counted, and the shard's own);
+  the test scores; the engine calls side by side on ``n_threads`` cores, in worker processes and the shard's
+  own, the workers started before timing as scikit-learn's are, their CPU seconds counted);
   scikit-learn is the same work as a loop, ``make_pipeline(StandardScaler(), LogisticRegression(C, tol,
   max_iter))`` on float64 features, one fit per (run, C), sequential with one BLAS thread, and the same loop
   split over worker processes (one thread each; two by default), its runs dealt to them one by one
@@ -45,7 +45,7 @@ from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
 from fmaudit.probes import pool as fit_pool
-from fmaudit.probes._row_store import row_space_pays
+from fmaudit.probes._row_store import group_form
 
 TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
 
@@ -254,11 +254,23 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def processes_cpu(pids) -> float:
+    """CPU seconds so far of the running processes ``pids`` (Linux /proc; user + system)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: float, processes: int = 2,
-               log=print) -> dict:
+               log=print, engine_pids=()) -> dict:
     """Interleaved repeats of: the engine's shard, scikit-learn sequential, scikit-learn in ``processes``
     processes. Returns per side the wall and CPU seconds of each repeat and the last repeat's per-run
-    results."""
+    results. ``engine_pids``: the engine's worker processes started before timing, whose CPU seconds count
+    as the engine's."""
     parallel = f"sklearn, {processes} processes"
     times = {name: {"wall": [], "cpu": []} for name in ("engine", "sklearn, sequential", parallel)}
     results = {}
@@ -266,11 +278,12 @@ def time_sides(repeats: int, engine_run, shard: SklearnShard, groups, sk_tol: fl
     with ProcessPoolExecutor(max_workers=processes) as pool:
         list(pool.map(abs, range(processes)))  # start the workers before anything is timed
         for rep in range(repeats):
-            wall, cpu = time.perf_counter(), time.process_time() + children_cpu()
+            wall, cpu = time.perf_counter(), time.process_time() + children_cpu() + processes_cpu(engine_pids)
             results["engine"] = engine_run()
             times["engine"]["wall"].append(time.perf_counter() - wall)
-            # the shard's worker processes have ended with it, so their CPU seconds are the children's
-            times["engine"]["cpu"].append(time.process_time() + children_cpu() - cpu)
+            # a shard's own worker processes have ended with it (their CPU seconds are the children's); those
+            # started before timing are read while they run
+            times["engine"]["cpu"].append(time.process_time() + children_cpu() + processes_cpu(engine_pids) - cpu)
             wall = time.perf_counter()
             results["sklearn"], seconds = shard.run(groups, sk_tol)
             times["sklearn, sequential"]["wall"].append(time.perf_counter() - wall)
@@ -305,7 +318,8 @@ def product_gflops(rows: int, width: int, columns: int, repeats: int = 20) -> fl
 def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float) -> dict:
     """What any engine of this kind could reach here: the FLOPs of the two products per L-BFGS iteration the
     engine itself takes at ``tol`` (every (row, problem) pair, on each subset's features or, where the
-    engine's cost model picks it, its n x n row-space factor; line-search retries and confirmations left
+    engine's cost model picks them, its n x n row-space factor or its min(n, D) whitened coordinates
+    (the model as it would choose without a kept whitened form); line-search retries and confirmations left
     out), at this machine's single-threaded float32 product speed on ``threads`` threads, one problem wide
     (K columns) and all of a subset's C values wide (len(Cs) x K); returns those times and the ratios to
     ``baseline_seconds`` (the strongest baseline's whole run: fits, scoring and reading) they allow."""
@@ -319,8 +333,8 @@ def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float
         for subset, iterations in zip(call.subsets, fit.n_iter_):
             rows = np.unique(subset).size
             width = call.X.shape[1]
-            if row_space_pays(rows, width, per_subset, call.n_classes):
-                width = rows
+            form = group_form(rows, width, per_subset, call.n_classes, call.engine.get("standardize", True))
+            width = {"dense": width, "row_space": rows, "whitened": min(rows, width)}[form]
             work = 4.0 * rows * width * call.n_classes * int(iterations)
             flops += work
             for name, columns in (("narrow", call.n_classes), ("wide", call.n_classes * per_subset)):

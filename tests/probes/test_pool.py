@@ -58,3 +58,17 @@ def test_a_failing_call_reaches_the_caller_and_the_pool_goes_on():
             with pytest.raises((FmauditInputError, WorkerError), match="label|FmauditInputError"):
                 future.result(timeout=120)
         assert good.result(timeout=120).converged_.all()
+
+
+def test_calls_submitted_together_run_in_one_process_in_order():
+    calls = _calls(3, seed=2)
+    engine = dict(tol=1e-10, max_iter=5000, dtype=None, device="cpu", forms=["whitened"], layout="grouped")
+    alone = [fit_logistic_batch(X, y, s, Cs, n_classes=3, n_threads=1, **engine) for X, y, s, Cs in calls]
+    for workers in (1, 2):
+        with FitPool(workers) as pool:
+            pool.wait_ready()
+            assert len(pool.worker_pids) == workers - 1
+            futures = pool.submit_together([((X, y, s, Cs, 3), engine) for X, y, s, Cs in calls])
+            together = [f.result(timeout=120) for f in futures]
+        for (X, *_), a, b in zip(calls, alone, together):
+            np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), atol=1e-9)

@@ -23,6 +23,7 @@ labelled validation or test cells. So a shard's table has exactly the grid's run
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -151,6 +152,7 @@ def run_cell_shard(
     fit_budget_bytes: int = 1 << 30,
     n_threads: int | None = None,
     call_workers: int | None = None,
+    fit_pool: FitPool | None = None,
     logger: logging.Logger | None = None,
 ) -> pd.DataFrame:
     """Run every cell run of one job and return one row per run (``runs``' columns + :data:`RESULT_COLUMNS`).
@@ -214,6 +216,10 @@ def run_cell_shard(
         processes and this one (:class:`fmaudit.probes.pool.FitPool`); None: ``n_threads`` on CPU where the
         shard's modelled work is at least :data:`POOL_MIN_WORK`, else 1 (each call in this process on
         ``n_threads`` threads).
+    fit_pool : FitPool or None
+        An open pool to fit in instead (``call_workers`` is then its size), left open: a caller running many
+        shards in one process starts its workers once (``benchmarks/bench_cell_shard.py`` times the shard on
+        equal terms with a baseline whose processes it starts before timing); None: the shard opens its own.
     logger : logging.Logger or None
         Where progress goes; None: this module's logger.
 
@@ -298,7 +304,7 @@ def run_cell_shard(
     for unit in units:
         seeds = sorted(set(int(x) for x in run_index.loc[unit_of_run == unit, "seed"]))
         partitions.append((unit, {seed: make_partition(panel, protocol, unit, seed, **settings) for seed in seeds}))
-    workers = call_workers
+    workers = call_workers if fit_pool is None else fit_pool.workers
     if workers is None:
         fit_rows = sum(p.train.size for _, parts in partitions for p in parts.values())
         work = fit_rows * Cs.size * len(readouts) * len(taxonomies) * width * max(panel.n_classes.values())
@@ -308,7 +314,7 @@ def run_cell_shard(
     done = 0
     group: list[tuple[str, dict[int, Partition]]] = []
     group_rows = 0
-    with FitPool(workers) as pool:
+    with contextlib.nullcontext(fit_pool) if fit_pool is not None else FitPool(workers) as pool:
         if pool.parallel:
             logger.info("%s %gx %s: engine calls side by side on %d cores (%d worker processes and this one), "
                         "each single-threaded", encoder, magnification, protocol, pool.workers, pool.workers - 1)
@@ -422,6 +428,7 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
 
     for readout in readouts:
         X = fuse_readout(readout, **{k: base.get(k) for k in BASE_READOUTS})
+        calls, waiting = [], []  # the readout's taxonomies, fitted together (the same rows and subsets)
         for tax in dict.fromkeys(runs["taxonomy"].astype(str)):
             y_all = panel.labels[tax][fit_rows].astype(np.int64)
             k = panel.n_classes[tax]
@@ -451,11 +458,14 @@ def _run_group(run_index: pd.DataFrame, group: Sequence[tuple[str, Mapping[int, 
                 continue
             # unlabelled rows are in no subset, so their placeholder label never enters a fit
             y_fit = np.where(y_all >= 0, y_all, 0)
-            future = pool.submit(X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)), k,
-                                 **engine)
-            in_flight.append((future, X, y_all, todo, k))
-            # with workers, one call waits in the queue while each worker fits one (none idles between calls)
-            choose_C(pool.workers if pool.parallel else 0)
+            calls.append(((X, y_fit, [tr for _, tr, _ in todo for _ in Cs], np.tile(Cs, len(todo)), k), engine))
+            waiting.append((X, y_all, todo, k))
+        if calls:
+            # one process fits a readout's calls one after another: the second reuses the first's whitened rows
+            for future, rest in zip(pool.submit_together(calls), waiting):
+                in_flight.append((future, *rest))
+            # with workers, one readout waits in the queue while each worker fits one (none idles between them)
+            choose_C(len(calls) * pool.workers if pool.parallel else 0)
         del X
     choose_C(0)
     del base

@@ -280,10 +280,19 @@ class GroupedObjective:
         self.group_of = np.full(n_problems, -1, dtype=np.int64)
         for gi, group in enumerate(groups):
             self.group_of[group.problems] = gi
-        self.row_space = any(group.row_space for group in groups)
+        # groups whose stopping measure needs a map back to W's coordinates (bounded cheaply, else exact)
+        self.row_space = any(group.row_space or group.whitened for group in groups)
         self.n_threads = n_threads if self.device.type == "cpu" else 1
         self.pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
         self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
+        # whitened groups: each problem's a_u (Group), zero past its group's r
+        self.stretch = None
+        if any(group.whitened for group in groups):
+            self.stretch = torch.zeros((n_problems, width), dtype=torch.float64, device=self.device)
+            for group in groups:
+                if group.whitened:
+                    ids = torch.as_tensor(group.problems, device=self.device)
+                    self.stretch[ids, : group.width] = group.stretch(l2[ids])
 
     def close(self) -> None:
         if self.pool is not None:
@@ -340,8 +349,9 @@ class GroupedObjective:
         problems = ids[positions]
         params = theta[positions]
         W = params[:, :p]  # (c, p, K)
-        X = group.factor if (group.row_space and dtype == torch.float64) else group.features.to(dtype)
-        Wt = W.transpose(1, 2).reshape(c * K, p).to(dtype)
+        X = group.features_in(dtype)
+        stretch = self.stretch[problems, :p, None] if group.whitened else None  # (c, p, 1)
+        Wt = (W if stretch is None else W * stretch).transpose(1, 2).reshape(c * K, p).to(dtype)
         Z = _matmul(Wt, X.T)  # (c*K, n)
         Z += params[:, width].reshape(c * K, 1).to(dtype)
         Z3 = Z.view(c, K, n)
@@ -361,9 +371,14 @@ class GroupedObjective:
         Z3 *= weight_in / total
         Z3.scatter_add_(1, labels, -weight_in.expand(c, 1, n))
         grad_W = _matmul(Z, X).double().view(c, K, p).transpose(1, 2)  # (c, p, K)
+        if stretch is not None:
+            grad_W = grad_W * stretch
         grad_b = Z.sum(dim=1, dtype=torch.float64).view(c, K)
         l2 = self.l2[problems]
-        W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p, None]
+        if stretch is not None:
+            W_penalised = W * (stretch * stretch)
+        else:
+            W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p, None]
         grad_W = grad_W + l2[:, None, None] * W_penalised
         if group.row_space:  # kept orthogonal to q, the direction the original problem lacks (Group)
             q = group.constant_direction
@@ -384,8 +399,16 @@ class GroupedObjective:
         for gi, positions in self._tasks(ids):
             group = self.groups[gi]
             pos = torch.as_tensor(positions, device=self.device)
-            if not group.row_space:
+            if not (group.row_space or group.whitened):
                 out[positions] = np.maximum(out[positions], g[pos].abs().amax(dim=(1, 2)).cpu().numpy())
+                continue
+            if group.whitened:  # W's gradient V diag(1/a) g_B, all problems of the group in one product
+                c = positions.size
+                stretch = self.stretch[torch.as_tensor(ids[positions], device=self.device), : group.width, None]
+                turned = (g[pos, : group.width] / stretch).permute(1, 0, 2).reshape(group.width, -1)
+                grad_W = group.eigenbasis @ turned  # (D, c*K)
+                out[positions] = np.maximum(out[positions],
+                                            grad_W.abs().view(-1, c, self.K).amax(dim=(0, 2)).cpu().numpy())
                 continue
             n = group.width
             coefficients = g[pos, :n]  # (c, n, K)
@@ -409,9 +432,16 @@ class GroupedObjective:
         for gi, positions in self._tasks(ids):
             group = self.groups[gi]
             pos = torch.as_tensor(positions, device=self.device)
-            if not group.row_space:
+            if not (group.row_space or group.whitened):
                 dense = g[pos].abs().amax(dim=(1, 2)).cpu().numpy()
                 lower[positions] = upper[positions] = np.maximum(intercept[positions], dense)
+                continue
+            if group.whitened:  # V has orthonormal columns: the columns' norms of diag(1/a) g_B are W's
+                stretch = self.stretch[torch.as_tensor(ids[positions], device=self.device), : group.width, None]
+                norms = (g[pos, : group.width] / stretch).norm(dim=1)  # (c, K)
+                up = norms.amax(dim=1).cpu().numpy()
+                upper[positions] = np.maximum(upper[positions], up)
+                lower[positions] = np.maximum(lower[positions], up / np.sqrt(max(self._free_features[gi], 1)))
                 continue
             coefficients = g[pos, : group.width]  # (c, n, K)
             norms2 = (coefficients * coefficients).sum(dim=1)  # (c, K)

@@ -31,6 +31,7 @@ class Problems:
     max_iter: int
     history_size: int
     n_threads: int
+    forms: tuple | None = None  # the grouped layout's allowed group forms (None: any, by the cost model)
 
     def tensor(self, a) -> torch.Tensor:
         return torch.as_tensor(a, dtype=torch.float64, device=self.device)
@@ -121,7 +122,8 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
     (coefficients in n_g instead of D coordinates per class) in another."""
     device, K, D = problem.device, problem.present.shape[1], X.shape[1]
     U = len(unique_sets)
-    groups, centre, spread = build_groups(X, y, unique_sets, K, problem.standardize, problem.phases[0], device)
+    groups, centre, spread = build_groups(X, y, unique_sets, K, problem.standardize, problem.phases[0], device,
+                                          l2=problem.l2, forms=problem.forms)
     W = np.zeros((U, D, K))
     b = np.zeros((U, K))
     mean, scale = np.zeros((U, D)), np.ones((U, D))
@@ -133,8 +135,8 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
         if not problem.standardize:
             problem.init = init_W, b0 + np.einsum("d,udk->uk", centre, init_W)
             init_W = init_W * spread[None, :, None]
-    for row_space in (False, True):
-        chosen = [g for g in groups if g.row_space == row_space]
+    for form in ("dense", "row_space", "whitened"):
+        chosen = [g for g in groups if g.form == form]
         if not chosen:
             continue
         problems = np.concatenate([g.problems for g in chosen])
@@ -158,6 +160,10 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
                 if g.row_space:  # B = L^-1 Z W: the start's component in the rows' span
                     ZW = g.basis.double().cpu().numpy() @ init_W[g.problems]
                     coefficients[rows, : g.width] = _solve_lower(g.factor.cpu().numpy(), ZW)
+                elif g.whitened:  # B = diag(1/a_u) V^T W: the start's component in V's span
+                    VW = np.einsum("dr,cdk->crk", g.eigenbasis.cpu().numpy(), init_W[g.problems])
+                    stretch = g.stretch(problem.tensor(problem.l2[g.problems])).cpu().numpy()
+                    coefficients[rows, : g.width] = VW / stretch[:, :, None]
                 else:
                     start = init_W[g.problems].copy()
                     start[:, g.constant] = 0.0
@@ -170,6 +176,9 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
             if g.row_space:  # W = Z^T L^-T B (Group)
                 turned = _solve_upper(g.factor.cpu().numpy().T, coef)
                 coef = np.einsum("nd,cnk->cdk", g.basis.double().cpu().numpy(), turned)
+            elif g.whitened:  # W = V diag(a_u) B (Group)
+                stretched = coef * g.stretch(problem.tensor(problem.l2[g.problems])).cpu().numpy()[:, :, None]
+                coef = np.einsum("dr,crk->cdk", g.eigenbasis.cpu().numpy(), stretched)
             W[g.problems], b[g.problems] = coef, intercept
             mean[g.problems], scale[g.problems] = g.mean, g.scale
     if not problem.standardize:

@@ -16,10 +16,16 @@ Two layouts (the engine picks one per call, :func:`grouped_layout_pays`):
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
+from scipy.linalg import blas as scipy_blas
 
 # Rows sharing a problem set form their own blocks when there are at least this many of them; rows of
 # rarer membership patterns are chunked (build_blocks). Blocks are cut at _MAX_BLOCK_ROWS rows so that a
@@ -220,6 +226,18 @@ class Group:
     already orthogonal) and the same penalty ||B||^2 is the original one turned by Q: W = Z^T L^-T B. L-BFGS
     is invariant under that turn (its iterates from such a start stay in the span), so it takes the same
     steps in n instead of D coordinates per class.
+
+    Whitened (``standardize``): a fixed preconditioner per problem. With the rows' weighted covariance
+    Z^T diag(w) Z = V diag(lambda) V^T (eigenvalues below 1e-11 of the largest dropped: the rows' centring
+    direction, constant features, exact collinearity; r = the rank, at most min(n, D)), problem u's
+    coefficients are W = V diag(a_u) B with a_uj = 1 / sqrt(kappa lambda_j + max(l_u, mean lambda)) (l_u its
+    penalty), its logits (Z V)(a_u * B) and its penalty ||W||^2 = sum_j a_uj^2 ||B_j||^2. Any positive a gives
+    the same problem, and the optimum's W lies in the span of V (its gradient always does); this a shrinks
+    the directions of large variance, where the Hessian's data part (about kappa lambda_j along v_j) is
+    largest, and leaves those below the mean variance about as they are (stretching them to the penalty's
+    scale made L-BFGS slower on strongly collinear features). L-BFGS then takes 1.2-4x fewer iterations
+    (measured: the constants below). The rows Z V (n x r, r <= min(n, D)) are shared by the group's
+    problems: a_u scales each problem's coefficients before the products and its gradient after.
     """
 
     problems: np.ndarray  # (c,) problem ids (local to the objective that evaluates the group)
@@ -234,6 +252,11 @@ class Group:
     factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
     augment: float = 0.0  # row-space: c
     constant_direction: torch.Tensor | None = None  # row-space: (n,) float64 q = sqrt(c) L^-1 u
+    # whitened: (D, r) float64 V, orthonormal columns spanning the subset's standardised rows (zero on its
+    # constant features), and (r,) float64 their eigenvalues; ``features`` holds the rows Z V
+    eigenbasis: torch.Tensor | None = None
+    eigenvalues: torch.Tensor | None = None
+    whitened64: torch.Tensor | None = None  # whitened: the rows Z V in float64, for the float64 phase
     _weights: dict | None = None  # weight in each product dtype, made on first use
 
     def weight_in(self, dtype: torch.dtype) -> torch.Tensor:
@@ -246,6 +269,38 @@ class Group:
     @property
     def row_space(self) -> bool:
         return self.factor is not None
+
+    @property
+    def whitened(self) -> bool:
+        return self.eigenbasis is not None
+
+    @property
+    def form(self) -> str:
+        """``dense``, ``row_space`` or ``whitened``."""
+        return "row_space" if self.row_space else "whitened" if self.whitened else "dense"
+
+    def stretch(self, l2: torch.Tensor) -> torch.Tensor:
+        """Whitened form: a (len(l2), r) float64, 1 / sqrt(kappa lambda_j + max(l, mean lambda)) for each
+        penalty l (:class:`Group`)."""
+        floor = torch.clamp(l2[:, None], min=_WHITEN_FLOOR * float(self.eigenvalues.mean()))
+        return torch.rsqrt(_WHITEN_KAPPA * self.eigenvalues[None, :] + floor)
+
+    def features_in(self, dtype: torch.dtype) -> torch.Tensor:
+        """The features the products read in ``dtype``: in float64 the row-space form's factor and the
+        whitened form's float64 rows, else the stored features, converted once where ``dtype`` is not theirs
+        (dense float32 rows read in float64 move the optimum by ~1e-7 relative)."""
+        if dtype == torch.float64 and self.row_space:
+            return self.factor
+        if dtype == torch.float64 and self.whitened:
+            return self.whitened64
+        if self.features.dtype == dtype:
+            return self.features
+        if self._weights is None:
+            self._weights = {}
+        key = ("features", dtype)
+        if key not in self._weights:
+            self._weights[key] = self.features.to(dtype)
+        return self._weights[key]
 
     @property
     def width(self) -> int:
@@ -265,6 +320,60 @@ _ROW_SPACE_CHECKS = 15
 _FLOAT64_COST = 2.2
 _STATE_COST = 4.0
 _HISTORY = 10
+
+
+# Whitened form. kappa: the data Hessian's modelled weight per unit of covariance; the floor of the penalty
+# term, in units of the mean eigenvalue. The most L-BFGS iterations of any problem (tol 1e-7 to 2e-7) on four
+# synthetic sets (Gaussian classes; rank-6 latent classes behind 60 nearly collinear features; a power-law
+# spectrum at D 60 and 384) and five engine calls of benchmarks/bench_cell_shard.py's simulated panel (IS
+# and LOOO units, D 384 and 768, 9 and 3 classes): dense 26, 243, 36, 89 | 403, 65, 151, 393, 325; kappa 1
+# without a floor 43, 308, 137, 666 | 180, 63, 85, 101, 80; kappa 1, floor 0.1: 32, 86, 48, 103 | 151, 59,
+# 74, 100, 77; floor 1: 25, 104, 31, 42 | 121, 49, 58, 127, 88; kappa 0.5 and 2 did no better.
+_WHITEN_KAPPA = 1.0
+_WHITEN_FLOOR = 1.0
+_WHITEN_DROP = 1e-11
+# The forms' modelled costs (group_form), in float32 product flops on the 2-core benchmark machine: the two
+# products per evaluation (4 n p w for p coordinates and w = problems x classes columns) and the two-loop
+# recursion's state; a fixed cost per group and evaluation (its ~25 torch operations and its share of the
+# solver's, ~0.5 ms); evaluations per problem, the dense form's (_FORM_EVALUATIONS) and the whitened form's
+# share of them (0.3-0.8 measured on simulated CellPath IS and LOOO units); one-off float64 work, weighed by float64
+# speed against float32 products: the row-space factor, or the covariance matrix and its eigendecomposition
+# (~9 m^3 flops, m = min(n, D), at ~40 GFLOP/s against ~90 for the products: 20 per m^3, halved because a
+# cell shard's fine and coarse calls of a readout share it, reuse_whitened) and the whitened rows.
+_FORM_EVALUATIONS = 150
+_WHITENED_EVALUATIONS = 0.45
+_EVALUATION_OVERHEAD = 5e7
+_EIGH_COST = 10.0
+
+
+def _form_cost(form: str, n: int, D: int, n_problems: int, n_classes: int, kept: bool = False) -> float:
+    """Modelled cost of fitting one group in ``form``, in float32 product flops (module constants); ``kept``:
+    the whitened form is made already (:func:`reuse_whitened`)."""
+    width = n_problems * n_classes
+    m = min(n, D)
+    p = {"dense": D, "row_space": n, "whitened": m}[form]
+    evaluations = _FORM_EVALUATIONS * (_WHITENED_EVALUATIONS if form == "whitened" else 1.0)
+    per_evaluation = p * width * (4 * n + _STATE_COST * 4 * _HISTORY) + _EVALUATION_OVERHEAD
+    if form == "dense" or (form == "whitened" and kept):
+        one_off = 0.0
+    elif form == "row_space":
+        one_off = _FLOAT64_COST * (2 * n * n * D + n**3 / 3 + _ROW_SPACE_CHECKS * n_problems * 2 * n * D * n_classes)
+    else:
+        one_off = (_EIGH_COST * m**3 + _FLOAT64_COST * (2 * n * m * D + _ROW_SPACE_CHECKS * n_problems * 2 * m * D
+                                                         * n_classes) + 2 * n * D * m)
+    return evaluations * per_evaluation + one_off
+
+
+def group_form(n: int, D: int, n_problems: int, n_classes: int, standardize: bool, kept: bool = False) -> str:
+    """The cheapest form (:class:`Group`) by the modelled cost: ``dense``, ``row_space`` or ``whitened``
+    (the last two only with ``standardize``; row-space only where n < D); ``kept``: the whitened form is
+    made already."""
+    forms = ["dense"]
+    if standardize:
+        forms.append("whitened")
+        if n < D:
+            forms.append("row_space")
+    return min(forms, key=lambda form: _form_cost(form, n, D, n_problems, n_classes, kept))
 
 
 def row_space_pays(n: int, D: int, n_problems: int, n_classes: int) -> bool:
@@ -287,12 +396,16 @@ def group_subsets(index_sets) -> list[tuple[np.ndarray, list[int]]]:
     return list(groups.values())
 
 
-def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True):
+def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True, l2=None,
+                 forms=None):
     """One :class:`Group` per distinct subset of ``index_sets`` (a list per unique problem); returns
     (groups, centre, spread): without ``standardize`` the rows are globally standardised by (centre,
     spread) as in the shared layout; with it centre 0 and spread 1. The row-space form is used where
     ``row_space`` and :func:`row_space_pays` say so (``standardize`` only: the raw-feature problems are
-    solved in globally rescaled coordinates, which a turn of the rows does not preserve)."""
+    solved in globally rescaled coordinates, which a turn of the rows does not preserve). With ``l2`` (U,)
+    (the problems' penalties; only whether it is given matters) each group takes the form
+    :func:`group_form` models cheapest, the whitened form among them; ``forms`` restricts the choice (e.g.
+    ``("dense",)``)."""
     D = X.shape[1]
     eps = np.finfo(np.float64).eps
     numpy_store = numpy_dtype(store_dtype)
@@ -329,7 +442,17 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
             scale=scale,
             constant=constant,
         )
-        if standardize and row_space and row_space_pays(rows.size, D, len(problems), n_classes):
+        if l2 is not None and standardize:
+            kept = whitened_is_kept(Z, weight, ~constant, numpy_store)
+            form = group_form(rows.size, D, len(problems), n_classes, standardize, kept)
+            if forms is not None and form not in forms:
+                form = min((f for f in forms if f != "row_space" or rows.size < D), default="dense",
+                           key=lambda f: _form_cost(f, rows.size, D, len(problems), n_classes))
+            if form == "whitened":
+                _to_whitened(group, Z, numpy_store, device)
+            elif form == "row_space":
+                _to_row_space(group, Z, numpy_store, device)
+        elif standardize and row_space and row_space_pays(rows.size, D, len(problems), n_classes):
             _to_row_space(group, Z, numpy_store, device)
         groups.append(group)
     return groups, centre, spread
@@ -355,6 +478,92 @@ def _to_row_space(group: Group, Z: np.ndarray, numpy_store, device) -> None:
     group.features = torch.as_tensor(L.astype(numpy_store), device=device)
     group.factor = L_t
     group.augment = augment
+
+
+# Inside reuse_whitened(), whitened forms are kept by the content of their rows (a readout's fine and coarse
+# calls fit the same subsets of the same features: the second call reuses the first's eigendecomposition),
+# least recently used dropped past _WHITEN_CACHE_BYTES; outside, none is kept.
+_WHITEN_CACHE_BYTES = 128 * 2**20
+_whiten_cache: OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+_whiten_cache_lock = threading.Lock()
+_whiten_reuse = [0]  # open reuse_whitened() contexts
+
+
+@contextlib.contextmanager
+def reuse_whitened() -> Iterator[None]:
+    """Engine calls inside share the whitened forms of identical subsets of identical rows (made once, kept
+    until the outermost such context ends).
+
+    Yields
+    ------
+    None
+    """
+    with _whiten_cache_lock:
+        _whiten_reuse[0] += 1
+    try:
+        yield
+    finally:
+        with _whiten_cache_lock:
+            _whiten_reuse[0] -= 1
+            if _whiten_reuse[0] == 0:
+                _whiten_cache.clear()
+
+
+def whitened_is_kept(Z: np.ndarray, weight: np.ndarray, free: np.ndarray, numpy_store) -> bool:
+    """Whether the whitened form of these rows is kept (:func:`reuse_whitened`), so costs nothing more."""
+    return _whiten_reuse[0] > 0 and _whiten_key(Z, weight, free, numpy_store) in _whiten_cache
+
+
+def _whiten_key(Z, weight, free, numpy_store) -> bytes:
+    digest = hashlib.blake2b(digest_size=20)
+    for part in (Z, weight, free, np.array([str(numpy_store)])):
+        digest.update(np.ascontiguousarray(part).view(np.uint8))
+    return digest.digest()
+
+
+def _to_whitened(group: Group, Z: np.ndarray, numpy_store, device) -> None:
+    """Turn a dense group into its whitened form (:class:`Group`). The covariance (or Gram) matrix and its
+    eigendecomposition are float64 (its small eigenvalues set the preconditioner along nearly collinear
+    directions, which float32 rounding would hide), and so are the rows Z V, stored also in the store dtype."""
+    free = ~group.constant
+    if not free.any():
+        return
+    weight = group.weight.cpu().numpy()
+    key = _whiten_key(Z, weight, free, numpy_store) if _whiten_reuse[0] else None
+    with _whiten_cache_lock:
+        made = _whiten_cache.get(key) if key is not None else None
+        if made is not None:
+            _whiten_cache.move_to_end(key)
+    if made is None:
+        made = _whiten(Z[:, free], weight, numpy_store)
+        with _whiten_cache_lock:
+            if key is not None and _whiten_reuse[0]:
+                _whiten_cache[key] = made
+                while len(_whiten_cache) > 1 and sum(a.nbytes for v in _whiten_cache.values()
+                                                     for a in v) > _WHITEN_CACHE_BYTES:
+                    _whiten_cache.popitem(last=False)
+    V, eigenvalues, whitened = made
+    basis = np.zeros((Z.shape[1], eigenvalues.size))
+    basis[free] = V
+    group.eigenbasis = torch.as_tensor(basis, device=device)
+    group.eigenvalues = torch.as_tensor(eigenvalues, device=device)
+    group.whitened64 = torch.as_tensor(whitened, device=device)
+    group.features = torch.as_tensor(whitened.astype(numpy_store), device=device)
+
+
+def _whiten(Zf: np.ndarray, weight: np.ndarray, numpy_store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(V (d, r), eigenvalues (r,), float64 rows Zf V (n, r)) of standardised rows Zf (n, d)."""
+    n, d = Zf.shape
+    Zw = Zf * np.sqrt(weight)[:, None]
+    if n >= d:  # the lower triangle of Zw^T Zw (one BLAS syrk) is all eigh reads
+        eigenvalues, V = np.linalg.eigh(scipy_blas.dsyrk(1.0, Zw, trans=1, lower=1))
+    else:  # through the n x n Gram matrix of the weighted rows: the same nonzero eigenvalues
+        eigenvalues, U = np.linalg.eigh(scipy_blas.dsyrk(1.0, Zw, trans=0, lower=1))
+    keep = eigenvalues > _WHITEN_DROP * max(float(eigenvalues[-1]), np.finfo(np.float64).tiny)
+    eigenvalues = eigenvalues[keep]
+    V = V[:, keep] if n >= d else Zw.T @ (U[:, keep] / np.sqrt(eigenvalues))
+    whitened = Zf @ V  # float64: the float64 phase's rows, whose rounding W's gradient would magnify by 1 / a
+    return V, eigenvalues, whitened
 
 
 def numpy_dtype(dtype: torch.dtype):

@@ -40,6 +40,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from fmaudit.probes._row_store import reuse_whitened
 from fmaudit.probes.logistic_batch import BatchLogistic, fit_logistic_batch
 
 _HEADER = struct.Struct("<Q")
@@ -72,6 +73,12 @@ def _fit_into(future: Future, X, y, subsets, Cs, n_classes: int, engine: dict[st
         future.set_exception(exc)
 
 
+def _claim(future: Future) -> bool:
+    """Mark ``future`` running (a call handed back after a worker stopped is running already); False if it
+    was cancelled."""
+    return future.running() or future.set_running_or_notify_cancel()
+
+
 class WorkerError(RuntimeError):
     """An engine call failed in a worker process; the message carries the worker's traceback."""
 
@@ -98,13 +105,16 @@ class FitPool:
         self._tasks: queue.Queue = queue.Queue()
         self._processes: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
+        self._ready: list[threading.Event] = []
         if self.workers > 1:
             env = dict(os.environ, **_SINGLE_THREADED,
                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
             for _ in range(self.workers - 1):
                 process = subprocess.Popen([sys.executable, "-m", "fmaudit.probes.pool"], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, env=env)
-                thread = threading.Thread(target=self._feed, args=(process,), daemon=True)
+                ready = threading.Event()
+                thread = threading.Thread(target=self._feed, args=(process, ready), daemon=True)
+                self._ready.append(ready)
                 thread.start()
                 self._processes.append(process)
                 self._threads.append(thread)
@@ -119,37 +129,86 @@ class FitPool:
         """True when calls run side by side (``workers - 1`` processes and this one, each single-threaded)."""
         return bool(self._threads)
 
-    def _feed(self, process: subprocess.Popen) -> None:
-        """One worker's thread: hand it the next queued call, wait for its answer, complete the future. A worker
-        that stops fails the call it had; the calls still queued go to the others and to this process."""
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (none without workers)."""
+        return [process.pid for process in self._processes]
+
+    def wait_ready(self) -> None:
+        """Wait until every worker process has started (imported the engine) or stopped."""
+        for ready in self._ready:
+            ready.wait()
+
+    def _feed(self, process: subprocess.Popen, ready: threading.Event) -> None:
+        """One worker's thread: hand it the next queued task's calls, wait for their answers one by one,
+        complete their futures. A worker that stops fails the call it had; the task's other calls and the tasks
+        still queued go to the others and to this process."""
+        try:
+            _receive(process.stdout)  # the worker's first message: started
+        except (EOFError, OSError, pickle.PickleError):
+            pass  # it stopped at once: the first task it is handed fails with WorkerError
+        finally:
+            ready.set()
         while True:
             task = self._tasks.get()
             if task is None:
                 return
-            future, call = task
-            if not future.set_running_or_notify_cancel():
+            task = [(future, call) for future, call in task if _claim(future)]
+            if not task:
                 continue
+            answered = 0
             try:
-                _send(process.stdin, call)
-                status, value = _receive(process.stdout)
+                _send(process.stdin, [call for _, call in task])
+                for future, _ in task:
+                    status, value = _receive(process.stdout)
+                    answered += 1
+                    if status == "ok":
+                        future.set_result(value)
+                    else:
+                        future.set_exception(WorkerError(f"engine call failed in worker {process.pid}:\n{value}"))
             except (EOFError, OSError, pickle.PickleError) as exc:
-                future.set_exception(WorkerError(f"engine worker (pid {process.pid}) stopped: {exc}"))
+                task[answered][0].set_exception(WorkerError(f"engine worker (pid {process.pid}) stopped: {exc}"))
+                if task[answered + 1 :]:
+                    self._tasks.put(task[answered + 1 :])
                 return
-            if status == "ok":
-                future.set_result(value)
-            else:
-                future.set_exception(WorkerError(f"engine call failed in worker {process.pid}:\n{value}"))
 
     def _fit_here(self) -> None:
-        """The in-process share: queued calls fitted by this thread, single-threaded (its torch and BLAS work
+        """The in-process share: queued tasks fitted by this thread, single-threaded (its torch and BLAS work
         releases the GIL; the threads feeding the workers only wait on pipes)."""
         while True:
             task = self._tasks.get()
             if task is None:
                 return
-            future, call = task
-            if future.set_running_or_notify_cancel():
-                _fit_into(future, *call)
+            with reuse_whitened():
+                for future, call in task:
+                    if _claim(future):
+                        _fit_into(future, *call)
+
+    def submit_together(self, calls: list[tuple[tuple, dict[str, Any]]]) -> list[Future]:
+        """Several engine calls fitted one after another by the same process (with workers: the same worker), so
+        that what one call's engine keeps for later calls (the whitened form of a subset's rows, made once for
+        a readout's fine and coarse taxonomies) is there for the next.
+
+        Parameters
+        ----------
+        calls : list of (args, engine)
+            Each call's positional arguments ``(X, y, subsets, Cs, n_classes)`` and its engine keyword settings,
+            as :meth:`submit` takes them.
+
+        Returns
+        -------
+        list of concurrent.futures.Future
+            One per call, in order (:meth:`submit`).
+        """
+        futures = [Future() for _ in calls]
+        if self.parallel:
+            self._tasks.put([(future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1)))
+                             for future, ((X, y, subsets, Cs, n_classes), engine) in zip(futures, calls)])
+        else:
+            with reuse_whitened():
+                for future, ((X, y, subsets, Cs, n_classes), engine) in zip(futures, calls):
+                    _fit_into(future, X, y, subsets, Cs, n_classes, engine)
+        return futures
 
     def submit(self, X: np.ndarray, y: np.ndarray, subsets: list, Cs: np.ndarray, n_classes: int,
                **engine: Any) -> Future:
@@ -177,12 +236,7 @@ class FitPool:
             Its ``result()`` is the fitted :class:`~fmaudit.probes.logistic_batch.BatchLogistic`, or raises the
             call's exception (from a worker process: :class:`WorkerError` with the worker's traceback).
         """
-        future: Future = Future()
-        if self.parallel:
-            self._tasks.put((future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1))))
-        else:
-            _fit_into(future, X, y, subsets, Cs, n_classes, engine)
-        return future
+        return self.submit_together([((X, y, subsets, Cs, n_classes), engine)])[0]
 
     def close(self) -> None:
         """Let the workers finish the calls in flight and exit; the pool cannot be used after."""
@@ -209,20 +263,24 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     Parameters
     ----------
     stdin, stdout : binary streams
-        The pipes from and to the :class:`FitPool` that started this process.
+        The pipes from and to the :class:`FitPool` that started this process: first a message that it has
+        started, then a task's calls come in as one list, and their answers go out one by one.
     """
     torch.set_num_threads(1)
+    _send(stdout, ("started", os.getpid()))
     while True:
         try:
-            X, y, subsets, Cs, n_classes, engine = _receive(stdin)
+            calls = _receive(stdin)
         except EOFError:
             return
-        try:
-            model: BatchLogistic = fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine)
-            answer = ("ok", model)
-        except Exception:
-            answer = ("error", traceback.format_exc())
-        _send(stdout, answer)
+        with reuse_whitened():  # a task's calls share what they can (FitPool.submit_together)
+            for X, y, subsets, Cs, n_classes, engine in calls:
+                try:
+                    model: BatchLogistic = fit_logistic_batch(X, y, subsets, Cs, n_classes=n_classes, **engine)
+                    answer = ("ok", model)
+                except Exception:
+                    answer = ("error", traceback.format_exc())
+                _send(stdout, answer)
 
 
 if __name__ == "__main__":
