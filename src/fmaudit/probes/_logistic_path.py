@@ -161,7 +161,7 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
                     ZW = g.basis.double().cpu().numpy() @ init_W[g.problems]
                     coefficients[rows, : g.width] = _solve_lower(g.factor.cpu().numpy(), ZW)
                 elif g.whitened:  # B = diag(1/a_u) V^T W: the start's component in V's span
-                    VW = np.einsum("dr,cdk->crk", g.eigenbasis.cpu().numpy(), init_W[g.problems])
+                    VW = np.matmul(g.eigenbasis.cpu().numpy().T, init_W[g.problems])  # (c, r, K)
                     stretch = g.stretch(problem.tensor(problem.l2[g.problems])).cpu().numpy()
                     coefficients[rows, : g.width] = VW / stretch[:, :, None]
                 else:
@@ -175,10 +175,10 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
             coef, intercept = theta[rows, : g.width], theta[rows, width]
             if g.row_space:  # W = Z^T L^-T B (Group)
                 turned = _solve_upper(g.factor.cpu().numpy().T, coef)
-                coef = np.einsum("nd,cnk->cdk", g.basis.double().cpu().numpy(), turned)
+                coef = np.matmul(g.basis.double().cpu().numpy().T, turned)  # (c, D, K)
             elif g.whitened:  # W = V diag(a_u) B (Group)
                 stretched = coef * g.stretch(problem.tensor(problem.l2[g.problems])).cpu().numpy()[:, :, None]
-                coef = np.einsum("dr,crk->cdk", g.eigenbasis.cpu().numpy(), stretched)
+                coef = np.matmul(g.eigenbasis.cpu().numpy(), stretched)  # (c, D, K)
             W[g.problems], b[g.problems] = coef, intercept
             mean[g.problems], scale[g.problems] = g.mean, g.scale
     if not problem.standardize:

@@ -9,9 +9,12 @@ Two layouts (the engine picks one per call, :func:`grouped_layout_pays`):
 - *Groups*: the problems fitted on one subset (the C values of a grid) form a group holding that subset's
   distinct rows, standardised on the subset itself (:func:`build_groups`): one pair of products per group,
   no folding, rows copied once per subset. Best for many small, weakly overlapping subsets (cell units,
-  folds, seeds). Where a subset has fewer distinct rows n than features D, its group can hold the exact
-  row-space form instead (:class:`Group`): the optimum's weights lie in the span of the subset's rows, so
-  the problem is solved in n coordinates per class on an n x n factor of the rows' Gram matrix.
+  folds, seeds). A group holds its problem in one of three forms (:class:`Group`, picked by
+  :func:`group_form`'s modelled cost): dense; where a subset has fewer distinct rows n than features D, the
+  exact row-space form (the optimum's weights lie in the span of the subset's rows: n coordinates per class
+  on an n x n factor of the rows' Gram matrix); or the whitened form, the coefficients in the eigenbasis of
+  the subset's covariance, rescaled per problem so that L-BFGS sees a better-conditioned Hessian (a fixed
+  preconditioner; min(n, D) coordinates per class).
 """
 
 from __future__ import annotations
@@ -443,13 +446,14 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
             constant=constant,
         )
         if l2 is not None and standardize:
-            kept = whitened_is_kept(Z, weight, ~constant, numpy_store)
+            key = whiten_key(X[rows], counts, numpy_store)
+            kept = whitened_is_kept(key)
             form = group_form(rows.size, D, len(problems), n_classes, standardize, kept)
             if forms is not None and form not in forms:
                 form = min((f for f in forms if f != "row_space" or rows.size < D), default="dense",
                            key=lambda f: _form_cost(f, rows.size, D, len(problems), n_classes))
             if form == "whitened":
-                _to_whitened(group, Z, numpy_store, device)
+                _to_whitened(group, Z, numpy_store, device, key)
             elif form == "row_space":
                 _to_row_space(group, Z, numpy_store, device)
         elif standardize and row_space and row_space_pays(rows.size, D, len(problems), n_classes):
@@ -509,27 +513,32 @@ def reuse_whitened() -> Iterator[None]:
                 _whiten_cache.clear()
 
 
-def whitened_is_kept(Z: np.ndarray, weight: np.ndarray, free: np.ndarray, numpy_store) -> bool:
-    """Whether the whitened form of these rows is kept (:func:`reuse_whitened`), so costs nothing more."""
-    return _whiten_reuse[0] > 0 and _whiten_key(Z, weight, free, numpy_store) in _whiten_cache
-
-
-def _whiten_key(Z, weight, free, numpy_store) -> bytes:
+def whiten_key(rows: np.ndarray, counts: np.ndarray, numpy_store) -> bytes | None:
+    """The key a subset's whitened form is kept under (:func:`reuse_whitened`): a digest of its distinct
+    raw rows (X[rows], from which its standardised rows follow), their multiplicities and the store dtype;
+    None outside :func:`reuse_whitened`."""
+    if not _whiten_reuse[0]:
+        return None
     digest = hashlib.blake2b(digest_size=20)
-    for part in (Z, weight, free, np.array([str(numpy_store)])):
+    for part in (rows, counts, np.array([str(numpy_store), str(rows.dtype)])):
         digest.update(np.ascontiguousarray(part).view(np.uint8))
     return digest.digest()
 
 
-def _to_whitened(group: Group, Z: np.ndarray, numpy_store, device) -> None:
+def whitened_is_kept(key: bytes | None) -> bool:
+    """Whether the whitened form under ``key`` (:func:`whiten_key`) is kept, so costs nothing more."""
+    return key is not None and key in _whiten_cache
+
+
+def _to_whitened(group: Group, Z: np.ndarray, numpy_store, device, key: bytes | None = None) -> None:
     """Turn a dense group into its whitened form (:class:`Group`). The covariance (or Gram) matrix and its
     eigendecomposition are float64 (its small eigenvalues set the preconditioner along nearly collinear
-    directions, which float32 rounding would hide), and so are the rows Z V, stored also in the store dtype."""
+    directions, which float32 rounding would hide), and so are the rows Z V, stored also in the store dtype.
+    ``key`` (:func:`whiten_key`): where the form is kept for later calls."""
     free = ~group.constant
     if not free.any():
         return
     weight = group.weight.cpu().numpy()
-    key = _whiten_key(Z, weight, free, numpy_store) if _whiten_reuse[0] else None
     with _whiten_cache_lock:
         made = _whiten_cache.get(key) if key is not None else None
         if made is not None:
