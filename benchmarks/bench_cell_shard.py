@@ -259,7 +259,7 @@ def baseline(args) -> dict:
     summary.update(engine_workers=workers)
     if workers > 1:  # its calls ran single-threaded: their accuracy at that tol, as they ran
         summary.update(engine_err_workers=cb.engine_error(calls, engine_tol, 1))
-        print(f"engine calls side by side on {workers} cores ({workers - 1} worker processes and the shard's), each "
+        print(f"engine calls side by side on {workers} cores ({workers - 1} worker process(es) and the shard's), each "
               f"single-threaded; at tol {engine_tol:g} on one thread: "
               f"max |dP| {summary['engine_err_workers']:.2e}")
     f1_sk = np.array([sk_out[i][0] for i in range(len(sub))])
@@ -383,8 +383,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="engine threads")
     parser.add_argument("--processes", type=int, default=2, help="scikit-learn's parallel baseline: worker processes")
     parser.add_argument("--call-workers", type=int, default=None,
-                        help="cores the shard fits its engine calls on side by side (default: its cost model; "
-                             "1: in-process)")
+                        help="cores the shard fits its engine calls on side by side, its worker processes "
+                             "started before timing (default: --threads; 1: in-process)")
     parser.add_argument("--ceiling", action="store_true",
                         help="also print the bound any L-BFGS engine's ratio has here")
     parser.add_argument("--demo-density", type=float, default=2000.0, help="cells per mm² on the demo slide")

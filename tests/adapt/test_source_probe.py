@@ -39,8 +39,11 @@ def test_source_probe_is_the_standardised_logistic_probe():
     # one batched call fits every seed; seeds differ in their splits
     a, b = fit_source_probes(xs, ys, 5, [1, 2])
     # a batched fit converges to the engine's tolerance, not bit for bit the single fit (float32 products whose
-    # summation order depends on the batch): weights agree to ~3e-6 here
-    np.testing.assert_allclose(a.W_, probe.W_, atol=2e-5)
+    # summation order depends on the batch, and the batch's subsets may take the engine's whitened form, which
+    # approaches the same optimum from other coordinates): weights agree to ~3e-5 here, probabilities closer
+    np.testing.assert_allclose(a.W_, probe.W_, atol=1e-4)
+    np.testing.assert_allclose(metrics.softmax(a.decision_logits(xt)), metrics.softmax(probe.decision_logits(xt)),
+                               atol=1e-4)
     assert not np.array_equal(a.val_index_, b.val_index_)
 
 
