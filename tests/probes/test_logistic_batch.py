@@ -310,8 +310,7 @@ def test_whitened_form_reaches_the_dense_forms_optimum_and_sklearns(n, dim):
     X[:, 7] = 1.5  # constant: its weight stays exactly 0
     subsets = [np.arange(n), np.arange(n), np.arange(20, n)]
     Cs = [0.01, 1.0, 1.0]
-    l2 = np.ones(3)
-    groups, _, _ = build_groups(X, y, subsets, 3, True, torch.float32, torch.device("cpu"), l2=l2,
+    groups, _, _ = build_groups(X, y, subsets, 3, True, torch.float32, torch.device("cpu"), choose_form=True,
                                 forms=("whitened",))
     assert [g.form for g in groups] == ["whitened", "whitened"]
     # the rank of the rows' span: one direction fewer than the rows where n < D (their centring)

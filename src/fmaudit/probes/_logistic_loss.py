@@ -281,7 +281,7 @@ class GroupedObjective:
         for gi, group in enumerate(groups):
             self.group_of[group.problems] = gi
         # groups whose stopping measure needs a map back to W's coordinates (bounded cheaply, else exact)
-        self.row_space = any(group.row_space or group.whitened for group in groups)
+        self.turned = any(group.turned for group in groups)
         self.n_threads = n_threads if self.device.type == "cpu" else 1
         self.pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
         self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
@@ -387,25 +387,29 @@ class GroupedObjective:
         grads[positions, width] = grad_b
         values[positions] = loss + 0.5 * l2 * (W * W_penalised).sum(dim=(1, 2))
 
+    def _unstretched(self, g: torch.Tensor, problems: np.ndarray, group) -> torch.Tensor:
+        """diag(1/a_u) g_B (c, r, K) of a whitened group's problems: V times it is W's gradient."""
+        stretch = self.stretch[torch.as_tensor(problems, device=self.device), : group.width, None]
+        return g[:, : group.width] / stretch
+
     def gradient_max_abs(self, grads: torch.Tensor, ids: np.ndarray, exact: bool = True) -> np.ndarray:
         """Stopping measure per problem: the max-abs gradient in W's coordinates (intercepts included)."""
         A = grads.shape[0]
         g = grads.view(A, self.width + 1, self.K)
         if self.grad_scale is not None:
             g = g * self.grad_scale
-        if not self.row_space:
+        if not self.turned:
             return g.abs().amax(dim=(1, 2)).cpu().numpy()
         out = g[:, self.width].abs().amax(dim=1).cpu().numpy()
         for gi, positions in self._tasks(ids):
             group = self.groups[gi]
             pos = torch.as_tensor(positions, device=self.device)
-            if not (group.row_space or group.whitened):
+            if not group.turned:
                 out[positions] = np.maximum(out[positions], g[pos].abs().amax(dim=(1, 2)).cpu().numpy())
                 continue
             if group.whitened:  # W's gradient V diag(1/a) g_B, all problems of the group in one product
                 c = positions.size
-                stretch = self.stretch[torch.as_tensor(ids[positions], device=self.device), : group.width, None]
-                turned = (g[pos, : group.width] / stretch).permute(1, 0, 2).reshape(group.width, -1)
+                turned = self._unstretched(g[pos], ids[positions], group).permute(1, 0, 2).reshape(group.width, -1)
                 grad_W = group.eigenbasis @ turned  # (D, c*K)
                 out[positions] = np.maximum(out[positions],
                                             grad_W.abs().view(-1, c, self.K).amax(dim=(0, 2)).cpu().numpy())
@@ -422,7 +426,7 @@ class GroupedObjective:
 
     def gradient_bounds(self, grads: torch.Tensor, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) bounds of :meth:`gradient_max_abs`, equal for dense groups."""
-        if not self.row_space:
+        if not self.turned:
             measure = self.gradient_max_abs(grads, ids)
             return measure, measure
         A = grads.shape[0]
@@ -432,13 +436,12 @@ class GroupedObjective:
         for gi, positions in self._tasks(ids):
             group = self.groups[gi]
             pos = torch.as_tensor(positions, device=self.device)
-            if not (group.row_space or group.whitened):
+            if not group.turned:
                 dense = g[pos].abs().amax(dim=(1, 2)).cpu().numpy()
                 lower[positions] = upper[positions] = np.maximum(intercept[positions], dense)
                 continue
             if group.whitened:  # V has orthonormal columns: the columns' norms of diag(1/a) g_B are W's
-                stretch = self.stretch[torch.as_tensor(ids[positions], device=self.device), : group.width, None]
-                norms = (g[pos, : group.width] / stretch).norm(dim=1)  # (c, K)
+                norms = self._unstretched(g[pos], ids[positions], group).norm(dim=1)  # (c, K)
                 up = norms.amax(dim=1).cpu().numpy()
                 upper[positions] = np.maximum(upper[positions], up)
                 lower[positions] = np.maximum(lower[positions], up / np.sqrt(max(self._free_features[gi], 1)))

@@ -123,7 +123,7 @@ def solve_grouped(X, y, unique_sets, problem: Problems):
     device, K, D = problem.device, problem.present.shape[1], X.shape[1]
     U = len(unique_sets)
     groups, centre, spread = build_groups(X, y, unique_sets, K, problem.standardize, problem.phases[0], device,
-                                          l2=problem.l2, forms=problem.forms)
+                                          choose_form=True, forms=problem.forms)
     W = np.zeros((U, D, K))
     b = np.zeros((U, K))
     mean, scale = np.zeros((U, D)), np.ones((U, D))

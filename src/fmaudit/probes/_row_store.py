@@ -278,6 +278,11 @@ class Group:
         return self.eigenbasis is not None
 
     @property
+    def turned(self) -> bool:
+        """Whether W's gradient is a map of the group's coordinates' (row-space or whitened)."""
+        return self.row_space or self.whitened
+
+    @property
     def form(self) -> str:
         """``dense``, ``row_space`` or ``whitened``."""
         return "row_space" if self.row_space else "whitened" if self.whitened else "dense"
@@ -367,15 +372,18 @@ def _form_cost(form: str, n: int, D: int, n_problems: int, n_classes: int, kept:
     return evaluations * per_evaluation + one_off
 
 
-def group_form(n: int, D: int, n_problems: int, n_classes: int, standardize: bool, kept: bool = False) -> str:
+def group_form(n: int, D: int, n_problems: int, n_classes: int, standardize: bool, kept: bool = False,
+               allowed=None) -> str:
     """The cheapest form (:class:`Group`) by the modelled cost: ``dense``, ``row_space`` or ``whitened``
     (the last two only with ``standardize``; row-space only where n < D); ``kept``: the whitened form is
-    made already."""
+    made already; ``allowed``: the forms to choose among (None: all; dense where none of them applies)."""
     forms = ["dense"]
     if standardize:
         forms.append("whitened")
         if n < D:
             forms.append("row_space")
+    if allowed is not None:
+        forms = [form for form in forms if form in allowed] or ["dense"]
     return min(forms, key=lambda form: _form_cost(form, n, D, n_problems, n_classes, kept))
 
 
@@ -399,16 +407,15 @@ def group_subsets(index_sets) -> list[tuple[np.ndarray, list[int]]]:
     return list(groups.values())
 
 
-def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True, l2=None,
-                 forms=None):
+def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, row_space=True,
+                 choose_form=False, forms=None):
     """One :class:`Group` per distinct subset of ``index_sets`` (a list per unique problem); returns
     (groups, centre, spread): without ``standardize`` the rows are globally standardised by (centre,
     spread) as in the shared layout; with it centre 0 and spread 1. The row-space form is used where
     ``row_space`` and :func:`row_space_pays` say so (``standardize`` only: the raw-feature problems are
-    solved in globally rescaled coordinates, which a turn of the rows does not preserve). With ``l2`` (U,)
-    (the problems' penalties; only whether it is given matters) each group takes the form
-    :func:`group_form` models cheapest, the whitened form among them; ``forms`` restricts the choice (e.g.
-    ``("dense",)``)."""
+    solved in globally rescaled coordinates, which a turn of the rows does not preserve). With
+    ``choose_form`` each group takes the form :func:`group_form` models cheapest, the whitened form among
+    them; ``forms`` restricts the choice (e.g. ``("dense",)``)."""
     D = X.shape[1]
     eps = np.finfo(np.float64).eps
     numpy_store = numpy_dtype(store_dtype)
@@ -445,13 +452,9 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
             scale=scale,
             constant=constant,
         )
-        if l2 is not None and standardize:
+        if choose_form and standardize:
             key = whiten_key(X[rows], counts, numpy_store)
-            kept = whitened_is_kept(key)
-            form = group_form(rows.size, D, len(problems), n_classes, standardize, kept)
-            if forms is not None and form not in forms:
-                form = min((f for f in forms if f != "row_space" or rows.size < D), default="dense",
-                           key=lambda f: _form_cost(f, rows.size, D, len(problems), n_classes))
+            form = group_form(rows.size, D, len(problems), n_classes, standardize, whitened_is_kept(key), forms)
             if form == "whitened":
                 _to_whitened(group, Z, numpy_store, device, key)
             elif form == "row_space":
