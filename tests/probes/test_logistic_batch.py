@@ -371,3 +371,69 @@ def test_forms_are_checked():
     X, y = mixture(60, 5, 2)
     with pytest.raises(FmauditInputError, match="forms"):
         fit_logistic_batch(X, y, [np.arange(60)], 1.0, 2, forms=["diagonal"])
+
+
+def _objective_alone(group, stretch, W, b, l2, present):
+    """Loss and gradient of one problem on its group's rows, written out directly (float64)."""
+    X = group.features_in(torch.float64)
+    a = torch.ones(X.shape[1], dtype=torch.float64) if stretch is None else stretch
+    logits = X @ (a[:, None] * W) + b
+    logits = logits.masked_fill(~present, float("-inf"))
+    lse = torch.logsumexp(logits, dim=1)
+    w = group.weight
+    loss = (w * (lse - logits[torch.arange(X.shape[0]), group.y])).sum() + 0.5 * l2 * ((a[:, None] * W) ** 2).sum()
+    resid = torch.softmax(logits, dim=1)
+    resid[torch.arange(X.shape[0]), group.y] -= 1.0
+    resid *= w[:, None]
+    grad_W = a[:, None] * (X.T @ resid) + l2 * a[:, None] ** 2 * W
+    if group.row_space:  # kept orthogonal to the direction the original problem lacks
+        q = group.constant_direction
+        grad_W -= q[:, None] * (q @ grad_W)[None, :]
+    return loss, grad_W, resid.sum(dim=0)
+
+
+@pytest.mark.parametrize("form, n_threads", [("dense", 1), ("whitened", 1), ("row_space", 1), ("dense", 2)])
+def test_grouped_objective_evaluates_groups_together_as_each_problem_alone(form, n_threads):
+    # groups of very different sizes (evaluated in separate padded plans), a class missing from one subset,
+    # and problems asked for in any subset and order (padding slots, ranks within a group)
+    from fmaudit.probes._logistic_loss import GroupedObjective
+    from fmaudit.probes._row_store import build_groups
+
+    X, y = mixture(600, 60 if form == "row_space" else 9, 3, seed=11)
+    rng = np.random.default_rng(5)
+    no_class_2 = np.flatnonzero(y != 2)
+    bases = [rng.choice(600, 30), rng.choice(600, 33), rng.choice(no_class_2, 40, replace=False),
+             rng.choice(600, 55 if form == "row_space" else 500)]
+    index_sets = [base for base in bases for _ in range(3)]
+    l2 = torch.tensor([1.0 / (C * idx.size) for idx in bases for C in (0.01, 1.0, 100.0)], dtype=torch.float64)
+    present = torch.tensor(np.array([np.isin(np.arange(3), y[idx]) for idx in index_sets]))
+    groups, _, _ = build_groups(X, y, index_sets, 3, True, torch.float64, torch.device("cpu"), choose_form=True,
+                                forms=[form])
+    assert {g.form for g in groups} == {form}
+    width = max(g.width for g in groups)
+    objective = GroupedObjective(groups, present, l2, width, 3, n_threads)
+    try:
+        theta = torch.zeros((len(index_sets), width + 1, 3), dtype=torch.float64)
+        for g in groups:
+            theta[g.problems, : g.width] = torch.as_tensor(rng.normal(size=(len(g.problems), g.width, 3)) * 0.3)
+            theta[g.problems, width] = torch.as_tensor(rng.normal(size=(len(g.problems), 3)))
+        theta.masked_fill_(~present[:, None, :], 0.0)
+        for ids in (np.arange(len(index_sets)), np.array([11, 0, 7, 5, 2]), np.array([9])):
+            values, grads = objective(theta[ids].reshape(ids.size, -1).clone(), ids, torch.float64)
+            grads = grads.view(ids.size, width + 1, 3)
+            for i, u in enumerate(ids):
+                group = groups[objective.group_of[u]]
+                p = group.width
+                stretch = objective.stretch[u, :p] if objective.stretch is not None else None
+                loss, grad_W, grad_b = _objective_alone(group, stretch, theta[u, :p], theta[u, width], l2[u],
+                                                        present[u])
+                assert abs(float(values[i]) - float(loss)) <= 1e-12 * max(1.0, abs(float(loss)))
+                present_u = present[u]
+                np.testing.assert_allclose(grads[i, :p][:, present_u], grad_W[:, present_u], atol=1e-12)
+                np.testing.assert_allclose(grads[i, width][present_u], grad_b[present_u], atol=1e-12)
+                assert not bool(grads[i, p:width].any())  # padding coordinates stay exactly 0
+            # float32 products: the same up to float32 rounding
+            values32, _ = objective(theta[ids].reshape(ids.size, -1).clone(), ids, torch.float32)
+            np.testing.assert_allclose(values32.numpy(), values.numpy(), rtol=1e-5)
+    finally:
+        objective.close()

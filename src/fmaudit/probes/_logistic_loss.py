@@ -18,6 +18,14 @@ from threadpoolctl import threadpool_limits
 from fmaudit.probes._row_store import block_cost
 
 
+def _matmul_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    """out = a @ b, written into ``out`` (a strided view of a larger buffer: BLAS reads its row stride)."""
+    if a.device.type == "cpu":
+        np.matmul(a.numpy(), b.numpy(), out=out.numpy())
+    else:
+        torch.matmul(a, b, out=out)
+
+
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     # On CPU the skinny (N x D) @ (D x K) products go through numpy: the OpenBLAS that numpy ships ran them
     # 1.5-6x faster than the MKL of torch's CPU wheels on the AMD machines this was measured on
@@ -251,6 +259,38 @@ class SharedRowsObjective:
         return measure, measure
 
 
+# A plan pads its groups' rows to the largest of them; groups whose row counts differ more than this factor
+# are evaluated in separate plans (their padding would cost more than the batching saves).
+_BUCKET_SPREAD = 1.5
+
+
+@dataclass
+class _GroupPlan:
+    """One batched evaluation of the groups ``groups`` for the problems of ``ids`` at ``positions``.
+
+    The groups' logits sit in one padded (G, c_max, K, n_max) buffer: group i's problems in slots
+    0..c_i-1 of row i, its rows in columns 0..n_i-1. Each group's two products read and write its own part
+    (strided views, no copies); every element-wise step of the softmax runs once over the whole buffer.
+    Padding columns have weight 0 and padding slots are discarded, so neither changes a result. Built once
+    per set of problems and product dtype, and reused.
+    """
+
+    groups: list  # (group index, c, n, p) per touched group, in slab order
+    positions: torch.Tensor  # (A_s,) positions in ``ids`` of the plan's problems
+    slot: torch.Tensor  # (A_s,) flat slot i * c_max + s of each
+    c_max: int
+    p_max: int
+    labels: torch.Tensor  # (G, c_max, 1, n_max) class of each row (an expanded view)
+    weight: torch.Tensor  # (G, n_max, 1) float64: multiplicity / n, 0 in the padding
+    weight_in: torch.Tensor  # (G, 1, 1, n_max) the same in the product dtype
+    absent: torch.Tensor | None  # (G, c_max, K, 1) True where a slot's problem lacks the class
+    stretch: torch.Tensor | None  # (G * c_max, p_max, 1) float64: whitened problems' a_u (0 elsewhere)
+    l2: torch.Tensor  # (G * c_max,) float64 (0 in padding slots)
+    direction: torch.Tensor | None  # (G * c_max, p_max) float64: row-space groups' q, per slot
+    Z: torch.Tensor  # (G, c_max, K, n_max) logits, then softmax minus one-hot times weight
+    grad_W: torch.Tensor  # (G * c_max, K, p_max) the gradient's products, zero in the padding
+
+
 class GroupedObjective:
     """The objective over problems laid out in :class:`~fmaudit.probes._row_store.Group` s: per group one
     product for the logits and one for the gradient, each as wide as the group's requested problems.
@@ -258,14 +298,18 @@ class GroupedObjective:
     Parameters of problem u are theta (width + 1, K): rows 0..p_g-1 are its coefficients on its group's
     ``features`` (p_g = D dense, n_g row-space; rows past p_g are padding and stay exactly 0), the last row its
     intercept. Logits are computed transposed, (problems x classes, rows), so the softmax reductions run over
-    a leading axis. Per group: products in the asked dtype, the softmax and weighting in that dtype, the sums
-    over rows (loss, intercept gradient) in float64; groups are spread over ``n_threads`` threads on CPU.
+    a leading axis. The groups an evaluation touches are evaluated together (:class:`_GroupPlan`): their
+    products one by one, the element-wise softmax once over all of them. Products in the asked dtype, the
+    softmax and weighting in that dtype, the sums over rows (loss, intercept gradient) in float64; groups
+    are spread over ``n_threads`` threads on CPU (one plan each).
     ``penalty_weight`` (width,) and ``grad_scale`` (width + 1, K): the raw-feature problems' rescaled
     coordinates (see the shared objective). Stopping measure: the max-abs gradient in W's coordinates; for
     row-space groups W's gradient is Q_W g_B (Q_W = Z^T L^-T), bounded above by the columns' norms of g_B
     and below by those norms less Q's constant row, over sqrt(D): the exact value is computed only where the
     bounds straddle tol (:func:`fmaudit.probes._lbfgs.lbfgs` asks).
     """
+
+    _PLAN_CACHE = 32
 
     def __init__(self, groups, present, l2, width, n_classes, n_threads, penalty_weight=None, grad_scale=None):
         self.groups = groups
@@ -278,21 +322,41 @@ class GroupedObjective:
         self.device = l2.device
         n_problems = l2.shape[0]
         self.group_of = np.full(n_problems, -1, dtype=np.int64)
+        self.slot_of = np.zeros(n_problems, dtype=np.int64)  # a problem's place among its group's
         for gi, group in enumerate(groups):
             self.group_of[group.problems] = gi
+            self.slot_of[group.problems] = np.arange(len(group.problems))
         # groups whose stopping measure needs a map back to W's coordinates (bounded cheaply, else exact)
         self.turned = any(group.turned for group in groups)
         self.n_threads = n_threads if self.device.type == "cpu" else 1
         self.pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
         self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
-        # whitened groups: each problem's a_u (Group), zero past its group's r
-        self.stretch = None
+        # per problem, for the stopping bounds: sqrt of its group's free features, its form
+        free = np.array([max(self._free_features[gi], 1) for gi in range(len(groups))], dtype=np.float64)
+        self._sqrt_free = np.sqrt(free)[self.group_of] if groups else np.ones(n_problems)
+        form_code = {"dense": 0, "row_space": 1, "whitened": 2}
+        self._form_of = np.array([form_code[g.form] for g in groups], dtype=np.int64)[self.group_of] \
+            if groups else np.zeros(n_problems, dtype=np.int64)
+        # whitened groups: each problem's a_u (Group), zero past its group's r, and its inverse (zero there)
+        self.stretch = self.unstretch = None
         if any(group.whitened for group in groups):
             self.stretch = torch.zeros((n_problems, width), dtype=torch.float64, device=self.device)
             for group in groups:
                 if group.whitened:
                     ids = torch.as_tensor(group.problems, device=self.device)
                     self.stretch[ids, : group.width] = group.stretch(l2[ids])
+            self.unstretch = torch.where(self.stretch > 0, 1.0 / self.stretch.clamp_min(1e-300),
+                                         torch.zeros_like(self.stretch))
+        # row-space groups: each problem's q (zero past its group's n)
+        self.direction = None
+        if any(group.row_space for group in groups):
+            self.direction = torch.zeros((n_problems, width), dtype=torch.float64, device=self.device)
+            for group in groups:
+                if group.row_space:
+                    ids = torch.as_tensor(group.problems, device=self.device)
+                    self.direction[ids, : group.width] = group.constant_direction[None, :]
+        self._plans: dict[tuple, list[list[_GroupPlan]]] = {}
+        self._buckets()
 
     def close(self) -> None:
         if self.pool is not None:
@@ -300,23 +364,120 @@ class GroupedObjective:
             self.pool = None
 
     def _tasks(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        """(group, positions in ``ids``) per group touched, dealt to threads by modelled cost."""
+        """(group, positions in ``ids``) per group touched."""
         gid = self.group_of[ids]
         order = np.argsort(gid, kind="stable")
         cuts = np.flatnonzero(np.diff(gid[order])) + 1
         return [(int(gid[part[0]]), part) for part in np.split(order, cuts)]
 
-    def _shares(self, tasks) -> list[list]:
-        if self.n_threads == 1 or len(tasks) == 1:
-            return [tasks]
-        costs = [self.groups[gi].features.shape[0] * self.groups[gi].width * (len(pos) + 1) for gi, pos in tasks]
-        loads = [0.0] * self.n_threads
-        shares: list[list] = [[] for _ in range(self.n_threads)]
-        for i in np.argsort(costs, kind="stable")[::-1]:
-            t = loads.index(min(loads))
-            shares[t].append(tasks[i])
-            loads[t] += costs[i]
-        return [share for share in shares if share]
+    def _buckets(self) -> None:
+        """Groups of similar row counts share padded label and weight arrays (a plan pads its groups' rows to
+        the largest of them: at most _BUCKET_SPREAD times a group's own)."""
+        sizes = np.array([g.y.shape[0] for g in self.groups])
+        order = np.argsort(sizes, kind="stable")
+        self._bucket_of = np.zeros(len(self.groups), dtype=np.int64)
+        self._index_in_bucket = np.zeros(len(self.groups), dtype=np.int64)
+        self._bucket_rows: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        start = 0
+        while start < order.size:
+            stop = start + 1
+            while stop < order.size and sizes[order[stop]] <= _BUCKET_SPREAD * max(sizes[order[start]], 1):
+                stop += 1
+            members = order[start:stop]
+            n_max = int(sizes[members].max())
+            labels = torch.zeros((members.size, n_max), dtype=torch.long, device=self.device)
+            weight = torch.zeros((members.size, n_max), dtype=torch.float64, device=self.device)
+            for i, gi in enumerate(members):
+                group = self.groups[gi]
+                labels[i, : sizes[gi]] = group.y
+                weight[i, : sizes[gi]] = group.weight
+            self._bucket_of[members] = len(self._bucket_rows)
+            self._index_in_bucket[members] = np.arange(members.size)
+            self._bucket_rows.append((labels, weight, n_max))
+            start = stop
+
+    def _plans_for(self, ids: np.ndarray, dtype: torch.dtype) -> list[list[_GroupPlan]]:
+        """Per thread, the plans (one per bucket of groups touched) that evaluate ``ids``."""
+        key = (ids.tobytes(), dtype)
+        plans = self._plans.get(key)
+        if plans is not None:
+            return plans
+        # positions sorted by (group, place in the group); a problem's slot is its rank among its group's
+        gid = self.group_of[ids]
+        order = np.lexsort((self.slot_of[ids], gid))
+        sorted_gid = gid[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(sorted_gid)) + 1]
+        counts = np.diff(np.r_[starts, order.size])
+        touched = sorted_gid[starts]
+        rank = np.arange(order.size) - np.repeat(starts, counts)
+        shares = [np.arange(touched.size)]
+        if self.n_threads > 1 and touched.size > 1:  # dealt to threads by modelled cost, largest first
+            costs = [self.groups[gi].y.shape[0] * self.groups[gi].width * (c + 1) for gi, c in zip(touched, counts)]
+            loads = [0.0] * self.n_threads
+            dealt: list[list[int]] = [[] for _ in range(self.n_threads)]
+            for i in np.argsort(costs, kind="stable")[::-1]:
+                t = loads.index(min(loads))
+                dealt[t].append(int(i))
+                loads[t] += costs[i]
+            shares = [np.sort(np.array(d)) for d in dealt if d]
+        plans = []
+        for share in shares:
+            buckets = self._bucket_of[touched[share]]
+            plans.append([self._plan(share[buckets == bucket], touched, counts, starts, order, rank, ids, dtype)
+                          for bucket in np.unique(buckets)])
+        if len(self._plans) >= self._PLAN_CACHE:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[key] = plans
+        return plans
+
+    def _plan(self, members, touched, counts, starts, order, rank, ids, dtype) -> _GroupPlan:
+        """The plan of the touched groups ``members`` (indices into ``touched``), all of one bucket."""
+        device, K = self.device, self.K
+        groups = touched[members]
+        G = groups.size
+        c_max = int(counts[members].max())
+        labels_all, weight_all, n_max = self._bucket_rows[self._bucket_of[groups[0]]]
+        index = torch.as_tensor(self._index_in_bucket[groups], device=device)
+        labels, weight = labels_all[index], weight_all[index]
+        p_max = max(self.groups[gi].width for gi in groups)
+        # the members' positions in ids, and their slots
+        sel = np.concatenate([np.arange(starts[m], starts[m] + counts[m]) for m in members])
+        local = np.repeat(np.arange(G), counts[members])
+        positions = order[sel]
+        slot = local * c_max + rank[sel]
+        problems = torch.as_tensor(ids[positions], device=device)
+        filled = torch.as_tensor(slot, device=device)
+        S = G * c_max
+        absent = torch.zeros((S, K), dtype=torch.bool, device=device)
+        absent[filled] = ~self.present[problems]
+        l2 = torch.zeros(S, dtype=torch.float64, device=device)
+        l2[filled] = self.l2[problems]
+        stretch = direction = None
+        if self.stretch is not None:
+            stretch = torch.zeros((S, p_max), dtype=torch.float64, device=device)
+            stretch[filled] = self.stretch[problems, :p_max]
+            stretch = stretch[:, :, None]
+        if self.direction is not None:
+            direction = torch.zeros((S, p_max), dtype=torch.float64, device=device)
+            direction[filled] = self.direction[problems, :p_max]
+        described = [(int(gi), int(c), int(self.groups[gi].y.shape[0]), int(self.groups[gi].width))
+                     for gi, c in zip(groups, counts[members])]
+        return _GroupPlan(
+            groups=described,
+            positions=torch.as_tensor(positions, device=device),
+            slot=filled,
+            c_max=c_max,
+            p_max=p_max,
+            labels=labels.view(G, 1, 1, n_max).expand(G, c_max, 1, n_max),
+            weight=weight.view(G, n_max, 1),
+            weight_in=weight.view(G, 1, 1, n_max).to(dtype),
+            absent=absent.view(G, c_max, K, 1) if bool(absent.any()) else None,
+            stretch=stretch,
+            l2=l2,
+            direction=direction,
+            Z=torch.zeros((G, c_max, K, n_max), dtype=dtype, device=device),
+            grad_W=torch.zeros((S, K, p_max), dtype=dtype, device=device),
+        )
 
     def __call__(self, points: torch.Tensor, ids: np.ndarray, product_dtype: torch.dtype):
         """points (A, P) float64 for problems ``ids`` (A,) -> objective (A,) and gradient (A, P)."""
@@ -325,67 +486,70 @@ class GroupedObjective:
         theta = points.view(A, width + 1, K)
         values = torch.empty(A, dtype=torch.float64, device=self.device)
         grads = torch.zeros((A, width + 1, K), dtype=torch.float64, device=self.device)
-        ids_t = torch.as_tensor(ids, device=self.device)
+        plans = self._plans_for(np.ascontiguousarray(ids), product_dtype)
 
         def run(share):
-            for gi, positions in share:
-                self._evaluate(gi, torch.as_tensor(positions, device=self.device), theta, ids_t, product_dtype,
-                               values, grads)
+            for plan in share:
+                self._evaluate(plan, theta, product_dtype, values, grads)
 
-        shares = self._shares(self._tasks(ids))
-        if self.pool is None or len(shares) == 1:
-            for share in shares:
+        if self.pool is None or len(plans) == 1:
+            for share in plans:
                 run(share)
         else:
-            list(self.pool.map(run, shares))
+            list(self.pool.map(run, plans))
         return values, grads.view(A, -1)
 
-    def _evaluate(self, gi, positions, theta, ids, dtype, values, grads) -> None:
-        group = self.groups[gi]
+    def _evaluate(self, plan: _GroupPlan, theta, dtype, values, grads) -> None:
         K, width = self.K, self.width
-        c = positions.shape[0]
-        p = group.width
-        n = group.y.shape[0]
-        problems = ids[positions]
-        params = theta[positions]
-        W = params[:, :p]  # (c, p, K)
-        X = group.features_in(dtype)
-        stretch = self.stretch[problems, :p, None] if group.whitened else None  # (c, p, 1)
-        Wt = (W if stretch is None else W * stretch).transpose(1, 2).reshape(c * K, p).to(dtype)
-        Z = _matmul(Wt, X.T)  # (c*K, n)
-        Z += params[:, width].reshape(c * K, 1).to(dtype)
-        Z3 = Z.view(c, K, n)
-        labels = group.y.view(1, 1, n).expand(c, 1, n)
-        true_logit = Z3.gather(1, labels)  # (c, 1, n)
-        absent = ~self.present[problems]
-        if bool(absent.any()):
-            Z3.masked_fill_(absent[:, :, None], float("-inf"))
-        top = Z3.amax(dim=1, keepdim=True)
-        Z3 -= top
-        Z3.exp_()
-        total = Z3.sum(dim=1, keepdim=True)
-        weight = group.weight
-        loss = (total.log() + top - true_logit).view(c, n).double() @ weight  # sum of w * (lse - z_true)
+        c_max, p_max = plan.c_max, plan.p_max
+        G = len(plan.groups)
+        S = G * c_max
+        W = torch.zeros((S, p_max, K), dtype=torch.float64, device=self.device)
+        W[plan.slot] = theta[plan.positions, :p_max]
+        b = torch.zeros((S, K), dtype=torch.float64, device=self.device)
+        b[plan.slot] = theta[plan.positions, width]
+        stretch = plan.stretch
+        Wt = (W if stretch is None else W * stretch).transpose(1, 2).to(dtype).contiguous()  # (S, K, p_max)
+        Z = plan.Z
+        n_max = Z.shape[3]
+        for i, (gi, c, n, p) in enumerate(plan.groups):
+            X = self.groups[gi].features_in(dtype)
+            _matmul_into(Wt[i * c_max : i * c_max + c, :, :p].reshape(c * K, p), X.T,
+                         Z[i, :c].view(c * K, n_max)[:, :n])
+        Z += b.view(G, c_max, K, 1).to(dtype)
+        true_logit = Z.gather(2, plan.labels)  # (G, c_max, 1, n_max)
+        if plan.absent is not None:
+            Z.masked_fill_(plan.absent, float("-inf"))
+        top = Z.amax(dim=2, keepdim=True)
+        Z -= top
+        Z.exp_()
+        total = Z.sum(dim=2, keepdim=True)
+        per_row = total.log() + top - true_logit  # lse - z_true
+        loss = torch.matmul(per_row.view(G, c_max, n_max).double(), plan.weight).view(S)
         # G = w * (softmax - onehot), in two passes: scale by w / total, then subtract w at the labels
-        weight_in = group.weight_in(dtype).view(1, 1, n)
-        Z3 *= weight_in / total
-        Z3.scatter_add_(1, labels, -weight_in.expand(c, 1, n))
-        grad_W = _matmul(Z, X).double().view(c, K, p).transpose(1, 2)  # (c, p, K)
+        weight_in = plan.weight_in
+        Z *= weight_in / total
+        Z.scatter_add_(2, plan.labels, -weight_in.expand(G, c_max, 1, n_max))
+        grad_products = plan.grad_W
+        for i, (gi, c, n, p) in enumerate(plan.groups):
+            X = self.groups[gi].features_in(dtype)
+            _matmul_into(Z[i, :c].view(c * K, n_max)[:, :n], X,
+                         grad_products[i * c_max : i * c_max + c].view(c * K, p_max)[:, :p])
+        grad_W = grad_products.double().transpose(1, 2)  # (S, p_max, K)
+        grad_b = Z.sum(dim=3, dtype=torch.float64).view(S, K)
         if stretch is not None:
             grad_W = grad_W * stretch
-        grad_b = Z.sum(dim=1, dtype=torch.float64).view(c, K)
-        l2 = self.l2[problems]
-        if stretch is not None:
             W_penalised = W * (stretch * stretch)
         else:
-            W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p, None]
-        grad_W = grad_W + l2[:, None, None] * W_penalised
-        if group.row_space:  # kept orthogonal to q, the direction the original problem lacks (Group)
-            q = group.constant_direction
-            grad_W -= q[None, :, None] * torch.einsum("n,cnk->ck", q, grad_W)[:, None, :]
-        grads[positions, :p] = grad_W
-        grads[positions, width] = grad_b
-        values[positions] = loss + 0.5 * l2 * (W * W_penalised).sum(dim=(1, 2))
+            W_penalised = W if self.penalty_weight is None else W * self.penalty_weight[:p_max, None]
+        grad_W = grad_W + plan.l2[:, None, None] * W_penalised
+        if plan.direction is not None:  # kept orthogonal to q, the direction the original problem lacks (Group)
+            q = plan.direction
+            grad_W -= q[:, :, None] * torch.einsum("sp,spk->sk", q, grad_W)[:, None, :]
+        value = loss + 0.5 * plan.l2 * (W * W_penalised).sum(dim=(1, 2))
+        grads[plan.positions, :p_max] = grad_W[plan.slot]
+        grads[plan.positions, width] = grad_b[plan.slot]
+        values[plan.positions] = value[plan.slot]
 
     def _unstretched(self, g: torch.Tensor, problems: np.ndarray, group) -> torch.Tensor:
         """diag(1/a_u) g_B (c, r, K) of a whitened group's problems: V times it is W's gradient."""
@@ -425,33 +589,35 @@ class GroupedObjective:
         return out
 
     def gradient_bounds(self, grads: torch.Tensor, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(lower, upper) bounds of :meth:`gradient_max_abs`, equal for dense groups."""
+        """(lower, upper) bounds of :meth:`gradient_max_abs`, equal for dense groups; all problems of a form
+        at once."""
         if not self.turned:
             measure = self.gradient_max_abs(grads, ids)
             return measure, measure
-        A = grads.shape[0]
-        g = grads.view(A, self.width + 1, self.K)
-        intercept = g[:, self.width].abs().amax(dim=1).cpu().numpy()
+        A, width = grads.shape[0], self.width
+        g = grads.view(A, width + 1, self.K)
+        intercept = g[:, width].abs().amax(dim=1).cpu().numpy()
         lower, upper = intercept.copy(), intercept.copy()
-        for gi, positions in self._tasks(ids):
-            group = self.groups[gi]
-            pos = torch.as_tensor(positions, device=self.device)
-            if not group.turned:
-                dense = g[pos].abs().amax(dim=(1, 2)).cpu().numpy()
-                lower[positions] = upper[positions] = np.maximum(intercept[positions], dense)
+        form = self._form_of[ids]
+        for code in np.unique(form):
+            rows = np.flatnonzero(form == code)
+            every = rows.size == A
+            part = g if every else g[torch.as_tensor(rows, device=self.device)]
+            problems = torch.as_tensor(ids[rows], device=self.device)
+            if code == 0:  # dense
+                dense = part.abs().amax(dim=(1, 2)).cpu().numpy()
+                lower[rows] = upper[rows] = np.maximum(intercept[rows], dense)
                 continue
-            if group.whitened:  # V has orthonormal columns: the columns' norms of diag(1/a) g_B are W's
-                norms = self._unstretched(g[pos], ids[positions], group).norm(dim=1)  # (c, K)
-                up = norms.amax(dim=1).cpu().numpy()
-                upper[positions] = np.maximum(upper[positions], up)
-                lower[positions] = np.maximum(lower[positions], up / np.sqrt(max(self._free_features[gi], 1)))
-                continue
-            coefficients = g[pos, : group.width]  # (c, n, K)
-            norms2 = (coefficients * coefficients).sum(dim=1)  # (c, K)
-            along_constant = torch.einsum("n,cnk->ck", group.constant_direction, coefficients)
-            # rows of Q = [Q_W; q^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q . g)^2 over <= D_free entries
-            up = norms2.sqrt().amax(dim=1).cpu().numpy()
-            low = ((norms2 - along_constant**2).clamp_min(0).sqrt() / np.sqrt(max(self._free_features[gi], 1)))
-            upper[positions] = np.maximum(upper[positions], up)
-            lower[positions] = np.maximum(lower[positions], low.amax(dim=1).cpu().numpy())
+            coefficients = part[:, :width]
+            if code == 2:  # whitened: V has orthonormal columns, so the columns' norms of diag(1/a) g_B are W's
+                up = (coefficients * self.unstretch[problems][:, :, None]).norm(dim=1).amax(dim=1).cpu().numpy()
+                low = up / self._sqrt_free[ids[rows]]
+            else:  # row-space: rows of Q = [Q_W; q^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q . g)^2
+                norms2 = (coefficients * coefficients).sum(dim=1)  # (a, K)
+                along_constant = torch.einsum("aw,awk->ak", self.direction[problems], coefficients)
+                up = norms2.sqrt().amax(dim=1).cpu().numpy()
+                low = (norms2 - along_constant**2).clamp_min(0).sqrt().amax(dim=1).cpu().numpy()
+                low = low / self._sqrt_free[ids[rows]]
+            upper[rows] = np.maximum(upper[rows], up)
+            lower[rows] = np.maximum(lower[rows], low)
         return lower, upper

@@ -573,8 +573,15 @@ def _whiten(Zf: np.ndarray, weight: np.ndarray, numpy_store) -> tuple[np.ndarray
         eigenvalues, U = np.linalg.eigh(scipy_blas.dsyrk(1.0, Zw, trans=0, lower=1))
     keep = eigenvalues > _WHITEN_DROP * max(float(eigenvalues[-1]), np.finfo(np.float64).tiny)
     eigenvalues = eigenvalues[keep]
-    V = V[:, keep] if n >= d else Zw.T @ (U[:, keep] / np.sqrt(eigenvalues))
-    whitened = Zf @ V  # float64: the float64 phase's rows, whose rounding W's gradient would magnify by 1 / a
+    # float64 rows Z V: the float64 phase's rows, whose rounding W's gradient would magnify by 1 / a
+    if n >= d:
+        V = V[:, keep]
+        whitened = Zf @ V
+    else:  # V = Zw^T U / sqrt(lambda), so Zf V = diag(1 / sqrt w) (Zw Zw^T) U / sqrt(lambda) = U sqrt(lambda) / sqrt w
+        U = U[:, keep]
+        root = np.sqrt(eigenvalues)
+        V = Zw.T @ (U / root)
+        whitened = U * (root / np.sqrt(weight)[:, None])
     return V, eigenvalues, whitened
 
 
