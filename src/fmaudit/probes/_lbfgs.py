@@ -96,8 +96,9 @@ def lbfgs(objective, theta, tol, max_iter, history_size, phases=(torch.float64,)
     A problem stops when its stopping measure (``objective.gradient_max_abs``) is at most ``tol``, or, in
     float64, when f decreases by less than 64 float64 epsilons (relative), scikit-learn's two stops.
     ``phases`` are the product dtypes a problem goes through: when a phase stalls (no acceptable step, or
-    no decrease) or meets ``_EARLY_MARGIN * tol`` before the last, the problem continues from the same point, and with the
-    same history, in the next phase (a float32 gradient is not trusted to certify ``tol`` on its own).
+    no decrease) or meets ``_EARLY_MARGIN * tol`` before the last, the problem continues from the same point,
+    and with the same history, in the next phase (a float32 gradient is not trusted to certify ``tol`` on its
+    own).
     ``check_start`` (a warm start): the start is evaluated in float64 first; a problem that already meets
     ``tol`` there stops at once (0 iterations), and one whose float32 gradient is mostly rounding starts in
     float64.
