@@ -35,6 +35,18 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
+def _deal(costs, n_threads: int) -> list[list[int]]:
+    """Indices of ``costs`` dealt to ``n_threads`` threads, largest first, each to the least loaded thread;
+    the non-empty shares."""
+    loads = [0.0] * n_threads
+    shares: list[list[int]] = [[] for _ in range(n_threads)]
+    for i in np.argsort(costs, kind="stable")[::-1]:
+        t = loads.index(min(loads))
+        shares[t].append(int(i))
+        loads[t] += costs[i]
+    return [share for share in shares if share]
+
+
 @contextlib.contextmanager
 def cpu_threads(device: torch.device, n_threads: int) -> Iterator[None]:
     """On CPU: torch runs single-threaded and BLAS single-threaded when the objective spreads its blocks
@@ -161,13 +173,7 @@ class SharedRowsObjective:
             parts.append((store[block.start : block.stop], cols, Z[pairs].view(n_b, k * K), G[pairs].view(n_b, k * K)))
             offset += n_b * k
         absent = ~self.present[ids][local]
-        # Blocks dealt to threads by modelled cost, largest first, to the least loaded thread.
-        loads = [0.0] * self.n_threads
-        shares: list[list[int]] = [[] for _ in range(self.n_threads)]
-        for i in np.argsort(costs, kind="stable")[::-1]:
-            t = loads.index(min(loads))
-            shares[t].append(int(i))
-            loads[t] += costs[i]
+        shares = _deal(costs, self.n_threads)
         layout = _Layout(
             parts=parts,
             local=local,
@@ -176,7 +182,7 @@ class SharedRowsObjective:
             absent=absent if bool(absent.any()) else None,
             Z=Z,
             G=G,
-            shares=[share for share in shares if share],
+            shares=shares,
         )
         if len(self._layouts) >= self._LAYOUT_CACHE:
             self._layouts.pop(next(iter(self._layouts)))
@@ -411,15 +417,9 @@ class GroupedObjective:
         touched = sorted_gid[starts]
         rank = np.arange(order.size) - np.repeat(starts, counts)
         shares = [np.arange(touched.size)]
-        if self.n_threads > 1 and touched.size > 1:  # dealt to threads by modelled cost, largest first
+        if self.n_threads > 1 and touched.size > 1:
             costs = [self.groups[gi].y.shape[0] * self.groups[gi].width * (c + 1) for gi, c in zip(touched, counts)]
-            loads = [0.0] * self.n_threads
-            dealt: list[list[int]] = [[] for _ in range(self.n_threads)]
-            for i in np.argsort(costs, kind="stable")[::-1]:
-                t = loads.index(min(loads))
-                dealt[t].append(int(i))
-                loads[t] += costs[i]
-            shares = [np.sort(np.array(d)) for d in dealt if d]
+            shares = [np.sort(np.array(d)) for d in _deal(costs, self.n_threads)]
         plans = []
         for share in shares:
             buckets = self._bucket_of[touched[share]]
