@@ -281,7 +281,7 @@ class _GroupPlan:
     per set of problems and product dtype, and reused.
     """
 
-    groups: list  # (group index, c, n, p) per touched group, in slab order
+    groups: list  # (group index, c, n, p) per group of the plan, in the buffer's order
     positions: torch.Tensor  # (A_s,) positions in ``ids`` of the plan's problems
     slot: torch.Tensor  # (A_s,) flat slot i * c_max + s of each
     c_max: int
@@ -336,13 +336,10 @@ class GroupedObjective:
         self.turned = any(group.turned for group in groups)
         self.n_threads = n_threads if self.device.type == "cpu" else 1
         self.pool = ThreadPoolExecutor(max_workers=self.n_threads) if self.n_threads > 1 else None
-        self._free_features = {gi: int((~g.constant).sum()) for gi, g in enumerate(groups)}
-        # per problem, for the stopping bounds: sqrt of its group's free features, its form
-        free = np.array([max(self._free_features[gi], 1) for gi in range(len(groups))], dtype=np.float64)
-        self._sqrt_free = np.sqrt(free)[self.group_of] if groups else np.ones(n_problems)
-        form_code = {"dense": 0, "row_space": 1, "whitened": 2}
-        self._form_of = np.array([form_code[g.form] for g in groups], dtype=np.int64)[self.group_of] \
-            if groups else np.zeros(n_problems, dtype=np.int64)
+        # per problem, for the stopping bounds: sqrt of its group's free features, and its group's form
+        free = np.array([max(int((~g.constant).sum()), 1) for g in groups] or [1], dtype=np.float64)
+        self._sqrt_free = np.sqrt(free)[self.group_of]
+        self._form_of = np.array([g.form for g in groups] or ["dense"])[self.group_of]
         # whitened groups: each problem's a_u (Group), zero past its group's r, and its inverse (zero there)
         self.stretch = self.unstretch = None
         if any(group.whitened for group in groups):
@@ -383,7 +380,7 @@ class GroupedObjective:
         order = np.argsort(sizes, kind="stable")
         self._bucket_of = np.zeros(len(self.groups), dtype=np.int64)
         self._index_in_bucket = np.zeros(len(self.groups), dtype=np.int64)
-        self._bucket_rows: list[tuple[torch.Tensor, torch.Tensor, int]] = []
+        self._bucket_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # per bucket: labels, weight, (members, n_max)
         start = 0
         while start < order.size:
             stop = start + 1
@@ -399,7 +396,7 @@ class GroupedObjective:
                 weight[i, : sizes[gi]] = group.weight
             self._bucket_of[members] = len(self._bucket_rows)
             self._index_in_bucket[members] = np.arange(members.size)
-            self._bucket_rows.append((labels, weight, n_max))
+            self._bucket_rows.append((labels, weight))
             start = stop
 
     def _plans_for(self, ids: np.ndarray, dtype: torch.dtype) -> list[list[_GroupPlan]]:
@@ -436,9 +433,10 @@ class GroupedObjective:
         groups = touched[members]
         G = groups.size
         c_max = int(counts[members].max())
-        labels_all, weight_all, n_max = self._bucket_rows[self._bucket_of[groups[0]]]
+        labels_all, weight_all = self._bucket_rows[self._bucket_of[groups[0]]]
         index = torch.as_tensor(self._index_in_bucket[groups], device=device)
         labels, weight = labels_all[index], weight_all[index]
+        n_max = labels.shape[1]
         p_max = max(self.groups[gi].width for gi in groups)
         # the members' positions in ids, and their slots
         sel = np.concatenate([np.arange(starts[m], starts[m] + counts[m]) for m in members])
@@ -551,10 +549,10 @@ class GroupedObjective:
         grads[plan.positions, width] = grad_b[plan.slot]
         values[plan.positions] = value[plan.slot]
 
-    def _unstretched(self, g: torch.Tensor, problems: np.ndarray, group) -> torch.Tensor:
-        """diag(1/a_u) g_B (c, r, K) of a whitened group's problems: V times it is W's gradient."""
-        stretch = self.stretch[torch.as_tensor(problems, device=self.device), : group.width, None]
-        return g[:, : group.width] / stretch
+    def _unstretched(self, g: torch.Tensor, problems: np.ndarray, width: int) -> torch.Tensor:
+        """diag(1/a_u) g_B (c, width, K) of whitened problems (0 past each one's r): V times it is W's
+        gradient."""
+        return g[:, :width] * self.unstretch[torch.as_tensor(problems, device=self.device), :width, None]
 
     def gradient_max_abs(self, grads: torch.Tensor, ids: np.ndarray, exact: bool = True) -> np.ndarray:
         """Stopping measure per problem: the max-abs gradient in W's coordinates (intercepts included)."""
@@ -573,7 +571,8 @@ class GroupedObjective:
                 continue
             if group.whitened:  # W's gradient V diag(1/a) g_B, all problems of the group in one product
                 c = positions.size
-                turned = self._unstretched(g[pos], ids[positions], group).permute(1, 0, 2).reshape(group.width, -1)
+                turned = self._unstretched(g[pos], ids[positions], group.width)
+                turned = turned.permute(1, 0, 2).reshape(group.width, -1)
                 grad_W = group.eigenbasis @ turned  # (D, c*K)
                 out[positions] = np.maximum(out[positions],
                                             grad_W.abs().view(-1, c, self.K).amax(dim=(0, 2)).cpu().numpy())
@@ -601,20 +600,19 @@ class GroupedObjective:
         form = self._form_of[ids]
         for code in np.unique(form):
             rows = np.flatnonzero(form == code)
-            every = rows.size == A
-            part = g if every else g[torch.as_tensor(rows, device=self.device)]
-            problems = torch.as_tensor(ids[rows], device=self.device)
-            if code == 0:  # dense
+            part = g if rows.size == A else g[torch.as_tensor(rows, device=self.device)]
+            if code == "dense":
                 dense = part.abs().amax(dim=(1, 2)).cpu().numpy()
                 lower[rows] = upper[rows] = np.maximum(intercept[rows], dense)
                 continue
             coefficients = part[:, :width]
-            if code == 2:  # whitened: V has orthonormal columns, so the columns' norms of diag(1/a) g_B are W's
-                up = (coefficients * self.unstretch[problems][:, :, None]).norm(dim=1).amax(dim=1).cpu().numpy()
+            if code == "whitened":  # V has orthonormal columns: the columns' norms of diag(1/a) g_B are W's
+                up = self._unstretched(part, ids[rows], width).norm(dim=1).amax(dim=1).cpu().numpy()
                 low = up / self._sqrt_free[ids[rows]]
             else:  # row-space: rows of Q = [Q_W; q^T] have norm <= 1; ||Q_W g||^2 = ||g||^2 - (q . g)^2
                 norms2 = (coefficients * coefficients).sum(dim=1)  # (a, K)
-                along_constant = torch.einsum("aw,awk->ak", self.direction[problems], coefficients)
+                direction = self.direction[torch.as_tensor(ids[rows], device=self.device)]
+                along_constant = torch.einsum("aw,awk->ak", direction, coefficients)
                 up = norms2.sqrt().amax(dim=1).cpu().numpy()
                 low = (norms2 - along_constant**2).clamp_min(0).sqrt().amax(dim=1).cpu().numpy()
                 low = low / self._sqrt_free[ids[rows]]
