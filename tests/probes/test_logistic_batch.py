@@ -348,6 +348,19 @@ def test_whitened_form_needs_fewer_iterations_on_correlated_features():
     assert whitened.n_iter_.sum() < 0.8 * dense.n_iter_.sum()
 
 
+@pytest.mark.parametrize("n, dim, classes", [(764, 384, 9), (2000, 384, 9), (764, 1536, 9), (2000, 1536, 9),
+                                             (2000, 3072, 9)])
+def test_cost_model_picks_the_whitened_form_for_cell_units(n, dim, classes):
+    """The shapes of CellPath IS and LOOO units (a subset's 4 C values, 9 fine classes) at the preset's
+    widths: whitened was the faster form on every one (benchmarks/bench_cell_shard.py's engine calls forced
+    to one form; at 2,000 x 1,536 dense took 2.2x as long), so the model must not choose dense there."""
+    from fmaudit.probes._row_store import group_form
+
+    assert group_form(n, dim, 4, classes, standardize=True) == "whitened"
+    # raw features are solved dense (no per-subset standardisation to whiten)
+    assert group_form(n, dim, 4, classes, standardize=False) == "dense"
+
+
 def test_whitened_forms_are_reused_inside_reuse_whitened_only():
     from fmaudit.probes import _row_store
     from fmaudit.probes._row_store import reuse_whitened

@@ -340,6 +340,12 @@ _HISTORY = 10
 _WHITEN_KAPPA = 1.0
 _WHITEN_FLOOR = 1.0
 _WHITEN_DROP = 1e-11
+# Tried and not kept (problems of a CellPath IS unit's engine calls, tol 2e-7, L-BFGS iterations): a
+# class-aware stretch a_jk = 1 / sqrt(lambda_j mu_k + l), the classes turned to the eigenbasis of the
+# subset's diag(pi) - pi pi^T (the Hessian at the start), cut them only at C = 1e-3 (29 -> 5) and not at all
+# from C = 0.1 on, where most of them are spent; the same class factor taken from the current probabilities
+# at each iteration, as L-BFGS's initial Hessian, did likewise (C = 1: 46 -> 52); a floor of l / mean(mu)
+# instead of l gave 4% fewer and no less time; the intercept scaled by 0.25 to 6 gave 1.4-2.7x more.
 # The forms' modelled costs (group_form), in float32 product flops on the 2-core benchmark machine: the two
 # products per evaluation (4 n p w for p coordinates and w = problems x classes columns) and the two-loop
 # recursion's state; a fixed cost per group and evaluation (its ~25 torch operations and its share of the
@@ -352,6 +358,15 @@ _FORM_EVALUATIONS = 150
 _WHITENED_EVALUATIONS = 0.45
 _EVALUATION_OVERHEAD = 5e7
 _EIGH_COST = 10.0
+# The whitened form's one-off work (covariance or Gram matrix, eigendecomposition, float64 rows) runs at
+# about half the time per modelled flop of the evaluations it saves, so it is weighed by this share. Measured
+# per modelled unit on the 2-core benchmark machine (single-threaded, the engine calls of
+# benchmarks/bench_cell_shard.py at tol 2e-7, each call forced to one form): one-off 0.014, 0.019, 0.011 and
+# 0.013 ns against dense evaluations' 0.024, 0.029, 0.039 and 0.039 ns on CellPath IS and LOOO units at
+# widths 384 and 1,536 (shares 0.58, 0.66, 0.28 and 0.33). Unweighted, a LOOO unit at width 1,536 (2,000
+# training cells, 1,536 and 3,072 features) was modelled cheaper dense and fitted dense in 43.7 s; whitened
+# it took 20.0 s.
+_WHITEN_ONE_OFF = 0.45
 
 
 def _form_cost(form: str, n: int, D: int, n_problems: int, n_classes: int, kept: bool = False) -> float:
@@ -367,8 +382,8 @@ def _form_cost(form: str, n: int, D: int, n_problems: int, n_classes: int, kept:
     elif form == "row_space":
         one_off = _FLOAT64_COST * (2 * n * n * D + n**3 / 3 + _ROW_SPACE_CHECKS * n_problems * 2 * n * D * n_classes)
     else:
-        one_off = (_EIGH_COST * m**3 + _FLOAT64_COST * (2 * n * m * D + _ROW_SPACE_CHECKS * n_problems * 2 * m * D
-                                                         * n_classes) + 2 * n * D * m)
+        one_off = _WHITEN_ONE_OFF * (_EIGH_COST * m**3 + _FLOAT64_COST * (2 * n * m * D + _ROW_SPACE_CHECKS * n_problems
+                                                                          * 2 * m * D * n_classes) + 2 * n * D * m)
     return evaluations * per_evaluation + one_off
 
 
