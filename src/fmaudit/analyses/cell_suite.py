@@ -56,6 +56,7 @@ from fmaudit.cells.protocols import (
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.metrics import softmax_last_axis
+from fmaudit.probes._row_store import ENGINE_BYTES_PER_VALUE
 from fmaudit.probes.pool import FitPool
 
 log = logging.getLogger(__name__)
@@ -321,8 +322,11 @@ def run_cell_shard(
         for unit, parts in partitions:
             rows = sum(p.train.size + p.val.size for p in parts.values())
             # units are fitted together (one engine call per readout and taxonomy) while their training rows fit
-            # the budget: base arrays, one readout, and the engine's copy of it (per call in flight)
-            per_row = 4 * (n_bases * max_width // 2 + (1 + pool.workers) * max_width)
+            # the budget: base arrays and one readout (float32), and per call in flight (one per core) the
+            # engine's forms of the readout (ENGINE_BYTES_PER_VALUE per value: the whitened form's bound) and,
+            # in each of the workers - 1 worker processes, its own copy of the readout
+            engine_bytes = pool.workers * ENGINE_BYTES_PER_VALUE + 4 * (pool.workers - 1)
+            per_row = 4 * (n_bases * max_width // 2 + max_width) + engine_bytes * max_width
             if group and (group_rows + rows) * per_row > fit_budget_bytes:
                 results.update(_run_group(run_index, group, protocol, panel, reader, has_cls, Cs, engine,
                                           chunk_bytes, score_budget_bytes, pool))
