@@ -56,7 +56,7 @@ from fmaudit.cells.protocols import (
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError, PathLike
 from fmaudit.metrics import softmax_last_axis
-from fmaudit.probes._row_store import ENGINE_BYTES_PER_VALUE
+from fmaudit.probes import ENGINE_BYTES_PER_VALUE
 from fmaudit.probes.pool import FitPool
 
 log = logging.getLogger(__name__)

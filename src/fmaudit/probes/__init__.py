@@ -10,7 +10,7 @@
 from importlib import import_module
 
 from fmaudit.metrics import softmax_last_axis  # the probes' predict_proba, exported here too
-from fmaudit.probes._row_store import subset_scaler
+from fmaudit.probes._row_store import ENGINE_BYTES_PER_VALUE, subset_scaler
 from fmaudit.probes.logistic_batch import (
     ABSENT_CLASS_LOGIT_GAP,
     BatchLogistic,
@@ -35,6 +35,7 @@ __all__ = [
     "ABSENT_CLASS_LOGIT_GAP",
     "BatchLogistic",
     "CosineCentroidProbe",
+    "ENGINE_BYTES_PER_VALUE",
     "HEADS",
     "KNNProbe",
     "LinearSVMProbe",

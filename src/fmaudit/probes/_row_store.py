@@ -340,12 +340,14 @@ _HISTORY = 10
 _WHITEN_KAPPA = 1.0
 _WHITEN_FLOOR = 1.0
 _WHITEN_DROP = 1e-11
+
 # Tried and not kept (problems of a CellPath IS unit's engine calls, tol 2e-7, L-BFGS iterations): a
 # class-aware stretch a_jk = 1 / sqrt(lambda_j mu_k + l), the classes turned to the eigenbasis of the
 # subset's diag(pi) - pi pi^T (the Hessian at the start), cut them only at C = 1e-3 (29 -> 5) and not at all
 # from C = 0.1 on, where most of them are spent; the same class factor taken from the current probabilities
 # at each iteration, as L-BFGS's initial Hessian, did likewise (C = 1: 46 -> 52); a floor of l / mean(mu)
 # instead of l gave 4% fewer and no less time; the intercept scaled by 0.25 to 6 gave 1.4-2.7x more.
+
 # The forms' modelled costs (group_form), in float32 product flops on the 2-core benchmark machine: the two
 # products per evaluation (4 n p w for p coordinates and w = problems x classes columns) and the two-loop
 # recursion's state; a fixed cost per group and evaluation (its ~25 torch operations and its share of the
@@ -387,8 +389,8 @@ def _form_cost(form: str, n: int, D: int, n_problems: int, n_classes: int, kept:
     elif form == "row_space":
         one_off = _FLOAT64_COST * (2 * n * n * D + n**3 / 3 + _ROW_SPACE_CHECKS * n_problems * 2 * n * D * n_classes)
     else:
-        one_off = _WHITEN_ONE_OFF * (_EIGH_COST * m**3 + _FLOAT64_COST * (2 * n * m * D + _ROW_SPACE_CHECKS * n_problems
-                                                                          * 2 * m * D * n_classes) + 2 * n * D * m)
+        checks = _ROW_SPACE_CHECKS * n_problems * 2 * m * D * n_classes
+        one_off = _WHITEN_ONE_OFF * (_EIGH_COST * m**3 + _FLOAT64_COST * (2 * n * m * D + checks) + 2 * n * D * m)
     return evaluations * per_evaluation + one_off
 
 
