@@ -26,7 +26,11 @@ LogisticRegression)`` per (run, C) sequential on one thread and in 2 processes (
 largest |macro-F1| gap and same-C share, and the CPU-hours this rate projects for the CellPath preset's runs
 of one encoder. ``--ceiling``: the products of the engine's own L-BFGS iterations alone, at this machine's
 single-threaded float32 product speed (one problem wide and a subset's C values wide), and the ratio to
-the strongest baseline that bound allows.
+the strongest baseline that bound allows; and the floor of this engine's design (``cell_baseline.loop_floor``):
+a lean lock-step L-BFGS run at exactly the engine's own iteration counts with one evaluation each and the
+engine's layout, forms and float64 state, timed in its products, with the forms' one-off work (scaling,
+eigendecompositions, whitened rows) and with the rest of the loop, and the ratios those allow. Products
+measured in a loop run slower than the ceiling's hot repeats, so the floor's first figure is the lower.
 
 Part 2, bytes per cell on disk. From the format: per cell, Nuc (D float16) + a row of cells.parquet (item id,
 patch, u, v); per patch Mean and Cls (D float16 each) shared by the patch's cells. Fusions are computed on
@@ -270,6 +274,7 @@ def baseline(args) -> dict:
     if args.ceiling:
         best = summary["medians"][summary["strongest"]]["wall"]
         summary["ceiling"] = cb.ceiling(calls, engine_tol, threads, best)
+        summary["floor"] = cb.loop_floor(calls, engine_tol, threads, best)
     return summary
 
 
@@ -291,6 +296,15 @@ def print_baseline(b: dict, args) -> None:
               f"{c['seconds']['narrow']:.2f} s one problem wide, >= {c['seconds']['wide']:.2f} s a subset's C values "
               f"wide: a ratio of at most {c['ratio']['narrow']:.1f}x / {c['ratio']['wide']:.1f}x against the strongest "
               f"baseline's whole run (products alone, nothing else of the shard)")
+    if "floor" in b:
+        f = b["floor"]
+        cpu, ratio = f["cpu"], f["ratio"]
+        print(f"floor of this design: a lean lock-step L-BFGS at the engine's own {f['iterations']:,} "
+              "problem-iterations (one evaluation each, the engine's layout, forms and float64 state) takes "
+              f"{cpu['products']:.2f} s CPU in its products, {cpu['products + one-off']:.2f} s with the forms' "
+              f"one-off work, {cpu['lean loop + one-off']:.2f} s with the rest of the loop: on {args.threads} "
+              f"thread(s) a ratio of at most {ratio['products']:.1f}x / {ratio['products + one-off']:.1f}x / "
+              f"{ratio['lean loop + one-off']:.1f}x against the strongest baseline")
     if torch.cuda.is_available() and str(args.device).startswith("cuda"):
         print(f"peak GPU memory (this process): {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     runs = preset_runs_per_encoder()

@@ -18,6 +18,8 @@ the same test cells.
   max_iter))`` on float64 features, one fit per (run, C), sequential with one BLAS thread, and the same loop
   split over worker processes (one thread each; two by default), its runs dealt to them one by one
   (``split_groups``). CPU seconds include the workers' (each reports its own).
+- Bounds (``--ceiling``): ``ceiling``, the products of the engine's own iterations at the hot speed of one
+  product repeated; ``loop_floor``, a lean lock-step L-BFGS at exactly the engine's iteration counts, timed.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
 from fmaudit.probes import pool as fit_pool
-from fmaudit.probes._row_store import group_form
+from fmaudit.probes._row_store import group_form, reuse_whitened
 
 TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
 
@@ -344,6 +346,196 @@ def ceiling(calls: list[Call], tol: float, threads: int, baseline_seconds: float
                 seconds[name] += work / (threads * speeds[key] * 1e9)
     return {"gflop": flops / 1e9, "seconds": seconds,
             "ratio": {name: baseline_seconds / t for name, t in seconds.items()}}
+
+
+def _engine_groups(call: Call, tol: float) -> dict:
+    """The engine's own fit of ``call`` at ``tol`` on one CPU thread (as a shard's worker runs it), with what the
+    grouped layout built for it: its groups (rows, features, labels, weights, whitening), the distinct
+    problems' penalties and iteration counts, and the CPU seconds of building the groups (the forms' one-off
+    work: scaling, covariance or Gram matrices, eigendecompositions, whitened rows)."""
+    from fmaudit.probes import _logistic_path, logistic_batch
+
+    seen: dict = {"build": 0.0}
+    build, solve = _logistic_path.build_groups, logistic_batch.solve_grouped
+
+    def timed_build(*args, **kwargs):
+        start = time.process_time()
+        out = build(*args, **kwargs)
+        seen["build"] += time.process_time() - start
+        seen["groups"] = out[0]
+        return out
+
+    def kept_solve(X, y, unique_sets, problem):
+        seen["l2"] = problem.l2
+        return solve(X, y, unique_sets, problem)
+
+    _logistic_path.build_groups, logistic_batch.solve_grouped = timed_build, kept_solve
+    try:
+        fit = fit_logistic_batch(call.X, call.y, call.subsets, call.Cs, call.n_classes,
+                                 **dict(call.engine, tol=tol, n_threads=1, device="cpu"))
+    finally:
+        _logistic_path.build_groups, logistic_batch.solve_grouped = build, solve
+    if "groups" not in seen:
+        raise SystemExit("floor: an engine call used the shared layout; the floor covers the grouped layout only")
+    n_iter = np.zeros(len(seen["l2"]), dtype=np.int64)
+    n_iter[fit.problem_index_] = fit.n_iter_
+    return {"groups": seen["groups"], "l2": seen["l2"], "n_iter": n_iter, "K": call.n_classes,
+            "build": seen["build"]}
+
+
+def _lean_loop(call: dict, products: bool = True, history: int = 10) -> float:
+    """CPU seconds of a lean lock-step L-BFGS over ``call``'s groups (:func:`_engine_groups`) that runs each
+    problem for exactly the engine's own iteration count, with one evaluation per iteration (no line-search
+    retries, no float64 phase, no stopping tests beyond one max-abs gradient), the engine's product layout
+    (per group one float32 product for the logits and one for the gradient, as wide as the group's problems
+    still running, written into one padded buffer whose softmax runs once) and the engine's float64 state
+    and two-loop recursion; working arrays gathered down to the running problems whenever one stops.
+    ``products=False``: the same loop without the two products (what the rest of it costs)."""
+    K = call["K"]
+    groups = sorted(call["groups"], key=lambda g: -int(call["n_iter"][g.problems].max()))
+    l2_all = torch.as_tensor(call["l2"], dtype=torch.float64)
+    slots = []  # (group index, problem id), groups in order, each group's problems longest first
+    for gi, g in enumerate(groups):
+        slots += [(gi, int(u)) for u in sorted(g.problems, key=lambda u: -int(call["n_iter"][u]))]
+    group_of = np.array([gi for gi, _ in slots])
+    problem_of = np.array([u for _, u in slots])
+    iters = call["n_iter"][problem_of]
+    n_max = max(int(g.y.shape[0]) for g in groups)
+    p_max = max(int(g.width) for g in groups)
+    U, P = len(slots), (p_max + 1) * K
+    features = [g.features_in(torch.float32).numpy() for g in groups]
+    stretch = torch.ones((U, p_max, 1), dtype=torch.float64)
+    labels = torch.zeros((U, 1, n_max), dtype=torch.long)
+    weight = torch.zeros((U, n_max, 1), dtype=torch.float64)
+    for k, (gi, u) in enumerate(slots):
+        g = groups[gi]
+        n, p = int(g.y.shape[0]), int(g.width)
+        if g.whitened:
+            stretch[k, :p, 0] = g.stretch(l2_all[[u]])[0]
+        stretch[k, p:, 0] = 0.0
+        labels[k, 0, :n] = g.y
+        weight[k, :n, 0] = g.weight
+    l2 = l2_all[problem_of]
+
+    def evaluate(x, rows):
+        A = rows.size
+        theta = x.view(A, p_max + 1, K)
+        W, b = theta[:, :p_max], theta[:, p_max]
+        st, lab, w, pen = stretch[rows], labels[rows], weight[rows], l2[rows]
+        Wt = (W * st).transpose(1, 2).to(torch.float32).contiguous()  # (A, K, p_max)
+        Z = torch.zeros((A, K, n_max), dtype=torch.float32)
+        grad_products = torch.zeros((A, K, p_max), dtype=torch.float32)
+        cuts = np.searchsorted(group_of[rows], np.arange(len(groups) + 1))
+        if products:
+            for gi, X in enumerate(features):
+                a0, a1 = cuts[gi], cuts[gi + 1]
+                if a1 > a0:
+                    n, p = X.shape
+                    np.matmul(Wt[a0:a1, :, :p].reshape(-1, p).numpy(), X.T,
+                              out=Z[a0:a1].view(-1, n_max)[:, :n].numpy())
+        Z += b.to(torch.float32)[:, :, None]
+        true_logit = Z.gather(1, lab)
+        top = Z.amax(dim=1, keepdim=True)
+        Z -= top
+        Z.exp_()
+        total = Z.sum(dim=1, keepdim=True)
+        loss = torch.matmul((total.log() + top - true_logit).double(), w).view(A)
+        w_in = w.view(A, 1, n_max).to(torch.float32)
+        Z *= w_in / total
+        Z.scatter_add_(1, lab, -w_in)
+        if products:
+            for gi, X in enumerate(features):
+                a0, a1 = cuts[gi], cuts[gi + 1]
+                if a1 > a0:
+                    n, p = X.shape
+                    np.matmul(Z[a0:a1].view(-1, n_max)[:, :n].numpy(), X,
+                              out=grad_products[a0:a1].view(-1, p_max)[:, :p].numpy())
+        W_penalised = W * (st * st)
+        grad = torch.empty((A, p_max + 1, K), dtype=torch.float64)
+        grad[:, :p_max] = grad_products.double().transpose(1, 2) * st + pen[:, None, None] * W_penalised
+        grad[:, p_max] = Z.sum(dim=2, dtype=torch.float64)
+        return loss + 0.5 * pen * (W * W_penalised).sum(dim=(1, 2)), grad.view(A, P)
+
+    start = time.process_time()
+    rows = np.arange(U)
+    x = torch.zeros((U, P), dtype=torch.float64)
+    S = torch.zeros((history, U, P), dtype=torch.float64)
+    Y, rho = torch.zeros_like(S), torch.zeros((history, U), dtype=torch.float64)
+    gamma, head = torch.ones(U, dtype=torch.float64), history - 1
+    f, g = evaluate(x, rows)
+    t = 0
+    while True:
+        running = iters[rows] > t
+        if not running.all():
+            if not running.any():
+                break
+            keep = torch.as_tensor(np.flatnonzero(running))
+            rows = rows[running]
+            x, g, f, gamma, S, Y, rho = x[keep], g[keep], f[keep], gamma[keep], S[:, keep], Y[:, keep], rho[:, keep]
+        q = g.clone()
+        alpha = []
+        for i in range(history):
+            slot = (head - i) % history
+            a = rho[slot] * torch.linalg.vecdot(S[slot], q)
+            q.addcmul_(a[:, None], Y[slot], value=-1.0)
+            alpha.append(a)
+        q *= gamma[:, None]
+        for i in range(history - 1, -1, -1):
+            slot = (head - i) % history
+            beta = rho[slot] * torch.linalg.vecdot(Y[slot], q)
+            q.addcmul_((alpha[i] - beta)[:, None], S[slot])
+        d = -q
+        step = torch.clamp(1.0 / d.norm(dim=1), max=1.0) if t == 0 else torch.ones(rows.size, dtype=torch.float64)
+        slope = torch.linalg.vecdot(g, d)
+        x_new = torch.addcmul(x, step[:, None], d)
+        f_new, g_new = evaluate(x_new, rows)
+        # the line search's tests and the stopping measure, read on the host as the engine does
+        (f_new <= f + 1e-4 * step * slope).numpy(), torch.linalg.vecdot(g_new, d).numpy()
+        g_new.abs().amax(dim=1).numpy()
+        s, y_diff = x_new - x, g_new - g
+        sy, yy = torch.linalg.vecdot(s, y_diff), torch.linalg.vecdot(y_diff, y_diff)
+        curved = sy > 1e-10 * yy
+        head = (head + 1) % history
+        S[head], Y[head] = s, y_diff
+        rho[head] = torch.where(curved, 1.0 / sy, torch.zeros_like(sy))
+        gamma = torch.where(curved, sy / yy, gamma)
+        x, g, f = x_new, g_new, f_new
+        t += 1
+    return time.process_time() - start
+
+
+def loop_floor(calls: list[Call], tol: float, threads: int, baseline_seconds: float) -> dict:
+    """A measured floor of this engine's design on this machine: each call fitted by the engine at ``tol``
+    on one thread (its groups, forms and iteration counts recorded), then a lean lock-step L-BFGS
+    (:func:`_lean_loop`) run at exactly those iteration counts. Returns the CPU seconds of: the lean loop's
+    products alone (the loop with them less the loop without), the forms' one-off work (the engine's own,
+    fine and coarse calls sharing eigendecompositions as in a shard; the lesser of two passes), and the rest
+    of the lean loop; each
+    cumulative sum spread over ``threads`` threads without loss, as ratios to ``baseline_seconds`` (the
+    strongest baseline's whole run). What the floor leaves out (line-search retries, the float64 phase,
+    the shard's reading and scoring) only adds to a real engine's time."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            # Two passes, each sharing forms between a readout's calls as a shard does and nothing with the
+            # other pass; the lesser one-off counts (the first fits of a process also pay their allocations).
+            with reuse_whitened():
+                recorded = [_engine_groups(call, tol) for call in calls]
+            with reuse_whitened():
+                again = [_engine_groups(call, tol) for call in calls]
+            for call, other in zip(recorded, again):
+                call["build"] = min(call["build"], other["build"])
+            with_products = sum(_lean_loop(call) for call in recorded)
+            without = sum(_lean_loop(call, products=False) for call in recorded)
+    finally:
+        torch.set_num_threads(previous)
+    one_off = sum(call["build"] for call in recorded)
+    products = max(with_products - without, 0.0)
+    seconds = {"products": products, "products + one-off": products + one_off,
+               "lean loop + one-off": with_products + one_off}
+    return {"cpu": seconds, "iterations": int(sum(call["n_iter"].sum() for call in recorded)),
+            "ratio": {name: baseline_seconds * threads / t for name, t in seconds.items()}}
 
 
 def summarise(times: dict, n_runs: int) -> dict:
