@@ -32,6 +32,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -47,6 +48,8 @@ from fmaudit.cells.metrics import macro_auroc_present, macro_f1_present
 from fmaudit.cells.protocols import make_partition, panel_from_manifests, read_fold_manifest
 from fmaudit.probes import fit_logistic_batch
 from fmaudit.probes import pool as fit_pool
+from fmaudit.probes._lbfgs import _two_loop_rows
+from fmaudit.probes._logistic_loss import cpu_threads
 from fmaudit.probes._row_store import group_form, reuse_whitened
 
 TOLS = (1e-3, 5e-4, 2e-4, 1e-4, 5e-5, 2e-5, 1e-5, 5e-6, 2e-6, 1e-6, 5e-7, 2e-7, 1e-7, 5e-8, 2e-8, 1e-8)
@@ -389,7 +392,7 @@ def _lean_loop(call: dict, products: bool = True, history: int = 10) -> float:
     retries, no float64 phase, no stopping tests beyond one max-abs gradient), the engine's product layout
     (per group one float32 product for the logits and one for the gradient, as wide as the group's problems
     still running, written into one padded buffer whose softmax runs once) and the engine's float64 state
-    and two-loop recursion; working arrays gathered down to the running problems whenever one stops.
+    and two-loop recursion (its own function); working arrays gathered down to the running problems whenever one stops.
     ``products=False``: the same loop without the two products (what the rest of it costs)."""
     K = call["K"]
     groups = sorted(call["groups"], key=lambda g: -int(call["n_iter"][g.problems].max()))
@@ -472,19 +475,8 @@ def _lean_loop(call: dict, products: bool = True, history: int = 10) -> float:
             keep = torch.as_tensor(np.flatnonzero(running))
             rows = rows[running]
             x, g, f, gamma, S, Y, rho = x[keep], g[keep], f[keep], gamma[keep], S[:, keep], Y[:, keep], rho[:, keep]
-        q = g.clone()
-        alpha = []
-        for i in range(history):
-            slot = (head - i) % history
-            a = rho[slot] * torch.linalg.vecdot(S[slot], q)
-            q.addcmul_(a[:, None], Y[slot], value=-1.0)
-            alpha.append(a)
-        q *= gamma[:, None]
-        for i in range(history - 1, -1, -1):
-            slot = (head - i) % history
-            beta = rho[slot] * torch.linalg.vecdot(Y[slot], q)
-            q.addcmul_((alpha[i] - beta)[:, None], S[slot])
-        d = -q
+        # the engine's own two-loop recursion over the ring buffer
+        d = -_two_loop_rows(SimpleNamespace(S=S, Y=Y, rho=rho, gamma=gamma, g=g, head=head), slice(None))
         step = torch.clamp(1.0 / d.norm(dim=1), max=1.0) if t == 0 else torch.ones(rows.size, dtype=torch.float64)
         slope = torch.linalg.vecdot(g, d)
         x_new = torch.addcmul(x, step[:, None], d)
@@ -510,26 +502,20 @@ def loop_floor(calls: list[Call], tol: float, threads: int, baseline_seconds: fl
     (:func:`_lean_loop`) run at exactly those iteration counts. Returns the CPU seconds of: the lean loop's
     products alone (the loop with them less the loop without), the forms' one-off work (the engine's own,
     fine and coarse calls sharing eigendecompositions as in a shard; the lesser of two passes), and the rest
-    of the lean loop; each
-    cumulative sum spread over ``threads`` threads without loss, as ratios to ``baseline_seconds`` (the
-    strongest baseline's whole run). What the floor leaves out (line-search retries, the float64 phase,
-    the shard's reading and scoring) only adds to a real engine's time."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            # Two passes, each sharing forms between a readout's calls as a shard does and nothing with the
-            # other pass; the lesser one-off counts (the first fits of a process also pay their allocations).
-            with reuse_whitened():
-                recorded = [_engine_groups(call, tol) for call in calls]
-            with reuse_whitened():
-                again = [_engine_groups(call, tol) for call in calls]
-            for call, other in zip(recorded, again):
-                call["build"] = min(call["build"], other["build"])
-            with_products = sum(_lean_loop(call) for call in recorded)
-            without = sum(_lean_loop(call, products=False) for call in recorded)
-    finally:
-        torch.set_num_threads(previous)
+    of the lean loop; each cumulative sum spread over ``threads`` threads without loss, as ratios to
+    ``baseline_seconds`` (the strongest baseline's whole run). What the floor leaves out (line-search
+    retries, the float64 phase, the shard's reading and scoring) only adds to a real engine's time."""
+    with cpu_threads(torch.device("cpu"), 1):  # one torch and one BLAS thread, as a shard's worker fits
+        # Two passes, each sharing forms between a readout's calls as a shard does and nothing with the other
+        # pass; the lesser one-off counts (the first fits of a process also pay their allocations).
+        with reuse_whitened():
+            recorded = [_engine_groups(call, tol) for call in calls]
+        with reuse_whitened():
+            again = [_engine_groups(call, tol) for call in calls]
+        for call, other in zip(recorded, again):
+            call["build"] = min(call["build"], other["build"])
+        with_products = sum(_lean_loop(call) for call in recorded)
+        without = sum(_lean_loop(call, products=False) for call in recorded)
     one_off = sum(call["build"] for call in recorded)
     products = max(with_products - without, 0.0)
     seconds = {"products": products, "products + one-off": products + one_off,
