@@ -7,7 +7,9 @@ problem, so both sides fit the 16 distinct problems once (equal work). ``--featu
 standardised on itself (the pipeline's default); ``--features raw``: unscaled, as PRISM fits.
 
 - engine: ``fit_logistic_batch`` as the pipeline calls it (default dtype: float32 products, float64 sums and
-  optimiser state, float64 confirmation), all problems at once, ``n_threads = --threads``.
+  optimiser state, float64 confirmation), ``n_threads = --threads``: with more than one thread the engine
+  splits the problems over that many processes (``fmaudit.probes.logistic_batch.problem_shares``: here 2
+  shares of 7 and 9 problems, each fitted in lock-step single-threaded), with one thread all at once.
 - baseline: scikit-learn ``LogisticRegression(C, max_iter=1000, tol)`` (lbfgs), after ``StandardScaler`` for
   std, on float64 features (its float32 path cannot reach the accuracy target: measured 2.1e-3 at tol
   1e-7), one fit per distinct problem. With ``--threads 2`` it runs the strongest of: sequential fits with
@@ -21,8 +23,9 @@ standardised on itself (the pipeline's default); ``--features raw``: unscaled, a
   is the largest of ``--tols`` whose fit reaches max |delta P| <= ``--target`` (checked untimed first, and
   printed again for the timed fits).
 
-Timing: ``--repeats`` interleaved repeats (engine, then each baseline variant), medians; runs/s = 18 runs /
-median seconds. The load average is printed: on a shared machine the ratio is noisy.
+Timing: one untimed warm-up of every side (worker processes start there: joblib's for 'N processes', the
+engine's shared pool), then ``--repeats`` interleaved repeats (engine, then each baseline variant), medians;
+runs/s = 18 runs / median seconds. The load average is printed: on a shared machine the ratio is noisy.
 
 ``--ceiling`` (std features): how fast could any engine of this kind be on this grid and machine? It counts,
 per distinct problem, the objective evaluations scipy's L-BFGS-B (float64, history 10, the scaled objective
@@ -287,6 +290,18 @@ def main(argv=None) -> None:
                          lambda t: error(sklearn_proba(first.fit(t), X_test, args.classes)))
     print(f"tol: engine {engine_tol:g}, sklearn {sk_tol:g} (largest reaching max |dP| <= {args.target:g})")
 
+    # Untimed warm-up of every side: worker processes start here, not in the first timed repeat (joblib's
+    # reusable executor for 'N processes'; the engine's shared pool, fmaudit.probes.pool.shared_pool, when
+    # it splits the problems over processes).
+    warm = {}
+    start = time.perf_counter()
+    engine_fit(engine_tol)
+    warm["engine"] = time.perf_counter() - start
+    for mode, baseline in baselines.items():
+        start = time.perf_counter()
+        baseline.fit(sk_tol)
+        warm[mode] = time.perf_counter() - start
+    print("warm-up (untimed): " + ", ".join(f"{name} {t:.2f} s" for name, t in warm.items()))
     times = {"engine": []} | {mode: [] for mode in modes}
     errors = {}
     for _ in range(args.repeats):  # interleaved, so that all sides see the same machine load

@@ -15,4 +15,5 @@ cell_shard_job(
     feature_set=snakemake.input.features,
     out=snakemake.output[0],
     log=snakemake.log[0],
+    threads=snakemake.threads,
 )

@@ -18,4 +18,5 @@ probe_shard_job(
     out_runs=snakemake.output.runs,
     out_predictions=snakemake.output.predictions,
     log=snakemake.log[0],
+    threads=snakemake.threads,
 )

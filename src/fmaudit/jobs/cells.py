@@ -376,7 +376,7 @@ def shard_runs(encoder: str, magnification: float, protocol: str, cells: Mapping
 
 def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Mapping[str, Any],
                    taxonomy_tasks: Sequence[str], feature_set: str, out: str, device: str = "auto",
-                   log: str | None = None) -> None:
+                   log: str | None = None, threads: int = 1) -> None:
     """Every run of one (encoder, magnification, protocol) (:func:`fmaudit.analyses.cell_suite.run_cell_shard`),
     one row per run of the grid; runs whose held-out unit is an excluded section carry
     ``status = "excluded: <reason>"``. ``feature_set``: the JSON of :func:`cell_feature_set_job`; the sections
@@ -403,6 +403,10 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
         ``auto``, ``cpu``, ``cuda`` or ``cuda:N``, for the probes.
     log : str, optional
         Log file; None logs to stderr.
+    threads : int, default 1
+        The job's cores (the rule's ``threads``): torch's threads, and on CPU the engine calls run side by side
+        on that many (:class:`fmaudit.probes.pool.FitPool`). A Snakemake ``script:`` job is not limited to its
+        threads otherwise.
 
     Raises
     ------
@@ -412,9 +416,13 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
     import json
 
     # imported here: torch and scikit-learn load only when this runs
+    import torch
+
     from fmaudit.analyses.cell_suite import run_cell_shard, shard_settings
 
     logger = setup_logging(log)
+    threads = max(1, int(threads))
+    torch.set_num_threads(threads)
     listed = json.loads(Path(feature_set).read_text())["sections"]
     wanted = list(cells.get("read_sections") or listed)
     missing = [s for s in wanted if s not in listed]
@@ -429,7 +437,8 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
     settings = shard_settings(cells, protocol)
     logger.info("%s %gx %s: %d runs over %d sections (%d excluded)", encoder, magnification, protocol, len(runs),
                 len(frames), len(excluded))
-    rows = run_cell_shard(runs, dict(features), frames, cells["sections"], device=device, logger=logger, **settings)
+    rows = run_cell_shard(runs, dict(features), frames, cells["sections"], device=device, logger=logger,
+                          n_threads=threads, **settings)
     if excluded:
         folds = _folds(cells) if protocol == "MOCV" else None
         for unit in dict.fromkeys(rows["unit"].astype(str)):

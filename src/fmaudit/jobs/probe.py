@@ -53,7 +53,8 @@ def load_task_data(task: str, task_spec: Mapping[str, Any], manifests: Sequence[
 
 def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manifests: Sequence[str],
                     embeddings: Sequence[str], probe: Mapping[str, Any], calibration: Mapping[str, Any],
-                    bootstrap: Mapping[str, Any], out_runs: str, out_predictions: str, log: str | None = None) -> None:
+                    bootstrap: Mapping[str, Any], out_runs: str, out_predictions: str, log: str | None = None,
+                    threads: int = 1) -> None:
     """Every probe run of one (encoder, task): ``task_spec`` is the task's config entry with its resolved
     domains; ``probe``, ``calibration``, ``bootstrap`` are the task's (filled) config blocks, the probe's
     ``readout`` resolved to a readout of the encoder.
@@ -83,11 +84,18 @@ def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manif
         The predictions to write: one per run x target item, raw logits and the source temperature.
     log : str, optional
         Log file; None logs to stderr.
+    threads : int, default 1
+        The job's cores (the rule's ``threads``): torch's threads, and the engine's ``n_threads``, which on CPU
+        splits a large call's problems over that many processes (:func:`fmaudit.probes.fit_logistic_batch`).
+        A Snakemake ``script:`` job is not limited to its threads otherwise.
     """
     # imported here: torch and scikit-learn load only when this runs
+    import torch
+
     from fmaudit.analyses.probe_suite import run_probe_suite
 
     logger = setup_logging(log)
+    torch.set_num_threads(max(1, int(threads)))
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, probe["readout"])
     shard_config = {"encoders": [encoder], "tasks": {task: dict(task_spec)}, "probe": dict(probe)}

@@ -30,8 +30,11 @@ objective is :mod:`~fmaudit.probes._logistic_loss`, the row layouts :mod:`~fmaud
 solver :mod:`~fmaudit.probes._lbfgs`). The problems are optimised in lock-step by L-BFGS (history 10,
 per-problem steps, line searches and stopping; a step is accepted on Armijo's sufficient decrease or on Hager
 and Zhang's approximate Wolfe conditions, which rest on the directional derivative and so keep working where
-float32 rounding hides f's decrease). Each evaluation runs two matrix products per block of rows, spread
-over ``n_threads`` threads on CPU. Two row layouts, picked per call by a modelled evaluation cost:
+float32 rounding hides f's decrease). Each evaluation runs two matrix products per block of rows. On CPU
+with ``n_threads > 1``, a call large enough to pay for it is split by problem over ``n_threads`` processes,
+each share fitted in lock-step on one thread (:func:`problem_shares`; this process's shared
+:class:`~fmaudit.probes.pool.FitPool`); a smaller one spreads its blocks' products over the threads. Two row
+layouts, picked per call (or share) by a modelled evaluation cost:
 - shared rows: rows stored once, globally standardised, grouped by the set of problems containing them,
   each problem's standardisation folded into its weights, so a row shared by several problems (nested
   label fractions) is read once per evaluation in one wider product;
@@ -70,7 +73,7 @@ import torch
 from fmaudit.devices import resolve_device
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import softmax_last_axis
-from fmaudit.probes._logistic_loss import cpu_threads
+from fmaudit.probes._logistic_loss import _deal, cpu_threads
 from fmaudit.probes._logistic_path import Problems, solve_grouped, solve_shared
 from fmaudit.probes._row_store import grouped_layout_pays
 
@@ -304,6 +307,91 @@ class BatchLogistic:
         return self.decision_logits(X, r).argmax(axis=-1)
 
 
+# Splitting a call's problems over processes (problem_shares). Measured on the PRISM tile grid (16 distinct
+# problems of 100-10,000 rows x 1,024 features, 9 classes; 2 cores, 2026-12-03): the lock-step call took
+# 3.5 s on 1 thread and 5.2 s with its products spread over 2 threads (between products, the solver's many
+# small torch operations each release and retake the GIL, and two threads contending for it ran each other's
+# work ~1.7x slower; two such calls in two threads of one process took no less time than one after the
+# other), while two processes fitting half the problems each single-threaded took 1.9 s.
+# The cost model's constants, measured there: one evaluation of one problem costs ~1.1e-10 s per
+# (row x feature x class) on one core, all of the solver's work included; a fit takes ~50 evaluations at
+# the default tol; sending a share's rows to a worker and back costs ~6e-9 s per float32 value (pickling
+# and the pipe), plus ~5 ms per call.
+_SECONDS_PER_VALUE_EVALUATION = 1.1e-10
+_EVALUATIONS_PER_FIT = 50
+_SECONDS_PER_SENT_VALUE = 6e-9
+_SECONDS_PER_SENT_CALL = 5e-3
+_SPLIT_MIN_SAVING_S = 0.1
+
+
+def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, n_threads: int,
+                   device: torch.device) -> list[np.ndarray] | None:
+    """How :func:`fit_logistic_batch` splits a call's distinct problems over ``n_threads`` processes on CPU,
+    or None to fit them together in this process.
+
+    Each problem's modelled cost is its rows x D x K; the problems are dealt largest first to the least
+    loaded share, at most one share per thread. The split is taken when the modelled fit time it saves (the
+    whole call's single-threaded time less its largest share's) exceeds the time to send the other shares'
+    rows to worker processes by at least ``_SPLIT_MIN_SAVING_S``. Deterministic: the same problems and
+    ``n_threads`` give the same shares, so the same numbers.
+
+    Parameters
+    ----------
+    index_sets : sequence of ndarray
+        The row indices of each distinct problem.
+    D, n_classes : int
+        Features and classes.
+    n_threads : int
+        The CPU cores the call may use.
+    device : torch.device
+        Where the call runs; only CPU calls are split.
+
+    Returns
+    -------
+    list of ndarray or None
+        The problem positions of each share (the largest share first), or None.
+    """
+    if device.type != "cpu" or n_threads < 2 or len(index_sets) < 2:
+        return None
+    costs = np.array([idx.size for idx in index_sets], dtype=np.float64) * D * n_classes
+    shares = [np.sort(np.array(share)) for share in _deal(costs, min(int(n_threads), len(index_sets)))]
+    if len(shares) < 2:
+        return None
+    per_fit = _SECONDS_PER_VALUE_EVALUATION * _EVALUATIONS_PER_FIT
+    loads = [float(costs[share].sum()) * per_fit for share in shares]
+    shares = [shares[i] for i in np.argsort(loads, kind="stable")[::-1]]
+    sent = sum(np.unique(np.concatenate([index_sets[u] for u in share])).size * D * _SECONDS_PER_SENT_VALUE
+               + _SECONDS_PER_SENT_CALL for share in shares[1:])
+    saving = sum(loads) - max(loads) - sent
+    return shares if saving >= _SPLIT_MIN_SAVING_S else None
+
+
+def _fit_shares(X: np.ndarray, y: np.ndarray, index_sets: list[np.ndarray], Cs: np.ndarray,
+                shares: list[np.ndarray], init, n_threads: int, engine: dict) -> dict[str, np.ndarray]:
+    """Fit each share of the distinct problems as its own single-threaded call, side by side in this
+    process's shared :class:`~fmaudit.probes.pool.FitPool` of ``n_threads`` cores (each share gets only its
+    rows); the fitted arrays of every distinct problem, in order."""
+    from fmaudit.probes.pool import shared_pool  # the pool module imports this one
+
+    pool = shared_pool(n_threads)
+    futures = []
+    for share in shares:
+        rows = np.unique(np.concatenate([index_sets[u] for u in share]))
+        subsets = [np.searchsorted(rows, index_sets[u]) for u in share]
+        call = dict(engine, init=None if init is None else (init[0][share], init[1][share]))
+        n_classes = call.pop("n_classes")
+        futures.append(pool.submit(X[rows], y[rows], subsets, Cs[share], n_classes, **call))
+    U, D, K = len(index_sets), X.shape[1], engine["n_classes"]
+    fitted = dict(W=np.empty((U, D, K)), b=np.empty((U, K)), mean=np.empty((U, D)), scale=np.empty((U, D)),
+                  present=np.empty((U, K), dtype=bool), n_iter=np.empty(U, dtype=np.int64),
+                  converged=np.empty(U, dtype=bool))
+    for share, future in zip(shares, futures):
+        model = future.result()
+        for name, value in fitted.items():
+            value[share] = getattr(model, f"{name}_")
+    return fitted
+
+
 def fit_logistic_batch(
     X,
     y,
@@ -358,7 +446,9 @@ def fit_logistic_batch(
         e.g. a fitted :class:`BatchLogistic`'s ``W_`` and ``b_``; checked in float64 first, so a start that
         meets ``tol`` is returned unchanged.
     n_threads : int or None, default None
-        CPU threads (default ``torch.get_num_threads()``); ignored on GPU.
+        CPU cores (default ``torch.get_num_threads()``); ignored on GPU. Above 1, a large call's problems are
+        split over that many processes (:func:`problem_shares`: the same problems and ``n_threads`` give the
+        same shares and so the same numbers), else its products over that many threads.
     layout : {"auto", "shared", "grouped"}, default "auto"
         How rows are laid out (:mod:`fmaudit.probes._row_store`): "auto" picks the cheaper by its cost model;
         the optimum is the same either way.
@@ -446,6 +536,14 @@ def fit_logistic_batch(
         unknown = sorted(set(forms) - {"dense", "row_space", "whitened"})
         if unknown or not forms:
             raise FmauditInputError(f"forms={list(forms)}: expected some of 'dense', 'row_space', 'whitened'")
+    shares = problem_shares(unique_sets, D, K, n_threads, device)
+    if shares is not None:
+        fitted = _fit_shares(X, y, unique_sets, Cs[representatives], shares, init, n_threads,
+                             dict(n_classes=K, standardize=standardize, device="cpu", dtype=dtype,
+                                  max_iter=max_iter, tol=tol, history_size=history_size, layout=layout,
+                                  forms=forms))
+        pi = problem_index
+        return BatchLogistic(**{name: value[pi] for name, value in fitted.items()}, Cs=Cs, problem_index=pi)
     if layout == "auto":
         layout = "grouped" if grouped_layout_pays(unique_sets, y, X.shape[0], D, K, standardize) else "shared"
 

@@ -2,13 +2,13 @@
 
 A cell shard makes one engine call per (readout, taxonomy) of a group of units; the calls share nothing but
 their inputs. Within one call, the engine can split each evaluation's products over threads
-(:func:`fmaudit.probes.fit_logistic_batch`'s ``n_threads``), which pays when one evaluation is large (the tile
-grid's 10,000-row problems). On small problems it does not: between two products the solver runs many small
-torch and numpy operations that hold Python's GIL, and a thread that hands its product back waits for the GIL
-for up to the interpreter's switch interval. Measured on a CellPath IS unit (14 calls of 20 problems,
-~764 cells x 384 or 768 features; ``benchmarks/bench_cell_shard.py``): the calls one after another, each on 2
-threads, took longer than on 1 thread. Worker processes share no GIL: each call runs single-threaded in its own
-process, so two cores do two calls at once.
+(:func:`fmaudit.probes.fit_logistic_batch`'s ``n_threads``), but that rarely pays: between two products the
+solver runs many small torch and numpy operations that take Python's GIL, and threads contend for it (on the
+tile grid's 10,000-row problems, 2 threads took 5.2 s where 1 took 3.5 s). So a large call with
+``n_threads > 1`` is itself split by problem over this module's :func:`shared_pool`. Measured on a CellPath
+IS unit too (14 calls of 20 problems, ~764 cells x 384 or 768 features; ``benchmarks/bench_cell_shard.py``):
+the calls one after another, each on 2 threads, took longer than on 1 thread. Worker processes share no GIL:
+each call runs single-threaded in its own process, so two cores do two calls at once.
 
 :class:`FitPool` is that: ``submit`` queues one call and returns a future of the fitted
 :class:`~fmaudit.probes.logistic_batch.BatchLogistic`. With ``workers = N > 1``, N - 1 worker processes and one
@@ -26,6 +26,7 @@ pickled by this module and read only by it, between this process and its own chi
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import queue
@@ -255,6 +256,46 @@ class FitPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_SHARED: dict[int, FitPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int) -> FitPool:
+    """This process's :class:`FitPool` of ``workers`` cores, started on first use and kept until the process
+    exits (or :func:`close_shared_pools`): :func:`~fmaudit.probes.fit_logistic_batch` splits a large call's
+    problems over it when given ``n_threads > 1`` on CPU, so a job pays the workers' start (importing torch,
+    about a second, while this process already fits its share) once, not per call. Its ``workers - 1``
+    processes stay idle between calls (each holds torch's memory, ~0.3 GB) and exit with this process.
+
+    Parameters
+    ----------
+    workers : int
+        The cores the pool's calls may use (:class:`FitPool`).
+
+    Returns
+    -------
+    FitPool
+    """
+    workers = max(1, int(workers))
+    with _SHARED_LOCK:
+        pool = _SHARED.get(workers)
+        if pool is None:
+            pool = _SHARED[workers] = FitPool(workers)
+        return pool
+
+
+def close_shared_pools() -> None:
+    """Close the pools :func:`shared_pool` started (their workers finish the calls in flight and exit)."""
+    with _SHARED_LOCK:
+        pools = list(_SHARED.values())
+        _SHARED.clear()
+    for pool in pools:
+        pool.close()
+
+
+atexit.register(close_shared_pools)
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
