@@ -7,9 +7,10 @@ problem, so both sides fit the 16 distinct problems once (equal work). ``--featu
 standardised on itself (the pipeline's default); ``--features raw``: unscaled, as PRISM fits.
 
 - engine: ``fit_logistic_batch`` as the pipeline calls it (default dtype: float32 products, float64 sums and
-  optimiser state, float64 confirmation), ``n_threads = --threads``: with more than one thread the engine
-  splits the problems over that many processes (``fmaudit.probes.logistic_batch.problem_shares``: here 2
-  shares of 7 and 9 problems, each fitted in lock-step single-threaded), with one thread all at once.
+  optimiser state, float64 confirmation), ``n_threads = --threads`` and ``pool = shared_pool(--threads)``:
+  with more than one thread the engine splits the problems over that many processes
+  (``fmaudit.probes.logistic_batch.problem_shares``: here 2 shares of 7 and 9 problems, each fitted in
+  lock-step single-threaded), with one thread all at once.
 - baseline: scikit-learn ``LogisticRegression(C, max_iter=1000, tol)`` (lbfgs), after ``StandardScaler`` for
   std, on float64 features (its float32 path cannot reach the accuracy target: measured 2.1e-3 at tol
   1e-7), one fit per distinct problem. With ``--threads 2`` it runs the strongest of: sequential fits with
@@ -58,6 +59,7 @@ from threadpoolctl import threadpool_limits
 
 from fmaudit.probes import fit_logistic_batch, softmax_last_axis
 from fmaudit.probes import label_fraction_subsample as subsample  # the pipeline's nested label-fraction draw
+from fmaudit.probes.pool import shared_pool
 
 FRACTIONS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
 TOLS = "1e-5,5e-6,3e-6,2e-6,1e-6,7e-7,5e-7,3e-7,2e-7,1e-7,7e-8,5e-8,3e-8,2e-8,1e-8"
@@ -262,8 +264,9 @@ def main(argv=None) -> None:
     P_ref = reference_proba(args, X64, y, problems, X_test)
 
     def engine_fit(tol):
+        # as the probe suite calls it: the job's threads, and this process's pool of as many cores
         return fit_logistic_batch(X, y, problems, args.C, args.classes, standardize=standardize, tol=tol,
-                                  n_threads=args.threads, device=args.device)
+                                  n_threads=args.threads, device=args.device, pool=shared_pool(args.threads))
 
     def error(P):
         return float(np.abs(P - P_ref).max())

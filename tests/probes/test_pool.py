@@ -92,7 +92,7 @@ def test_problem_shares_split_only_calls_that_pay_and_always_the_same_way():
     again = problem_shares(grid, 1024, 9, 2, cpu)
     assert all(np.array_equal(a, b) for a, b in zip(shares, again))
     assert len(problem_shares(grid, 1024, 9, 8, cpu)) == 8
-    # one thread, one problem, or a GPU: nothing to split; a small call: the split would not pay its sending
+    # one worker, one problem, or a GPU: nothing to split; a small call: the split would not pay its sending
     assert problem_shares(grid, 1024, 9, 1, cpu) is None
     assert problem_shares(grid[-1:], 1024, 9, 2, cpu) is None
     assert problem_shares(grid, 1024, 9, 2, torch.device("cuda")) is None
@@ -115,15 +115,21 @@ def test_a_call_split_over_processes_gives_each_problem_its_own_fit(monkeypatch)
     engine = dict(tol=1e-10, max_iter=5000, device="cpu")
     alone = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=1, **engine)
     assert logistic_batch.problem_shares(subsets[:4], 8, 3, 2, torch.device("cpu")) is None  # too small...
+    close_shared_pools()
+    fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **engine)
+    assert not shared_pool(2).worker_pids, "the shared pool started processes for a call it does not split"
     monkeypatch.setattr(logistic_batch, "_SPLIT_MIN_SAVING_S", float("-inf"))  # ...so the split is forced
     try:
-        split = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=2, **engine)
+        split = fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **engine)
         assert shared_pool(2).worker_pids, "no worker process took a share"
-        again = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=2, **engine)
+        again = fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **engine)
         # a warm start reaches each share's problems: one step from the start, as without the split
         start = fit_logistic_batch(X, y, subsets, Cs * 3, 3, n_threads=1, **engine)
         one_step = dict(engine, max_iter=1, init=(start.W_, start.b_), layout="shared")  # one form either way
-        warm = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=2, **one_step)
+        warm = fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **one_step)
+        # a pool without workers splits nothing
+        unsplit = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=1, pool=shared_pool(1), **engine)
+        np.testing.assert_array_equal(unsplit.W_, alone.W_)
     finally:
         close_shared_pools()
     assert split.converged_.all()

@@ -23,12 +23,14 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
+import torch
 
 from fmaudit.analyses.task_data import TaskData
 from fmaudit.calibration import calibration_ladder
 from fmaudit.io import FmauditInputError
 from fmaudit.metrics import ece_convention, macro_f1, softmax
 from fmaudit.probes import fit_logistic_batch, label_fraction_subsample, make_head, split_train_val
+from fmaudit.probes.pool import shared_pool
 from fmaudit.probes.subsample import prism_subsample
 from fmaudit.stats import cluster_bootstrap_ci
 
@@ -333,9 +335,10 @@ def _fit_runs(data: TaskData, head_runs: pd.DataFrame, source: str, head: str, p
         splits.append((sub, val))
         subsets.append(sub)
     if head == "logistic":
+        # on CPU with several threads (the job's), a large grid's problems are split over that many processes
         batch = fit_logistic_batch(data.features, data.labels, subsets, np.asarray(head_runs["C"], dtype=float),
                                    n_classes=k, standardize=bool(probe_cfg["standardize"]),
-                                   device="auto")
+                                   device="auto", pool=shared_pool(torch.get_num_threads()))
         return [(sub, val, batch.decision_logits, r) for r, (sub, val) in enumerate(splits)]
     out = []
     for run, (sub, val) in zip(head_runs.itertuples(index=False), splits):

@@ -30,11 +30,11 @@ objective is :mod:`~fmaudit.probes._logistic_loss`, the row layouts :mod:`~fmaud
 solver :mod:`~fmaudit.probes._lbfgs`). The problems are optimised in lock-step by L-BFGS (history 10,
 per-problem steps, line searches and stopping; a step is accepted on Armijo's sufficient decrease or on Hager
 and Zhang's approximate Wolfe conditions, which rest on the directional derivative and so keep working where
-float32 rounding hides f's decrease). Each evaluation runs two matrix products per block of rows. On CPU
-with ``n_threads > 1``, a call large enough to pay for it is split by problem over ``n_threads`` processes,
-each share fitted in lock-step on one thread (:func:`problem_shares`; this process's shared
-:class:`~fmaudit.probes.pool.FitPool`); a smaller one spreads its blocks' products over the threads. Two row
-layouts, picked per call (or share) by a modelled evaluation cost:
+float32 rounding hides f's decrease). Each evaluation runs two matrix products per block of rows, spread
+over ``n_threads`` threads on CPU. Given a ``pool`` of worker processes, a CPU call large enough to pay for it
+is split by problem over them instead, each share fitted in lock-step on one thread (:func:`problem_shares`;
+the probe suite passes :func:`fmaudit.probes.pool.shared_pool`). Two row layouts, picked per call (or share)
+by a modelled evaluation cost:
 - shared rows: rows stored once, globally standardised, grouped by the set of problems containing them,
   each problem's standardisation folded into its weights, so a row shared by several problems (nested
   label fractions) is read once per evaluation in one wider product;
@@ -324,16 +324,16 @@ _SECONDS_PER_SENT_CALL = 5e-3
 _SPLIT_MIN_SAVING_S = 0.1
 
 
-def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, n_threads: int,
+def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, workers: int,
                    device: torch.device) -> list[np.ndarray] | None:
-    """How :func:`fit_logistic_batch` splits a call's distinct problems over ``n_threads`` processes on CPU,
-    or None to fit them together in this process.
+    """How :func:`fit_logistic_batch` splits a call's distinct problems over a pool of ``workers`` processes
+    on CPU, or None to fit them together in this process.
 
     Each problem's modelled cost is its rows x D x K; the problems are dealt largest first to the least
-    loaded share, at most one share per thread. The split is taken when the modelled fit time it saves (the
+    loaded share, at most one share per worker. The split is taken when the modelled fit time it saves (the
     whole call's single-threaded time less its largest share's) exceeds the time to send the other shares'
     rows to worker processes by at least ``_SPLIT_MIN_SAVING_S``. Deterministic: the same problems and
-    ``n_threads`` give the same shares, so the same numbers.
+    ``workers`` give the same shares, so the same numbers.
 
     Parameters
     ----------
@@ -341,8 +341,8 @@ def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, n_t
         The row indices of each distinct problem.
     D, n_classes : int
         Features and classes.
-    n_threads : int
-        The CPU cores the call may use.
+    workers : int
+        The pool's cores (:class:`fmaudit.probes.pool.FitPool`).
     device : torch.device
         Where the call runs; only CPU calls are split.
 
@@ -351,10 +351,10 @@ def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, n_t
     list of ndarray or None
         The problem positions of each share (the largest share first), or None.
     """
-    if device.type != "cpu" or n_threads < 2 or len(index_sets) < 2:
+    if device.type != "cpu" or workers < 2 or len(index_sets) < 2:
         return None
     costs = np.array([idx.size for idx in index_sets], dtype=np.float64) * D * n_classes
-    shares = [np.sort(np.array(share)) for share in _deal(costs, min(int(n_threads), len(index_sets)))]
+    shares = [np.sort(np.array(share)) for share in _deal(costs, min(int(workers), len(index_sets)))]
     if len(shares) < 2:
         return None
     per_fit = _SECONDS_PER_VALUE_EVALUATION * _EVALUATIONS_PER_FIT
@@ -367,13 +367,10 @@ def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, n_t
 
 
 def _fit_shares(X: np.ndarray, y: np.ndarray, index_sets: list[np.ndarray], Cs: np.ndarray,
-                shares: list[np.ndarray], init, n_threads: int, engine: dict) -> dict[str, np.ndarray]:
-    """Fit each share of the distinct problems as its own single-threaded call, side by side in this
-    process's shared :class:`~fmaudit.probes.pool.FitPool` of ``n_threads`` cores (each share gets only its
-    rows); the fitted arrays of every distinct problem, in order."""
-    from fmaudit.probes.pool import shared_pool  # the pool module imports this one
-
-    pool = shared_pool(n_threads)
+                shares: list[np.ndarray], init, pool, engine: dict) -> dict[str, np.ndarray]:
+    """Fit each share of the distinct problems as its own single-threaded call, side by side in ``pool``
+    (a :class:`~fmaudit.probes.pool.FitPool`; each share gets only its rows); the fitted arrays of every
+    distinct problem, in order."""
     futures = []
     for share in shares:
         rows = np.unique(np.concatenate([index_sets[u] for u in share]))
@@ -408,6 +405,7 @@ def fit_logistic_batch(
     n_threads: int | None = None,
     layout: str = "auto",
     forms: Sequence[str] | None = None,
+    pool=None,
 ) -> BatchLogistic:
     """Fit R L2 multinomial logistic problems at once (objective and conventions: module docstring).
 
@@ -446,9 +444,8 @@ def fit_logistic_batch(
         e.g. a fitted :class:`BatchLogistic`'s ``W_`` and ``b_``; checked in float64 first, so a start that
         meets ``tol`` is returned unchanged.
     n_threads : int or None, default None
-        CPU cores (default ``torch.get_num_threads()``); ignored on GPU. Above 1, a large call's problems are
-        split over that many processes (:func:`problem_shares`: the same problems and ``n_threads`` give the
-        same shares and so the same numbers), else its products over that many threads.
+        CPU threads its products are spread over (default ``torch.get_num_threads()``); ignored on GPU.
+        Several cores pay better through ``pool``.
     layout : {"auto", "shared", "grouped"}, default "auto"
         How rows are laid out (:mod:`fmaudit.probes._row_store`): "auto" picks the cheaper by its cost model;
         the optimum is the same either way.
@@ -457,6 +454,10 @@ def fit_logistic_batch(
         cheapest by its cost model; a form a group cannot take (row-space where it has as many rows as
         features; any but dense without ``standardize``) falls back to dense. The optimum is the same in
         every form; the whitened form's preconditioner takes fewer iterations to reach it.
+    pool : fmaudit.probes.pool.FitPool or None, default None
+        Worker processes (e.g. :func:`fmaudit.probes.pool.shared_pool`): on CPU, a call large enough to pay
+        for it is split by problem over ``pool.workers`` processes, each share fitted single-threaded
+        (:func:`problem_shares`: the same problems and workers give the same shares, so the same numbers).
 
     Returns
     -------
@@ -536,9 +537,11 @@ def fit_logistic_batch(
         unknown = sorted(set(forms) - {"dense", "row_space", "whitened"})
         if unknown or not forms:
             raise FmauditInputError(f"forms={list(forms)}: expected some of 'dense', 'row_space', 'whitened'")
-    shares = problem_shares(unique_sets, D, K, n_threads, device)
+    shares = None
+    if pool is not None and pool.parallel:
+        shares = problem_shares(unique_sets, D, K, pool.workers, device)
     if shares is not None:
-        fitted = _fit_shares(X, y, unique_sets, Cs[representatives], shares, init, n_threads,
+        fitted = _fit_shares(X, y, unique_sets, Cs[representatives], shares, init, pool,
                              dict(n_classes=K, standardize=standardize, device="cpu", dtype=dtype,
                                   max_iter=max_iter, tol=tol, history_size=history_size, layout=layout,
                                   forms=forms))

@@ -4,8 +4,8 @@ A cell shard makes one engine call per (readout, taxonomy) of a group of units; 
 their inputs. Within one call, the engine can split each evaluation's products over threads
 (:func:`fmaudit.probes.fit_logistic_batch`'s ``n_threads``), but that rarely pays: between two products the
 solver runs many small torch and numpy operations that take Python's GIL, and threads contend for it (on the
-tile grid's 10,000-row problems, 2 threads took 5.2 s where 1 took 3.5 s). So a large call with
-``n_threads > 1`` is itself split by problem over this module's :func:`shared_pool`. Measured on a CellPath
+tile grid's 10,000-row problems, 2 threads took 5.2 s where 1 took 3.5 s). So a large call given a ``pool``
+(this module's :func:`shared_pool`) is itself split by problem over its processes. Measured on a CellPath
 IS unit too (14 calls of 20 problems, ~764 cells x 384 or 768 features; ``benchmarks/bench_cell_shard.py``):
 the calls one after another, each on 2 threads, took longer than on 1 thread. Worker processes share no GIL:
 each call runs single-threaded in its own process, so two cores do two calls at once.
@@ -93,6 +93,8 @@ class FitPool:
         The cores the calls may use: ``workers - 1`` worker processes are started and one thread of this process
         fits too. ``<= 1``: no process is started, and each call is fitted in this process when it is
         submitted, with the ``n_threads`` of its engine settings.
+    start : bool, default True
+        Start the workers now (they warm up while the caller prepares its calls), else on the first submit.
 
     Examples
     --------
@@ -101,13 +103,22 @@ class FitPool:
     ...     models = [f.result() for f in futures]
     """
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, start: bool = True):
         self.workers = max(1, int(workers))
         self._tasks: queue.Queue = queue.Queue()
         self._processes: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
         self._ready: list[threading.Event] = []
-        if self.workers > 1:
+        self._closed = False
+        self._start_lock = threading.Lock()
+        if start:
+            self._start()
+
+    def _start(self) -> None:
+        """Start the worker processes, their feeding threads and this process's fitting thread (once)."""
+        with self._start_lock:
+            if self._threads or self._closed or self.workers <= 1:
+                return
             env = dict(os.environ, **_SINGLE_THREADED,
                        PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
             for _ in range(self.workers - 1):
@@ -128,7 +139,7 @@ class FitPool:
     @property
     def parallel(self) -> bool:
         """True when calls run side by side (``workers - 1`` processes and this one, each single-threaded)."""
-        return bool(self._threads)
+        return self.workers > 1 and not self._closed
 
     @property
     def worker_pids(self) -> list[int]:
@@ -203,6 +214,7 @@ class FitPool:
         """
         futures = [Future() for _ in calls]
         if self.parallel:
+            self._start()
             self._tasks.put([(future, (X, y, list(subsets), Cs, n_classes, dict(engine, n_threads=1)))
                              for future, ((X, y, subsets, Cs, n_classes), engine) in zip(futures, calls)])
         else:
@@ -241,6 +253,8 @@ class FitPool:
 
     def close(self) -> None:
         """Let the workers finish the calls in flight and exit; the pool cannot be used after."""
+        with self._start_lock:
+            self._closed = True
         for _ in self._threads:
             self._tasks.put(None)
         for thread in self._threads:
@@ -264,10 +278,11 @@ _SHARED_LOCK = threading.Lock()
 
 def shared_pool(workers: int) -> FitPool:
     """This process's :class:`FitPool` of ``workers`` cores, started on first use and kept until the process
-    exits (or :func:`close_shared_pools`): :func:`~fmaudit.probes.fit_logistic_batch` splits a large call's
-    problems over it when given ``n_threads > 1`` on CPU, so a job pays the workers' start (importing torch,
-    about a second, while this process already fits its share) once, not per call. Its ``workers - 1``
-    processes stay idle between calls (each holds torch's memory, ~0.3 GB) and exit with this process.
+    exits (or :func:`close_shared_pools`). Given as :func:`~fmaudit.probes.fit_logistic_batch`'s ``pool``, it
+    takes a large CPU call's problems split in shares, so a job pays the workers' start (importing torch, about
+    a second, while this process already fits a share) once, not per call. Its ``workers - 1`` processes stay
+    idle between calls (each holds torch's memory, ~0.3 GB) and exit with this process; with ``workers <= 1``
+    it starts none.
 
     Parameters
     ----------
@@ -281,8 +296,8 @@ def shared_pool(workers: int) -> FitPool:
     workers = max(1, int(workers))
     with _SHARED_LOCK:
         pool = _SHARED.get(workers)
-        if pool is None:
-            pool = _SHARED[workers] = FitPool(workers)
+        if pool is None:  # its processes start with the first call it takes
+            pool = _SHARED[workers] = FitPool(workers, start=False)
         return pool
 
 
