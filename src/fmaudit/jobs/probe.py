@@ -85,9 +85,9 @@ def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manif
     log : str, optional
         Log file; None logs to stderr.
     threads : int, default 1
-        The job's cores (the rule's ``threads``): torch's threads, and the engine's ``n_threads``, which on CPU
-        splits a large call's problems over that many processes (:func:`fmaudit.probes.fit_logistic_batch`).
-        A Snakemake ``script:`` job is not limited to its threads otherwise.
+        The job's cores (the rule's ``threads``): torch's threads; on CPU the probe suite splits a large
+        logistic grid's problems over that many processes (:func:`fmaudit.probes.pool.shared_pool`). A
+        Snakemake ``script:`` job is not limited to its threads otherwise.
     """
     # imported here: torch and scikit-learn load only when this runs
     import torch

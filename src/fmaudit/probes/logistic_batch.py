@@ -313,12 +313,13 @@ class BatchLogistic:
 # small torch operations each release and retake the GIL, and two threads contending for it ran each other's
 # work ~1.7x slower; two such calls in two threads of one process took no less time than one after the
 # other), while two processes fitting half the problems each single-threaded took 1.9 s.
-# The cost model's constants, measured there: one evaluation of one problem costs ~1.1e-10 s per
-# (row x feature x class) on one core, all of the solver's work included; a fit takes ~50 evaluations at
-# the default tol; sending a share's rows to a worker and back costs ~6e-9 s per float32 value (pickling
-# and the pipe), plus ~5 ms per call.
-_SECONDS_PER_VALUE_EVALUATION = 1.1e-10
-_EVALUATIONS_PER_FIT = 50
+# The cost model's constants, measured there: a problem takes ~35 evaluations at tol 2e-7 (554 float32 and
+# 35 float64 problem-evaluations for the 16 problems; fewer at the default tol), and the call's 3.6 s over
+# those evaluations come to ~3e-10 s per (row x feature x class) evaluated, all of the solver's work
+# included; sending a share's rows to a worker costs ~6e-9 s per float32 value (pickling and the pipe, both
+# ends), plus ~5 ms per call.
+_SECONDS_PER_VALUE_EVALUATION = 3e-10
+_EVALUATIONS_PER_FIT = 30
 _SECONDS_PER_SENT_VALUE = 6e-9
 _SECONDS_PER_SENT_CALL = 5e-3
 _SPLIT_MIN_SAVING_S = 0.1
@@ -366,7 +367,7 @@ def problem_shares(index_sets: Sequence[np.ndarray], D: int, n_classes: int, wor
     return shares if saving >= _SPLIT_MIN_SAVING_S else None
 
 
-def _fit_shares(X: np.ndarray, y: np.ndarray, index_sets: list[np.ndarray], Cs: np.ndarray,
+def _fit_shares(X: np.ndarray, y: np.ndarray, index_sets: list[np.ndarray], Cs: np.ndarray, K: int,
                 shares: list[np.ndarray], init, pool, engine: dict) -> dict[str, np.ndarray]:
     """Fit each share of the distinct problems as its own single-threaded call, side by side in ``pool``
     (a :class:`~fmaudit.probes.pool.FitPool`; each share gets only its rows); the fitted arrays of every
@@ -375,10 +376,9 @@ def _fit_shares(X: np.ndarray, y: np.ndarray, index_sets: list[np.ndarray], Cs: 
     for share in shares:
         rows = np.unique(np.concatenate([index_sets[u] for u in share]))
         subsets = [np.searchsorted(rows, index_sets[u]) for u in share]
-        call = dict(engine, init=None if init is None else (init[0][share], init[1][share]))
-        n_classes = call.pop("n_classes")
-        futures.append(pool.submit(X[rows], y[rows], subsets, Cs[share], n_classes, **call))
-    U, D, K = len(index_sets), X.shape[1], engine["n_classes"]
+        start = None if init is None else (init[0][share], init[1][share])
+        futures.append(pool.submit(X[rows], y[rows], subsets, Cs[share], K, init=start, **engine))
+    U, D = len(index_sets), X.shape[1]
     fitted = dict(W=np.empty((U, D, K)), b=np.empty((U, K)), mean=np.empty((U, D)), scale=np.empty((U, D)),
                   present=np.empty((U, K), dtype=bool), n_iter=np.empty(U, dtype=np.int64),
                   converged=np.empty(U, dtype=bool))
@@ -457,7 +457,8 @@ def fit_logistic_batch(
     pool : fmaudit.probes.pool.FitPool or None, default None
         Worker processes (e.g. :func:`fmaudit.probes.pool.shared_pool`): on CPU, a call large enough to pay
         for it is split by problem over ``pool.workers`` processes, each share fitted single-threaded
-        (:func:`problem_shares`: the same problems and workers give the same shares, so the same numbers).
+        (:func:`problem_shares`: the same problems and workers give the same shares, so the same numbers);
+        each share's rows are copied to the process that fits it.
 
     Returns
     -------
@@ -541,10 +542,9 @@ def fit_logistic_batch(
     if pool is not None and pool.parallel:
         shares = problem_shares(unique_sets, D, K, pool.workers, device)
     if shares is not None:
-        fitted = _fit_shares(X, y, unique_sets, Cs[representatives], shares, init, pool,
-                             dict(n_classes=K, standardize=standardize, device="cpu", dtype=dtype,
-                                  max_iter=max_iter, tol=tol, history_size=history_size, layout=layout,
-                                  forms=forms))
+        fitted = _fit_shares(X, y, unique_sets, Cs[representatives], K, shares, init, pool,
+                             dict(standardize=standardize, device="cpu", dtype=dtype, max_iter=max_iter, tol=tol,
+                                  history_size=history_size, layout=layout, forms=forms))
         pi = problem_index
         return BatchLogistic(**{name: value[pi] for name, value in fitted.items()}, Cs=Cs, problem_index=pi)
     if layout == "auto":
