@@ -22,4 +22,5 @@ ood_shard_job(
     out={name: getattr(snakemake.output, name) for name in SHARD_TABLES},
     gate_dir=snakemake.output.gate_model,
     log=snakemake.log[0],
+    threads=snakemake.threads,
 )

@@ -18,4 +18,5 @@ ood_split_shard_job(
     embeddings=list(snakemake.input.embeddings),
     out={name: getattr(snakemake.output, name) for name in SPLIT_TABLES},
     log=snakemake.log[0],
+    threads=snakemake.threads,
 )

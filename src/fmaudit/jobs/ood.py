@@ -232,7 +232,7 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
                   settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int, manifests: Sequence[str],
                   embeddings: Sequence[str], far_manifests: Sequence[str], far_embeddings: Sequence[str],
                   derived_embeddings: Mapping[str, str], out: Mapping[str, str], gate_dir: str,
-                  log: str | None = None) -> None:
+                  log: str | None = None, threads: int = 1) -> None:
     """Every OOD analysis of one (encoder, task) (:func:`fmaudit.analyses.ood_suite.run_ood_suite` and the
     extras), written as the tables of :data:`SHARD_TABLES` (``out[name]``) and the exported gate (``gate_dir``).
 
@@ -271,6 +271,9 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
         ``no_gate.json``, saying so.
     log : str, optional
         Log file; None logs to stderr.
+    threads : int, default 1
+        The job's cores (the rule's ``threads``), torch's threads: a Snakemake ``script:`` job is not limited to
+        its threads otherwise.
 
     Raises
     ------
@@ -278,7 +281,10 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
         When an embedding lacks an item of its manifest, a derived embedding is missing, or a ``slide_column``
         is not a manifest column.
     """
+    import torch  # imported here, as the analyses import it: only when a shard runs
+
     logger = setup_logging(log)
+    torch.set_num_threads(max(1, int(threads)))
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)
@@ -344,7 +350,7 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
 def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: Mapping[str, Any],
                         settings: Mapping[str, Any], bootstrap: Mapping[str, Any], ece_bins: int,
                         manifests: Sequence[str], embeddings: Sequence[str], out: Mapping[str, str],
-                        log: str | None = None) -> None:
+                        log: str | None = None, threads: int = 1) -> None:
     """The audit paper's further train/test splits of one (encoder, task)
     (:func:`fmaudit.analyses.ood_splits.run_extra_splits`), written as the tables of
     :data:`~fmaudit.grid.ood.SPLIT_TABLES` (``out[name]``).
@@ -374,13 +380,19 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
         Table name of :data:`~fmaudit.grid.ood.SPLIT_TABLES` -> the parquet file to write.
     log : str, optional
         Log file; None logs to stderr.
+    threads : int, default 1
+        The job's cores (the rule's ``threads``), torch's threads: a Snakemake ``script:`` job is not limited to
+        its threads otherwise.
 
     Raises
     ------
     FmauditInputError
         When an embedding lacks an item of its manifest, or a ``slide_column`` is not a manifest column.
     """
+    import torch  # imported here, as the analyses import it: only when a shard runs
+
     logger = setup_logging(log)
+    torch.set_num_threads(max(1, int(threads)))
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)
