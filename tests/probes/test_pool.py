@@ -114,10 +114,10 @@ def test_a_call_split_over_processes_gives_each_problem_its_own_fit(monkeypatch)
     Cs = np.array([0.5, 1.0, 2.0, 1.0, 0.5])
     engine = dict(tol=1e-10, max_iter=5000, device="cpu")
     alone = fit_logistic_batch(X, y, subsets, Cs, 3, n_threads=1, **engine)
-    assert logistic_batch.problem_shares(subsets[:4], 8, 3, 2, torch.device("cpu")) is None  # too small...
     close_shared_pools()
     fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **engine)
     assert not shared_pool(2).worker_pids, "the shared pool started processes for a call it does not split"
+    assert logistic_batch.problem_shares(subsets[:4], 8, 3, 2, torch.device("cpu")) is None  # too small...
     monkeypatch.setattr(logistic_batch, "_SPLIT_MIN_SAVING_S", float("-inf"))  # ...so the split is forced
     try:
         split = fit_logistic_batch(X, y, subsets, Cs, 3, pool=shared_pool(2), **engine)
