@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-__all__ = ["resolve_device"]
+__all__ = ["job_threads", "resolve_device"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,3 +42,22 @@ def resolve_device(device: str | torch.device | None, logger: logging.Logger | N
         (logger or _log).warning("CUDA requested but not available: running on the CPU")
         return torch.device("cpu")
     return dev
+
+
+def job_threads(threads: int) -> int:
+    """Give torch a job's cores: a Snakemake ``script:`` job is not limited to its rule's ``threads`` (Snakemake
+    sets ``OMP_NUM_THREADS`` for ``shell:`` jobs only), so torch would take every core of the machine.
+
+    Parameters
+    ----------
+    threads : int
+        The rule's ``threads`` (at least 1 is used).
+
+    Returns
+    -------
+    int
+        The threads torch now runs on.
+    """
+    threads = max(1, int(threads))
+    torch.set_num_threads(threads)
+    return threads

@@ -416,13 +416,11 @@ def cell_shard_job(encoder: str, magnification: float, protocol: str, cells: Map
     import json
 
     # imported here: torch and scikit-learn load only when this runs
-    import torch
-
     from fmaudit.analyses.cell_suite import run_cell_shard, shard_settings
+    from fmaudit.devices import job_threads
 
     logger = setup_logging(log)
-    threads = max(1, int(threads))
-    torch.set_num_threads(threads)
+    threads = job_threads(threads)
     listed = json.loads(Path(feature_set).read_text())["sections"]
     wanted = list(cells.get("read_sections") or listed)
     missing = [s for s in wanted if s not in listed]

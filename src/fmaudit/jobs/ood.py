@@ -27,6 +27,7 @@ import pandas as pd
 from fmaudit.analyses.ood_splits import run_extra_splits
 from fmaudit.analyses.ood_suite import OODCondition, ProbeSettings, run_ood_suite
 from fmaudit.analyses.task_data import item_strata
+from fmaudit.devices import job_threads
 from fmaudit.grid.ood import AGGREGATE_TABLES, SHARD_TABLES, SPLIT_TABLES
 from fmaudit.io import (
     FmauditInputError,
@@ -281,10 +282,8 @@ def ood_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], plan: M
         When an embedding lacks an item of its manifest, a derived embedding is missing, or a ``slide_column``
         is not a manifest column.
     """
-    import torch  # imported here, as the analyses import it: only when a shard runs
-
     logger = setup_logging(log)
-    torch.set_num_threads(max(1, int(threads)))
+    job_threads(threads)
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)
@@ -389,10 +388,8 @@ def ood_split_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], p
     FmauditInputError
         When an embedding lacks an item of its manifest, or a ``slide_column`` is not a manifest column.
     """
-    import torch  # imported here, as the analyses import it: only when a shard runs
-
     logger = setup_logging(log)
-    torch.set_num_threads(max(1, int(threads)))
+    job_threads(threads)
     readout = settings["readout"]
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, readout)

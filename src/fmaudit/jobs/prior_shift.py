@@ -284,13 +284,12 @@ def scratch_reference_job(task: str, task_spec: Mapping[str, Any], source_domain
     FmauditInputError
         When the task has no labelled item in its domains, or a pool is empty.
     """
-    import torch
-
     # imported here: torch and scikit-learn load only when this runs
     from fmaudit.adapt.scratch import evaluate_scratch
+    from fmaudit.devices import job_threads
 
     logger = setup_logging(log)
-    torch.set_num_threads(max(1, int(threads)))
+    job_threads(threads)
     mans = [read_table(p) for p in manifests]
     man = pd.concat([m[m["label"].notna()] for m in mans], ignore_index=True)
     domains = list(task_spec.get("domains") or [])

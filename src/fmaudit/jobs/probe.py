@@ -90,12 +90,11 @@ def probe_shard_job(encoder: str, task: str, task_spec: Mapping[str, Any], manif
         Snakemake ``script:`` job is not limited to its threads otherwise.
     """
     # imported here: torch and scikit-learn load only when this runs
-    import torch
-
     from fmaudit.analyses.probe_suite import run_probe_suite
+    from fmaudit.devices import job_threads
 
     logger = setup_logging(log)
-    torch.set_num_threads(max(1, int(threads)))
+    job_threads(threads)
     mans = [read_table(p) for p in manifests]
     data = load_task_data(task, task_spec, mans, embeddings, probe["readout"])
     shard_config = {"encoders": [encoder], "tasks": {task: dict(task_spec)}, "probe": dict(probe)}
