@@ -409,6 +409,11 @@ def main(argv=None) -> None:
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="2,000 cells per section, caps 2,000/500")
     args = parser.parse_args(argv)
+    # the allocator the pipeline's jobs run with (fmaudit.devices.job_threads), for this process and every
+    # process started from it: the engine's workers and scikit-learn's alike
+    from fmaudit.devices import hold_freed_memory
+
+    hold_freed_memory(children=True)
     if args.quick:
         args.cells_per_section, args.max_train_cells, args.max_val_cells = 2000, 2000, 500
     if args.mode in ("shard", "simulate", "baseline") and args.root is None:

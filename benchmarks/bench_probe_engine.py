@@ -242,6 +242,13 @@ def main(argv=None) -> None:
     parser.add_argument("--reference-cache", default=None, help="npz file caching reference probabilities")
     parser.add_argument("--ceiling", action="store_true", help="also print the bound on any L-BFGS engine's ratio")
     args = parser.parse_args(argv)
+    # the allocator a probe shard's job runs with (fmaudit.devices.job_threads): this process's (the engine
+    # and the sequential baselines) and the engine's workers'. Not joblib's workers: loky takes a worker
+    # whose resident memory stays up for a leak and restarts it (tried: the warm-up's '2 processes' took
+    # 7.1 s instead of 4.1 s, and loky's resource tracker raised KeyError), so they keep glibc's default
+    from fmaudit.devices import hold_freed_memory
+
+    hold_freed_memory()
     warnings.simplefilter("ignore", ConvergenceWarning)
     standardize = args.features == "std"
 

@@ -41,6 +41,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from fmaudit.devices import hold_freed_memory
 from fmaudit.probes._row_store import reuse_whitened
 from fmaudit.probes.logistic_batch import BatchLogistic, fit_logistic_batch
 
@@ -323,6 +324,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
         started, then a task's calls come in as one list, and their answers go out one by one.
     """
     torch.set_num_threads(1)
+    hold_freed_memory()  # as the job that started it (fmaudit.devices.job_threads)
     _send(stdout, ("started", os.getpid()))
     while True:
         try:
