@@ -526,8 +526,11 @@ def _score_unit(unit_runs: pd.DataFrame, probes: Mapping[int, _Probe], tests: Ma
                     if hi == lo:
                         continue
                     local = np.searchsorted(rows, tests[i][lo:hi])
+                    # a run's test cells are often all of the chunk's rows, or one run of them: a view, not a copy
+                    rows_of_run = (slice(int(local[0]), int(local[-1]) + 1) if local[-1] - local[0] + 1 == local.size
+                                   else local)
                     probe = probes[i]
-                    scores[i][lo:hi] = _softmax_present(X[local] @ probe.W + probe.b, probe.present)
+                    scores[i][lo:hi] = _softmax_present(X[rows_of_run] @ probe.W + probe.b, probe.present)
                     filled[i] = hi
                 del X
             del base
