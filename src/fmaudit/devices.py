@@ -1,4 +1,5 @@
-"""Which torch device a computation runs on: one rule for the embedding engine and the probe engine.
+"""Which torch device a computation runs on: one rule for the embedding engine and the probe engine; and
+how a job's process is set up to compute (its threads, its allocator).
 
 Foundation layer (imports torch only). ``"auto"`` means CUDA when it is available, else the CPU, so the same
 config runs on a laptop and on a GPU node; an explicit CUDA request on a machine without one falls back to the
@@ -62,8 +63,8 @@ def hold_freed_memory(children: bool = False) -> bool:
     readout's rows, a subset's whitened rows, test-cell scores) is faulted in page by page and zeroed by the
     kernel once more. In a virtual machine each such fault also exits to the hypervisor. Measured on a CellPath
     LOOO unit at width 1,536 (benchmarks/bench_cell_shard.py's panel, 2 fitting processes, 2 cores): 8.3 s
-    of system CPU and 3.4 s stolen by the hypervisor in a 25 s shard; with this, 0.7 s and 0.1 s, and the
-    shard took 18 s. Here: no ``mmap`` for allocations (glibc falls back to it only where its heaps cannot
+    of system CPU and 3.4 s stolen by the hypervisor in a 25 s shard; with this, 1.4 s and 0.3 s, and the
+    shard took 19 s. Here: no ``mmap`` for allocations (glibc falls back to it only where its heaps cannot
     grow) and the heap's free top kept up to 2 GiB, so the process's resident memory stays at its peak,
     which the jobs' memory budgets bound already.
 
