@@ -279,13 +279,16 @@ def baseline(args) -> dict:
 
 
 def print_baseline(b: dict, args) -> None:
+    from bench_probe_engine import equal_accuracy  # a sibling script (benchmarks/ is this script's path)
+
     for name, m in b["medians"].items():
         print(f"{name:>22}: {b['runs_per_s'][name]:7.2f} runs/s (median {m['wall']:.1f} s wall, {m['cpu']:.1f} s CPU "
               f"of {args.repeats})")
     print(f"strongest baseline: {b['strongest']}; |macro-F1 gap| max {b['max_f1_gap']:.4f}, same C chosen in "
           f"{100 * b['same_C']:.0f}% of runs")
     print(f"RATIO engine vs strongest baseline: {b['ratio_wall']:.2f}x wall ({b['ratio_cpu']:.2f}x CPU seconds), "
-          f"{args.protocol} shard, D={args.dim}, both at max |dP| <= {args.target:g} (engine tol {b['engine_tol']:g}: "
+          f"{args.protocol} shard, D={args.dim}, {equal_accuracy(b['engine_err'], b['sklearn_err'], args.target)} "
+          f"(engine tol {b['engine_tol']:g}: "
           f"{b['engine_err']:.1e}; scikit-learn tol {b['sklearn_tol']:g}: {b['sklearn_err']:.1e}); load average "
           f"{os.getloadavg()}")
     if "ceiling" in b:
