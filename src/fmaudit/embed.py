@@ -58,7 +58,6 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchvision.io import ImageReadMode, decode_jpeg, read_file
 
 from fmaudit.datasets.manifest import make_manifest, validate_manifest
 from fmaudit.devices import resolve_device
@@ -236,6 +235,10 @@ _JPEG_SUFFIXES = (".jpg", ".jpeg")
 def _decode_jpeg_rgb(path: str) -> torch.Tensor | None:
     """A JPEG file as a uint8 RGB tensor (3, H, W) by torchvision, or None where PIL should read it (CMYK, a
     file torchvision cannot decode: PIL then gives the error naming the item)."""
+    # imported here, not with the module: the jobs that only read embeddings back import this module, and
+    # torchvision's import was about a quarter of their start-up (fmaudit.encoders.transforms)
+    from torchvision.io import ImageReadMode, decode_jpeg, read_file
+
     try:
         pixels = decode_jpeg(read_file(path), mode=ImageReadMode.UNCHANGED)
     except (RuntimeError, OSError, ValueError):

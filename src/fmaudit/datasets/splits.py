@@ -21,7 +21,6 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 from fmaudit.datasets.manifest import check_group_disjoint
 from fmaudit.io import FmauditInputError, sha256_file
@@ -512,5 +511,9 @@ def paper_stratified_sample(manifest: pd.DataFrame, n: int = PAPER_SAMPLE_SIZE, 
         return manifest.copy()
     labels_all = manifest["label"].astype(int).to_numpy()
     order = np.lexsort((manifest["source"].astype(str).to_numpy(), labels_all))  # by label, then path
+    # imported here, not with the module: the workflow's planning imports this module, and scikit-learn's
+    # model_selection took a fifth of a second of every `snakemake` call's start-up
+    from sklearn.model_selection import train_test_split
+
     kept, _ = train_test_split(order, train_size=n, random_state=seed, stratify=labels_all[order])
     return manifest.iloc[np.sort(kept)].copy()

@@ -13,6 +13,11 @@ On a GPU the workers can do less: :class:`DecodeOnly` keeps each image at its ow
 model's dtype (bfloat16 under autocast). Its resize is torch's (antialiased, the entry's interpolation),
 within a few grey levels of PIL's, not equal to it; images already at the input size are not resized and
 then match the worker path exactly.
+
+torchvision is imported where a transform is built or applied, not with this module: the jobs that only read
+embeddings back (probe, OOD, prior-shift and cell shards, the report) import :mod:`fmaudit.encoders` through
+:mod:`fmaudit.embed`, and torchvision's import (1.1-1.4 s of CPU, most of it ``torch._dynamo``) was about a
+quarter of each such job's start-up.
 """
 
 from __future__ import annotations
@@ -23,8 +28,6 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import default_collate
-from torchvision import transforms as T
-from torchvision.transforms import functional as F
 
 __all__ = ["ConvertRGB", "DecodeOnly", "DevicePreprocess", "NormalizeUint8", "PILToUint8Tensor", "PixelTransform",
            "collate_pixels", "create_pixel_transform", "create_transform", "resolve_data_config"]
@@ -145,6 +148,8 @@ class PixelTransform:
     """
 
     def __init__(self, data_config: Mapping[str, Any]):
+        from torchvision import transforms as T  # (module doc)
+
         if data_config["interpolation"] not in _INTERPOLATIONS:
             raise ValueError(f"interpolation {data_config['interpolation']!r}: expected one of {_INTERPOLATIONS}")
         interp = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR}[
@@ -183,7 +188,9 @@ class PixelTransform:
             return self.pil_steps(img)
         if self.needs_resize(*img.shape[-2:]):
             return self.pil_steps(Image.fromarray(img.permute(1, 2, 0).numpy()))
-        return F.center_crop(img, [self.size, self.size]).contiguous() if self.center else img.contiguous()
+        from torchvision.transforms.functional import center_crop  # (module doc)
+
+        return center_crop(img, [self.size, self.size]).contiguous() if self.center else img.contiguous()
 
     def __repr__(self) -> str:
         return f"PixelTransform({self.pil_steps})"
@@ -248,10 +255,12 @@ class DevicePreprocess:
 
     def _one_size(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) uint8 of one size -> (B, 3, S, S) float32 in [0, 255], resized and cropped."""
+        from torchvision.transforms.functional import center_crop  # (module doc)
+
         height, width = x.shape[-2:]
         size = self.pixels.size
         if not self.pixels.needs_resize(height, width):
-            return (F.center_crop(x, [size, size]) if self.pixels.center else x).to(torch.float32)
+            return (center_crop(x, [size, size]) if self.pixels.center else x).to(torch.float32)
         if self.pixels.center:
             short = self.pixels.resize_size
             # torchvision's rule for the longer side: int(short * long / shorter)
@@ -261,7 +270,7 @@ class DevicePreprocess:
         x = torch.nn.functional.interpolate(x.to(torch.float32), size=target, mode=self.mode, antialias=True,
                                             align_corners=False)
         x = x.clamp_(0, 255).round_()  # as the uint8 image PIL would return
-        return F.center_crop(x, [size, size]) if self.pixels.center else x
+        return center_crop(x, [size, size]) if self.pixels.center else x
 
     def __call__(self, images) -> torch.Tensor:
         if isinstance(images, torch.Tensor):
@@ -291,4 +300,6 @@ def create_transform(data_config: Mapping[str, Any]) -> Callable:
     callable
         A torchvision ``Compose`` of :class:`PixelTransform` and :class:`NormalizeUint8`.
     """
+    from torchvision import transforms as T  # (module doc)
+
     return T.Compose([create_pixel_transform(data_config), NormalizeUint8(data_config["mean"], data_config["std"])])
