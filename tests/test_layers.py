@@ -116,10 +116,10 @@ def test_no_import_cycles_function_local_imports_included():
 
 def _loaded(modules: list[str], libraries: tuple[str, ...]) -> list[str]:
     """Which of ``libraries`` a fresh interpreter has loaded after importing ``modules``."""
-    code = ("import importlib, sys\n"
+    code = ("import importlib, json, sys\n"
             f"for m in {modules!r}: importlib.import_module(m)\n"
             f"print(json.dumps(sorted(k for k in {libraries!r} if k in sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

@@ -14,7 +14,7 @@ model's dtype (bfloat16 under autocast). Its resize is torch's (antialiased, the
 within a few grey levels of PIL's, not equal to it; images already at the input size are not resized and
 then match the worker path exactly.
 
-torchvision is imported where a transform is built or applied, not with this module: the jobs that only read
+torchvision is imported where a transform is built, not with this module: the jobs that only read
 embeddings back (probe, OOD, prior-shift and cell shards, the report) import :mod:`fmaudit.encoders` through
 :mod:`fmaudit.embed`, and torchvision's import (1.1-1.4 s of CPU, most of it ``torch._dynamo``) was about a
 quarter of each such job's start-up.
@@ -157,9 +157,11 @@ class PixelTransform:
         self.size = int(data_config["input_size"])
         self.center = data_config["crop"] == "center"
         self.resize_size = int(data_config["resize_size"])
+        # (..., H, W) -> (..., size, size), PIL images and tensors alike; used with crop: center only
+        self.center_crop = T.CenterCrop(self.size)
         steps: list[Any] = [ConvertRGB()]
         if self.center:
-            steps += [T.Resize(self.resize_size, interpolation=interp), T.CenterCrop(self.size)]
+            steps += [T.Resize(self.resize_size, interpolation=interp), self.center_crop]
         else:
             steps += [T.Resize((self.size, self.size), interpolation=interp)]
         steps.append(PILToUint8Tensor())
@@ -188,9 +190,7 @@ class PixelTransform:
             return self.pil_steps(img)
         if self.needs_resize(*img.shape[-2:]):
             return self.pil_steps(Image.fromarray(img.permute(1, 2, 0).numpy()))
-        from torchvision.transforms.functional import center_crop  # (module doc)
-
-        return center_crop(img, [self.size, self.size]).contiguous() if self.center else img.contiguous()
+        return (self.center_crop(img) if self.center else img).contiguous()
 
     def __repr__(self) -> str:
         return f"PixelTransform({self.pil_steps})"
@@ -255,12 +255,10 @@ class DevicePreprocess:
 
     def _one_size(self, x: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) uint8 of one size -> (B, 3, S, S) float32 in [0, 255], resized and cropped."""
-        from torchvision.transforms.functional import center_crop  # (module doc)
-
         height, width = x.shape[-2:]
         size = self.pixels.size
         if not self.pixels.needs_resize(height, width):
-            return (center_crop(x, [size, size]) if self.pixels.center else x).to(torch.float32)
+            return (self.pixels.center_crop(x) if self.pixels.center else x).to(torch.float32)
         if self.pixels.center:
             short = self.pixels.resize_size
             # torchvision's rule for the longer side: int(short * long / shorter)
@@ -270,7 +268,7 @@ class DevicePreprocess:
         x = torch.nn.functional.interpolate(x.to(torch.float32), size=target, mode=self.mode, antialias=True,
                                             align_corners=False)
         x = x.clamp_(0, 255).round_()  # as the uint8 image PIL would return
-        return center_crop(x, [size, size]) if self.pixels.center else x
+        return self.pixels.center_crop(x) if self.pixels.center else x
 
     def __call__(self, images) -> torch.Tensor:
         if isinstance(images, torch.Tensor):
