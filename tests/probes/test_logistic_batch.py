@@ -450,3 +450,71 @@ def test_grouped_objective_evaluates_groups_together_as_each_problem_alone(form,
             np.testing.assert_allclose(values32.numpy(), values.numpy(), rtol=1e-5)
     finally:
         objective.close()
+
+
+def patch_rows(n_cells=420, n_patches=90, dim=24, n_classes=3, seed=41):
+    """Cells that share their patch's features (a Mean or CLS readout): each patch's row repeated, with its
+    cells' own labels (most patches hold cells of two or three classes)."""
+    rng = np.random.default_rng(seed)
+    patch_means = rng.standard_normal((n_patches, dim)) * np.exp(0.5 * rng.standard_normal(dim)) + 2.0
+    patch = rng.integers(0, n_patches, n_cells)
+    signal = (patch_means[:, 0] > 2.0).astype(int) + (patch_means[:, 1] > 2.5)
+    y = (signal[patch] + (rng.uniform(size=n_cells) < 0.35) * rng.integers(1, n_classes, n_cells)) % n_classes
+    return patch_means[patch], y
+
+
+def test_build_groups_merges_rows_of_identical_features_with_their_class_weights():
+    from fmaudit.probes._row_store import build_groups
+
+    X, y = patch_rows()
+    subset = np.r_[np.arange(300), np.arange(20)]  # 20 rows twice
+    groups, _, _ = build_groups(X, y, [subset], 3, True, torch.float32, torch.device("cpu"))
+    (group,) = groups
+    distinct = np.unique(X[subset], axis=0).shape[0]
+    assert group.y.shape[0] == group.features.shape[0] == distinct < np.unique(subset).size
+    assert group.targets is not None and group.targets.shape == (distinct, 3)
+    # each merged row's weight is its copies' (repeats counted), split by their labels
+    np.testing.assert_allclose(group.targets.sum(1).numpy(), group.weight.numpy(), rtol=1e-12)
+    assert abs(float(group.weight.sum()) - 1.0) < 1e-12
+    expected = np.zeros(3)
+    np.add.at(expected, y[subset], 1.0 / subset.size)
+    np.testing.assert_allclose(group.targets.sum(0).numpy(), expected, rtol=1e-12)
+    # copies that share one label are merged without class weights; distinct rows are left as they are
+    same = np.flatnonzero(y == 0)[:40]
+    (one_label,), _, _ = build_groups(X, y, [same], 3, True, torch.float32, torch.device("cpu"))
+    assert one_label.targets is None and one_label.y.shape[0] == np.unique(X[same], axis=0).shape[0]
+    (unmerged,), _, _ = build_groups(X + np.arange(X.shape[0])[:, None] * 1e-3, y, [subset], 3, True,
+                                     torch.float32, torch.device("cpu"))
+    assert unmerged.targets is None and unmerged.y.shape[0] == np.unique(subset).size
+
+
+@pytest.mark.parametrize("form", ["dense", "whitened", "row_space"])
+def test_merged_identical_rows_reach_the_optimum_of_their_copies(form, monkeypatch):
+    from fmaudit.probes import _row_store
+
+    X, y = patch_rows()
+    # a C grid on two subsets, one with repeats; the row-space form needs fewer distinct rows than features
+    subsets = [np.arange(300)] * 2 + [np.r_[np.arange(100, 420), np.arange(100, 130)]] * 2
+    if form == "row_space":
+        X, y = patch_rows(n_cells=120, n_patches=20, dim=40)
+        subsets = [np.arange(100)] * 2 + [np.arange(20, 120)] * 2
+    Cs = [0.05, 2.0, 0.05, 2.0]
+    merged = fit_logistic_batch(X, y, subsets, Cs, 3, layout="grouped", forms=[form], **TIGHT)
+    monkeypatch.setattr(_row_store, "merge_identical_rows",
+                        lambda rows, counts, labels, n_classes, Xr: (rows, counts, labels, None, Xr))
+    copies = fit_logistic_batch(X, y, subsets, Cs, 3, layout="grouped", forms=[form], **TIGHT)
+    assert merged.converged_.all() and copies.converged_.all()
+    # the same problem: both stop at tol 1e-10 or on scikit-learn's relative-decrease test, ~1e-6 apart
+    np.testing.assert_allclose(merged.predict_proba(X), copies.predict_proba(X), atol=1e-5)
+    np.testing.assert_allclose(merged.mean_, copies.mean_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(merged.scale_, copies.scale_, rtol=1e-9)
+    for r, idx in enumerate(subsets):
+        assert np.abs(merged.predict_proba(X, r) - sklearn_proba(X[idx], y[idx], X, Cs[r], 3)).max() < 1e-3
+    # its stopping measure is scikit-learn's on the copies: the gradient in W's coordinates meets tol
+    fit = fit_logistic_batch(X, y, subsets, Cs, 3, layout="grouped", forms=[form], tol=1e-6)
+    monkeypatch.undo()
+    fit_merged = fit_logistic_batch(X, y, subsets, Cs, 3, layout="grouped", forms=[form], tol=1e-6)
+    for model in (fit, fit_merged):
+        for r, idx in enumerate(subsets):
+            Xs = (X[idx] - model.mean_[r]) / model.scale_[r]
+            assert scaled_gradient_max_abs(Xs, y[idx], model.W_[r], model.b_[r], Cs[r], 3) <= 1e-6 * (1 + 1e-6)

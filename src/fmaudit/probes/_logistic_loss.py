@@ -289,6 +289,9 @@ class _GroupPlan:
     labels: torch.Tensor  # (G, c_max, 1, n_max) class of each row (an expanded view)
     weight: torch.Tensor  # (G, n_max, 1) float64: multiplicity / n, 0 in the padding
     weight_in: torch.Tensor  # (G, 1, 1, n_max) the same in the product dtype
+    # (G, 1, K, n_max) in the product dtype: each row's weight per class, where a group merged identical rows of
+    # different labels (Group.targets; one-hot times weight for the bucket's other groups); else None
+    targets_in: torch.Tensor | None
     absent: torch.Tensor | None  # (G, c_max, K, 1) True where a slot's problem lacks the class
     stretch: torch.Tensor | None  # (G * c_max, p_max, 1) float64: whitened problems' a_u (0 elsewhere)
     l2: torch.Tensor  # (G * c_max,) float64 (0 in padding slots)
@@ -380,7 +383,8 @@ class GroupedObjective:
         order = np.argsort(sizes, kind="stable")
         self._bucket_of = np.zeros(len(self.groups), dtype=np.int64)
         self._index_in_bucket = np.zeros(len(self.groups), dtype=np.int64)
-        self._bucket_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # per bucket: labels, weight, (members, n_max)
+        # per bucket: labels, weight (members, n_max) and, where a member has targets, all members' (members, K, n_max)
+        self._bucket_rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
         start = 0
         while start < order.size:
             stop = start + 1
@@ -390,13 +394,20 @@ class GroupedObjective:
             n_max = int(sizes[members].max())
             labels = torch.zeros((members.size, n_max), dtype=torch.long, device=self.device)
             weight = torch.zeros((members.size, n_max), dtype=torch.float64, device=self.device)
+            targets = None
+            if any(self.groups[gi].targets is not None for gi in members):
+                targets = torch.zeros((members.size, self.K, n_max), dtype=torch.float64, device=self.device)
             for i, gi in enumerate(members):
                 group = self.groups[gi]
                 labels[i, : sizes[gi]] = group.y
                 weight[i, : sizes[gi]] = group.weight
+                if targets is not None and group.targets is not None:
+                    targets[i, :, : sizes[gi]] = group.targets.T
+                elif targets is not None:
+                    targets[i, group.y, torch.arange(sizes[gi], device=self.device)] = group.weight
             self._bucket_of[members] = len(self._bucket_rows)
             self._index_in_bucket[members] = np.arange(members.size)
-            self._bucket_rows.append((labels, weight))
+            self._bucket_rows.append((labels, weight, targets))
             start = stop
 
     def _plans_for(self, ids: np.ndarray, dtype: torch.dtype) -> list[list[_GroupPlan]]:
@@ -433,9 +444,10 @@ class GroupedObjective:
         groups = touched[members]
         G = groups.size
         c_max = int(counts[members].max())
-        labels_all, weight_all = self._bucket_rows[self._bucket_of[groups[0]]]
+        labels_all, weight_all, targets_all = self._bucket_rows[self._bucket_of[groups[0]]]
         index = torch.as_tensor(self._index_in_bucket[groups], device=device)
         labels, weight = labels_all[index], weight_all[index]
+        targets_in = None if targets_all is None else targets_all[index].to(dtype).view(G, 1, K, -1)
         n_max = labels.shape[1]
         p_max = max(self.groups[gi].width for gi in groups)
         # the members' positions in ids, and their slots
@@ -469,6 +481,7 @@ class GroupedObjective:
             labels=labels.view(G, 1, 1, n_max).expand(G, c_max, 1, n_max),
             weight=weight.view(G, n_max, 1),
             weight_in=weight.view(G, 1, 1, n_max).to(dtype),
+            targets_in=targets_in,
             absent=absent.view(G, c_max, K, 1) if bool(absent.any()) else None,
             stretch=stretch,
             l2=l2,
@@ -515,19 +528,31 @@ class GroupedObjective:
             _matmul_into(Wt[i * c_max : i * c_max + c, :, :p].reshape(c * K, p), X.T,
                          Z[i, :c].view(c * K, n_max)[:, :n])
         Z += b.view(G, c_max, K, 1).to(dtype)
-        true_logit = Z.gather(2, plan.labels)  # (G, c_max, 1, n_max)
+        targets = plan.targets_in
+        if targets is None:
+            true_logit = Z.gather(2, plan.labels)  # (G, c_max, 1, n_max)
+        else:  # merged rows: sum_k t_k z_k, the true logits of the row's copies, weighted
+            true_part = (Z * targets).sum(dim=(2, 3), dtype=torch.float64).view(S)
         if plan.absent is not None:
             Z.masked_fill_(plan.absent, float("-inf"))
         top = Z.amax(dim=2, keepdim=True)
         Z -= top
         Z.exp_()
         total = Z.sum(dim=2, keepdim=True)
-        per_row = total.log() + top - true_logit  # lse - z_true
-        loss = torch.matmul(per_row.view(G, c_max, n_max).double(), plan.weight).view(S)
-        # G = w * (softmax - onehot), in two passes: scale by w / total, then subtract w at the labels
+        if targets is None:
+            per_row = total.log() + top - true_logit  # lse - z_true
+            loss = torch.matmul(per_row.view(G, c_max, n_max).double(), plan.weight).view(S)
+        else:
+            per_row = total.log() + top  # lse
+            loss = torch.matmul(per_row.view(G, c_max, n_max).double(), plan.weight).view(S) - true_part
+        # G = w * (softmax - onehot), in two passes: scale by w / total, then subtract w at the labels (merged
+        # rows: subtract each class's weight t_k)
         weight_in = plan.weight_in
         Z *= weight_in / total
-        Z.scatter_add_(2, plan.labels, -weight_in.expand(G, c_max, 1, n_max))
+        if targets is None:
+            Z.scatter_add_(2, plan.labels, -weight_in.expand(G, c_max, 1, n_max))
+        else:
+            Z -= targets
         grad_products = plan.grad_W
         for i, (gi, c, n, p) in enumerate(plan.groups):
             X = self.groups[gi].features_in(dtype)

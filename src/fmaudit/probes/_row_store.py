@@ -7,9 +7,10 @@ Two layouts (the engine picks one per call, :func:`grouped_layout_pays`):
   scaler is computed in the same pass (:func:`standardised_store`) and folded into its weights. Best where
   subsets nest and overlap heavily (label fractions of one training set).
 - *Groups*: the problems fitted on one subset (the C values of a grid) form a group holding that subset's
-  distinct rows, standardised on the subset itself (:func:`build_groups`): one pair of products per group,
-  no folding, rows copied once per subset. Best for many small, weakly overlapping subsets (cell units,
-  folds, seeds). A group holds its problem in one of three forms (:class:`Group`, picked by
+  distinct rows (rows of identical features merged, their labels kept as class weights:
+  :func:`merge_identical_rows`), standardised on the subset itself (:func:`build_groups`): one pair of
+  products per group, no folding, rows copied once per subset. Best for many small, weakly overlapping
+  subsets (cell units, folds, seeds). A group holds its problem in one of three forms (:class:`Group`, picked by
   :func:`group_form`'s modelled cost): dense; where a subset has fewer distinct rows n than features D, the
   exact row-space form (the optimum's weights lie in the span of the subset's rows: n coordinates per class
   on an n x n factor of the rows' Gram matrix); or the whitened form, the coefficients in the eigenbasis of
@@ -215,7 +216,8 @@ def standardised_store(X, store_rows, blocks, sizes, standardize, dtype):
 
 @dataclass
 class Group:
-    """One distinct subset (its distinct rows, each once, weighted by multiplicity / subset size) and the
+    """One distinct subset (its distinct rows, each once, weighted by multiplicity / subset size; rows of
+    identical features are one row whose ``targets`` split its weight by its copies' labels) and the
     problems fitted on it.
 
     Dense: ``features`` (n, D) are the rows standardised on the subset (``standardize``; a feature constant
@@ -244,13 +246,16 @@ class Group:
     """
 
     problems: np.ndarray  # (c,) problem ids (local to the objective that evaluates the group)
-    rows: np.ndarray  # (n,) distinct row ids of X
+    rows: np.ndarray  # (n,) distinct row ids of X (one per distinct feature row: merge_identical_rows)
     weight: torch.Tensor  # (n,) float64: multiplicity / subset size
     y: torch.Tensor  # (n,) int64 labels
     features: torch.Tensor  # (n, p) in the store dtype: standardised rows (p = D) or the factor L (p = n)
     mean: np.ndarray  # (D,) the subset's scaler (0 and 1 without standardize)
     scale: np.ndarray
     constant: np.ndarray  # (D,) bool: features constant within the subset
+    # (n, K) float64: each row's weight per class, where rows of identical features but different labels were
+    # merged (their columns sum to ``weight``); None: each row has its one label ``y``
+    targets: torch.Tensor | None = None
     basis: torch.Tensor | None = None  # row-space: (n, D) standardised rows Z, store dtype
     factor: torch.Tensor | None = None  # row-space: (n, n) float64 L
     augment: float = 0.0  # row-space: c
@@ -450,8 +455,9 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
     for idx, problems in group_subsets(index_sets):
         rows, counts = np.unique(idx, return_counts=True)
         n = idx.size
-        weight = counts / n
         Xr = X[rows].astype(np.float64)
+        rows, counts, labels, targets, Xr = merge_identical_rows(rows, counts, y[rows], n_classes, Xr)
+        weight = counts / n
         if standardize:
             mean = weight @ Xr
             Z = Xr - mean
@@ -468,7 +474,8 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
             problems=np.asarray(problems),
             rows=rows,
             weight=torch.as_tensor(weight, dtype=torch.float64, device=device),
-            y=torch.as_tensor(y[rows], device=device),
+            y=torch.as_tensor(labels, device=device),
+            targets=None if targets is None else torch.as_tensor(targets / n, device=device),
             features=torch.as_tensor(Z.astype(numpy_store), device=device),
             mean=mean,
             scale=scale,
@@ -485,6 +492,59 @@ def build_groups(X, y, index_sets, n_classes, standardize, store_dtype, device, 
             _to_row_space(group, Z, numpy_store, device)
         groups.append(group)
     return groups, centre, spread
+
+
+# Rows with identical features (a patch's mean or class-token readout, shared by every cell of the patch) are
+# merged into one row of the group before anything is built on them: the loss of m copies of a row with labels
+# y_1..y_m is the row's loss against its class counts, so each product reads the row once. A seeded random
+# projection of each row names it; rows that share a name are compared exactly, and a group whose names collide
+# on different rows is left unmerged (never seen; it would only cost the merge).
+_ROW_NAME_SEED = 20261204
+
+
+def merge_identical_rows(rows: np.ndarray, counts: np.ndarray, labels: np.ndarray, n_classes: int,
+                         Xr: np.ndarray):
+    """Merge the rows of a subset whose features are identical.
+
+    Parameters
+    ----------
+    rows : ndarray of shape (n,)
+        Distinct row ids of X, sorted.
+    counts : ndarray of shape (n,)
+        Each row's multiplicity in the subset.
+    labels : ndarray of shape (n,)
+        Each row's class index.
+    n_classes : int
+        K.
+    Xr : ndarray of shape (n, D)
+        The rows' float64 features.
+
+    Returns
+    -------
+    rows, counts, labels, targets, Xr
+        One entry per distinct feature row (the first of its copies, in ``rows``' order): its row id, its copies'
+        summed multiplicity, a label (the first copy's) and its features; ``targets`` (n', K) the copies'
+        multiplicities per class, or None where no merged row has two classes (``labels`` is then exact).
+        Unchanged, with ``targets`` None, where no two rows are identical.
+    """
+    if rows.size < 2:
+        return rows, counts, labels, None, Xr
+    name = Xr @ np.random.default_rng(_ROW_NAME_SEED).standard_normal(Xr.shape[1])
+    _, first, inverse = np.unique(name, return_index=True, return_inverse=True)
+    if first.size == rows.size:
+        return rows, counts, labels, None, Xr
+    # number the distinct rows by first appearance, so that the merged rows keep the rows' order
+    by_appearance = np.argsort(first)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[by_appearance] = np.arange(first.size)
+    first, inverse = first[by_appearance], rank[inverse.ravel()]
+    if not np.array_equal(Xr[first][inverse], Xr):
+        return rows, counts, labels, None, Xr
+    merged = np.bincount(inverse, weights=counts, minlength=first.size)
+    per_class = np.bincount(inverse * n_classes + labels, weights=counts,
+                            minlength=first.size * n_classes).reshape(first.size, n_classes)
+    mixed = bool(((per_class > 0).sum(axis=1) > 1).any())
+    return (rows[first], merged.astype(counts.dtype), labels[first], per_class if mixed else None, Xr[first])
 
 
 def _to_row_space(group: Group, Z: np.ndarray, numpy_store, device) -> None:
